@@ -229,11 +229,13 @@ def sigmoid_expansion(L: float, tol: float = 1e-10, degree: int = 7, max_terms: 
 
 
 def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: float,
-                        grad_card: Optional[np.ndarray] = None, chunk_bytes: int = 64 << 20):
+                        grad_card: Optional[np.ndarray] = None, chunk_elems: int = 1 << 21):
     """Soft cardinal of internal nodes and (optionally) its vector-Jacobian product.
 
     Returns (card (N-1,), grad_alt_int (N-1,) or None, err_bound).
     """
+    from scipy.sparse import csr_matrix
+
     nl, n = h.num_leaves, h.num_nodes
     tree = h.tree
     sizes = h.sizes.astype(np.float64)
@@ -241,103 +243,89 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
     s_ends = h.graph.sources[h.mst_edge_map]
     t_ends = h.graph.targets[h.mst_edge_map]
     alt = np.concatenate([np.zeros(nl), alt_int])
-    hp = alt[par]  # altitude of the parent, per node (root: itself)
     v = sizes[par] - sizes  # sibling area (root: 0)
     v[-1] = 0.0
     lo, hi = float(alt_int.min()), float(alt_int.max())
     H = hi - lo
-    card = np.empty(n - nl)
     sa = 1.0 / (1.0 + np.exp(-lam * alt_int))
-    card[:] = sa  # from d(x, x) = 0, for both ends: 0.5 * (sa + sa)
+    card = sa.copy()  # from d(x, x) = 0, for both ends: 0.5 * (sa + sa)
     want_grad = grad_card is not None
-    g_alt = np.zeros(n - nl) if want_grad else None
-    g_hp = np.zeros(n) if want_grad else None
-    if want_grad:
-        g_alt += grad_card * lam * sa * (1 - sa)
-    if H <= 0:  # all internal altitudes equal: every term is sigma(0) = 1/2
+    g_alt = grad_card * lam * sa * (1 - sa) if want_grad else None
+    if H <= 0:  # all internal altitudes equal: every other term is sigma(0) = 1/2
         card += 0.5 * (nl - 1)
         return card, g_alt, 0.0
-    L = lam * H
-    c, beta, err = sigmoid_expansion(round(L, 12), tol)
-    a = (alt_int - lo) / H  # in [0, 1]
-    b = np.where(np.arange(n) < nl, 0.0, 0.0) + (hp - lo) / H  # parents' altitudes, shifted
+    c, beta, err = sigmoid_expansion(round(lam * H, 12), tol)
+    a = (alt_int - lo) / H  # query altitudes in [0, 1]
+    b = (alt[par] - lo) / H  # altitude of each node's parent, in [0, 1]
     b[-1] = 0.0
-    # ---- feature list: each is (phi(b), dphi/db, psi(a), dpsi/da) as callables on arrays
+    # polynomial part: 1/2 + p(a - b) = sum_{i,l} C[i, l] a^i b^l
     deg = 2 * len(c) - 1
-    # polynomial part: p(a - b) = sum_{i,l} C[i, l] a^i b^l
     C = np.zeros((deg + 1, deg + 1))
     for j, cj in enumerate(c):
         k = 2 * j + 1
         for i in range(k + 1):
             C[i, k - i] += cj * math.comb(k, i) * (-1) ** (k - i)
     C[0, 0] += 0.5
-    feats = []  # (kind, index)
-    for l_ in range(deg + 1):
-        feats.append(("pow", l_))
-    K = beta.size
-    for k in range(1, K + 1):
-        feats.append(("cos", k))
-        feats.append(("sin", k))
+    ends = None
+    if want_grad:
+        half_g = 0.5 * grad_card
+        g_b = np.zeros(n)
+        m = n - nl
+        ends = csr_matrix((np.ones(2 * m), (np.concatenate([s_ends, t_ends]), np.tile(np.arange(m), 2))),
+                          shape=(nl, m))
 
-    def phi(kind, k, x):
-        if kind == "pow":
-            return x ** k
-        w = k * math.pi
-        return np.cos(w * x) if kind == "cos" else np.sin(w * x)
-
-    def dphi(kind, k, x):
-        if kind == "pow":
-            return k * x ** (k - 1) if k > 0 else np.zeros_like(x)
-        w = k * math.pi
-        return -w * np.sin(w * x) if kind == "cos" else w * np.cos(w * x)
-
-    apow = [a ** i for i in range(deg + 1)]
-
-    def psi(kind, k):
-        if kind == "pow":
-            return sum(C[i, k] * apow[i] for i in range(deg + 1))
-        w = k * math.pi
-        # sin(w(a-b)) = sin(wa) cos(wb) - cos(wa) sin(wb)
-        return beta[k - 1] * np.sin(w * a) if kind == "cos" else -beta[k - 1] * np.cos(w * a)
-
-    def dpsi(kind, k):
-        if kind == "pow":
-            return sum(C[i, k] * i * apow[i - 1] for i in range(1, deg + 1))
-        w = k * math.pi
-        return beta[k - 1] * w * np.cos(w * a) if kind == "cos" else beta[k - 1] * w * np.sin(w * a)
-
-    per_chunk = max(1, int(chunk_bytes // (8 * n)))
-    half_g = 0.5 * grad_card if want_grad else None
-    for f0 in range(0, len(feats), per_chunk):
-        fs = feats[f0:f0 + per_chunk]
-        Phi = np.empty((n, len(fs)))
-        for j, (kind, k) in enumerate(fs):
-            Phi[:, j] = v * phi(kind, k, b)
+    def accumulate(Phi, Psi, dPhi, dPsi):
+        """Add one batch of separable terms sum_j psi_j(a) * sum_{path} v phi_j(b)."""
+        nonlocal card, g_alt
         P = hg.propagate_sequential_and_accumulate(tree, Phi, hg.Accumulators.sum)
-        Ps, Pt = P[s_ends], P[t_ends]
-        Psum = Ps + Pt
-        Psi = np.empty((n - nl, len(fs)))
-        for j, (kind, k) in enumerate(fs):
-            Psi[:, j] = psi(kind, k)
+        Psum = P[s_ends] + P[t_ends]
         card += 0.5 * np.einsum("ij,ij->i", Psi, Psum)
         if want_grad:
-            dPsi = np.empty_like(Psi)
-            for j, (kind, k) in enumerate(fs):
-                dPsi[:, j] = dpsi(kind, k)
             g_alt += half_g * np.einsum("ij,ij->i", dPsi, Psum) / H
-            # G(x) = sum over nodes r with x an end of r of 0.5 g_r psi(a_r)
-            Gr = Psi * half_g[:, None]
-            G = np.zeros((nl, len(fs)))
-            np.add.at(G, s_ends, Gr)
-            np.add.at(G, t_ends, Gr)
+            G = ends @ (Psi * half_g[:, None])  # per leaf: sum over the nodes it ends
             S = hg.accumulate_sequential(tree, G, hg.Accumulators.sum)
-            dPhi = np.empty((n, len(fs)))
-            for j, (kind, k) in enumerate(fs):
-                dPhi[:, j] = dphi(kind, k, b)
-            g_hp += v * np.einsum("ij,ij->i", dPhi, S) / H
+            g_b[:] += np.einsum("ij,ij->i", dPhi, S) / H
+
+    # polynomial block
+    bp = b[:, None] ** np.arange(deg + 1)[None, :]
+    ap = a[:, None] ** np.arange(deg + 1)[None, :]
+    Psi = ap @ C
+    dPsi = (ap[:, :-1] * np.arange(1, deg + 1)[None, :]) @ C[1:, :]
+    dPhi = np.zeros_like(bp)
+    dPhi[:, 1:] = bp[:, :-1] * np.arange(1, deg + 1)[None, :] * v[:, None]
+    accumulate(bp * v[:, None], Psi, dPhi, dPsi)
+    # sine block: beta_k sin(w(a - b)) = beta_k [sin(wa) cos(wb) - cos(wa) sin(wb)], w = k pi.
+    # cos/sin of k*theta by rotation recurrences (one multiply-add per entry, not a libm call)
+    K = beta.size
+    per = max(1, min(K, chunk_elems // n))
+    cb1, sb1 = np.cos(math.pi * b), np.sin(math.pi * b)
+    ca1, sa1 = np.cos(math.pi * a), np.sin(math.pi * a)
+    cb_prev, sb_prev = np.ones(n), np.zeros(n)
+    ca_prev, sa_prev = np.ones(n - nl), np.zeros(n - nl)
+    for k0 in range(0, K, per):
+        k = np.arange(k0 + 1, min(K, k0 + per) + 1)
+        nk = k.size
+        CB = np.empty((nk, n)); SB = np.empty((nk, n))
+        CA = np.empty((nk, n - nl)); SA = np.empty((nk, n - nl))
+        for j in range(nk):
+            CB[j] = cb_prev * cb1 - sb_prev * sb1
+            SB[j] = sb_prev * cb1 + cb_prev * sb1
+            CA[j] = ca_prev * ca1 - sa_prev * sa1
+            SA[j] = sa_prev * ca1 + ca_prev * sa1
+            cb_prev, sb_prev, ca_prev, sa_prev = CB[j], SB[j], CA[j], SA[j]
+        w = (k * math.pi)[:, None]
+        bk = beta[k - 1][:, None]
+        Phi = (np.concatenate([CB, SB], axis=0) * v).T
+        Psi = np.concatenate([bk * SA, -bk * CA], axis=0).T
+        if want_grad:
+            dPhi = (np.concatenate([-w * SB, w * CB], axis=0) * v).T
+            dPsi = np.concatenate([bk * w * CA, bk * w * SA], axis=0).T
+        else:
+            dPhi = dPsi = None
+        accumulate(np.ascontiguousarray(Phi), np.ascontiguousarray(Psi), dPhi, dPsi)
     if want_grad:
-        g_hp[-1] = 0.0
-        g_alt += np.bincount(par[:-1] - nl, weights=g_hp[:-1], minlength=n - nl)
+        g_b[-1] = 0.0
+        g_alt += np.bincount(par[:-1] - nl, weights=g_b[:-1], minlength=n - nl)
     return card, g_alt, err * nl
 
 
@@ -356,6 +344,24 @@ class _SoftCardinal(torch.autograd.Function):
         a = alt_int.detach().cpu().double().numpy()
         _, grad, _ = _soft_cardinal_core(ctx.h, a, ctx.lam, ctx.tol, g.detach().cpu().double().numpy())
         return torch.from_numpy(grad).to(device=alt_int.device, dtype=alt_int.dtype), None, None, None
+
+
+class _DasguptaFn(torch.autograd.Function):
+    """sum_r coef_r * card_r with its gradient computed in the same pass (coef is constant)."""
+
+    @staticmethod
+    def forward(ctx, alt_int, h, lam, tol, coef):
+        a = alt_int.detach().cpu().double().numpy()
+        need = alt_int.requires_grad
+        card, grad, _ = _soft_cardinal_core(h, a, lam, tol, coef if need else None)
+        if need:
+            ctx.save_for_backward(torch.from_numpy(grad).to(device=alt_int.device, dtype=alt_int.dtype))
+        return alt_int.new_tensor(float(np.dot(coef, card)))
+
+    @staticmethod
+    def backward(ctx, g):
+        (grad,) = ctx.saved_tensors
+        return grad * g, None, None, None, None
 
 
 def soft_cardinal(hierarchy: Hierarchy, weights: torch.Tensor, lam: float = 5.0, tol: float = 1e-10):
@@ -411,7 +417,23 @@ def dasgupta(hierarchy: Hierarchy, weights: torch.Tensor, graph_weights, lam: fl
     if mode == "dissimilarity" and bool((gw <= 0).any()):
         raise ValueError("graph_weights contains zeros: dissimilarity mode divides by them "
                          "(use strictly positive dissimilarities)")
-    card = soft_cardinal(hierarchy, weights, lam=lam, tol=tol)
-    node = torch.from_numpy(hierarchy.edge_lca - hierarchy.num_leaves).to(weights.device)
-    ce = card[node]
-    return _reduce(ce / gw if mode == "dissimilarity" else ce * gw, reduction)
+    if reduction == "none":
+        card = soft_cardinal(hierarchy, weights, lam=lam, tol=tol)
+        node = torch.from_numpy(hierarchy.edge_lca - hierarchy.num_leaves).to(weights.device)
+        ce = card[node]
+        return ce / gw if mode == "dissimilarity" else ce * gw
+    if reduction not in ("mean", "sum"):
+        raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
+    if hierarchy.batch is not None and hierarchy.batch.num_graphs > 1:
+        raise ValueError("dasgupta is defined per graph, not on a batch")
+    if not lam > 0:
+        raise ValueError(f"lambda (sigmoid slope) must be positive, got {lam}")
+    # the loss is linear in the cardinals: sum_r coef_r card_r, coef_r = sum of edge factors
+    factor = gw.detach().cpu().double().numpy()
+    factor = 1.0 / factor if mode == "dissimilarity" else factor
+    if reduction == "mean":
+        factor = factor / max(hierarchy.num_edges, 1)
+    coef = np.bincount(hierarchy.edge_lca - hierarchy.num_leaves, weights=factor,
+                       minlength=hierarchy.num_leaves - 1)
+    alt_int = hierarchy.node_altitudes(weights)[hierarchy.num_leaves:]
+    return _DasguptaFn.apply(alt_int, hierarchy, float(lam), float(tol), coef)
