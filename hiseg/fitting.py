@@ -181,11 +181,13 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
             raise FloatingPointError(f"loss {name!r} became {val.item()} at iteration {it}")
         lv = float(val.detach())
         history.append(lv)
-        if lv < best[0] - min_delta * abs(best[0]) or best[1] is None:
-            best = (lv, wt.detach().clone(), it)
+        # patience counts iterations without a significant improvement of the best loss
+        if best[1] is None or lv < best[0] - min_delta * abs(best[0]):
             since_best = 0
         else:
             since_best += 1
+        if best[1] is None or lv < best[0]:  # the best iterate itself is always kept
+            best = (lv, wt.detach().clone(), it)
         if callback is not None:
             callback(it, lv, u.detach())
         if patience is not None and since_best >= patience:

@@ -1,0 +1,98 @@
+"""Algorithm 1: fit_ultrametric."""
+import numpy as np
+import pytest
+import torch
+from sklearn.datasets import make_blobs
+
+import hiseg
+from hiseg.fitting import fit_ultrametric
+from hiseg.graph import grid_graph, knn_graph
+
+from test_ultrametric import is_ultrametric_on_graph
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(80, centers=3, random_state=0)
+    g, w = knn_graph(X, 5)
+    return X, y, g, w
+
+
+@pytest.mark.parametrize("loss", ["closest", "closest+size", "closest+triplet", "dasgupta", "dasgupta+size"])
+def test_fit_returns_an_ultrametric_and_decreases_the_loss(blobs, loss):
+    X, y, g, w = blobs
+    kw = {}
+    if "triplet" in loss:
+        lab = np.full(len(y), -1)
+        lab[::5] = y[::5]
+        kw = dict(labels=lab, margin=1.0)
+    res = fit_ultrametric(g, torch.tensor(w), loss=loss, max_iter=60, full_output=True, **kw)
+    u = res.ultrametric.numpy()
+    assert is_ultrametric_on_graph(g, u)
+    assert np.all(u >= 0)
+    assert res.loss <= res.history[0] + 1e-12
+    assert res.loss == pytest.approx(min(res.history))
+
+
+def test_closest_fit_beats_subdominant(blobs):
+    _, _, g, w = blobs
+    sub = hiseg.subdominant_ultrametric(g, torch.tensor(w)).numpy()
+    u, hist = fit_ultrametric(g, torch.tensor(w), max_iter=200, return_history=True)
+    assert np.mean((u.numpy() - w) ** 2) < 0.5 * np.mean((sub - w) ** 2)
+    assert hist[0] == pytest.approx(np.mean((sub - w) ** 2))
+
+
+def test_best_iterate_and_early_stopping(blobs):
+    _, _, g, w = blobs
+    u, hist = fit_ultrametric(g, torch.tensor(w), lr=0.05, max_iter=1000, patience=5, min_delta=1e-2,
+                              return_history=True)
+    assert len(hist) < 1000
+    # the returned ultrametric has the best recorded loss
+    assert np.mean((u.numpy() - w) ** 2) == pytest.approx(min(hist))
+
+
+def test_relu_and_custom_loss_and_init(blobs):
+    _, _, g, w = blobs
+    calls = []
+
+    def J(h, u, wt, w0):
+        calls.append(1)
+        return ((u - w0) ** 2).sum()
+
+    u = fit_ultrametric(g, w, loss=J, positivity="relu", max_iter=10, init=np.asarray(w) * 0.5,
+                        callback=lambda i, v, uu: None)
+    assert len(calls) >= 10 and is_ultrametric_on_graph(g, u.numpy())
+
+
+def test_float32_and_device_kept(blobs):
+    _, _, g, w = blobs
+    u = fit_ultrametric(g, torch.tensor(w, dtype=torch.float32), max_iter=5)
+    assert u.dtype == torch.float32
+
+
+@pytest.mark.parametrize("kw, err, msg", [
+    (dict(loss="ward"), ValueError, "unknown loss"),
+    (dict(loss="closest+triplet"), ValueError, "needs exactly one of"),
+    (dict(positivity="abs"), ValueError, "positivity"),
+    (dict(lr=0), ValueError, "lr must be positive"),
+    (dict(max_iter=0), ValueError, "max_iter"),
+    (dict(optimizer="lbfgs"), ValueError, "optimizer"),
+    (dict(init="ward"), ValueError, "init"),
+])
+def test_bad_options(blobs, kw, err, msg):
+    _, _, g, w = blobs
+    with pytest.raises(err, match=msg):
+        fit_ultrametric(g, torch.tensor(w), **kw)
+
+
+def test_bad_weights():
+    g = grid_graph((3, 3))
+    w = torch.rand(g.num_edges, dtype=torch.float64)
+    with pytest.raises(ValueError, match="negative"):
+        fit_ultrametric(g, w - 2)
+    with pytest.raises(ValueError, match="negative"):
+        fit_ultrametric(g, w - 2, loss="dasgupta", positivity=None)
+    fit_ultrametric(g, w - 2, positivity=None, max_iter=3)  # signed weights are fine without positivity
+    w[0] = float("nan")
+    with pytest.raises(ValueError, match="NaN"):
+        fit_ultrametric(g, w)
