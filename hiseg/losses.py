@@ -165,9 +165,24 @@ def triplet(hierarchy: Hierarchy, weights: torch.Tensor, triplets=None, *, label
         raise ValueError("triplet: ref, pos and neg must have the same length")
     alt = hierarchy.node_altitudes(weights)
     dev = weights.device
-    n_rp = torch.from_numpy(hierarchy.lca(ref, pos)).to(dev)
-    n_rn = torch.from_numpy(hierarchy.lca(ref, neg)).to(dev)
+    n_rp, n_rn = _triplet_lcas(hierarchy, ref, pos, neg)
+    n_rp = torch.from_numpy(n_rp).to(dev)
+    n_rn = torch.from_numpy(n_rn).to(dev)
     return _reduce(torch.relu(margin + alt[n_rp] - alt[n_rn]), reduction)
+
+
+def _triplet_lcas(h: Hierarchy, ref, pos, neg):
+    """lca nodes of (ref, pos) and (ref, neg); through the few distinct vertices when possible."""
+    verts, inv = np.unique(np.concatenate([ref, pos, neg]), return_inverse=True)
+    k = verts.size
+    if k * k <= 4 * ref.size and k <= 4096:
+        a, b = np.triu_indices(k, 1)
+        M = np.empty((k, k), dtype=np.int64)
+        M[a, b] = M[b, a] = h.lca(verts[a], verts[b])
+        M[np.arange(k), np.arange(k)] = verts
+        r, p, n = np.split(inv, 3)
+        return M[r, p], M[r, n]
+    return h.lca(ref, pos), h.lca(ref, neg)
 
 
 # ----------------------------------------------------------------------------- Dasgupta
@@ -254,7 +269,11 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
     if H <= 0:  # all internal altitudes equal: every other term is sigma(0) = 1/2
         card += 0.5 * (nl - 1)
         return card, g_alt, 0.0
-    c, beta, err = sigmoid_expansion(round(lam * H, 12), tol)
+    # round lam * H up on a fine geometric grid (the expansion is cached per grid value):
+    # a larger H only shrinks the range of tau = (a - b) / H inside [-1, 1]
+    L = float(np.exp(np.ceil(np.log(lam * H) / 0.005) * 0.005))
+    H = L / lam
+    c, beta, err = sigmoid_expansion(L, tol)
     a = (alt_int - lo) / H  # query altitudes in [0, 1]
     b = (alt[par] - lo) / H  # altitude of each node's parent, in [0, 1]
     b[-1] = 0.0
