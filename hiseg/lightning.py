@@ -1,0 +1,258 @@
+r"""The LightningModule: image -> boundary map -> RAG edge weights -> ultrametric -> losses.
+
+One training step on a :class:`~hiseg.data.collate.GraphBatch` of B images:
+
+1. ``logits = model(images)`` on the device, ``p = sigmoid(logits)``;
+2. ``w = frontier_mean(p)``: the mean boundary probability along every RAG frontier,
+   for all B graphs at once (a scatter on the device);
+3. ``u = subdominant_ultrametric(batch.graph, w)``: one batched tree construction on the
+   CPU (``w`` goes down, the pass-edge index comes up), a gather on the device;
+4. losses on the device: closest :math:`\mathrm{mean}(u - t)^2` against the fraction
+   ``t`` of annotators separating the two superpixels, triplet
+   :math:`\mathrm{mean}\max(0, \alpha + d_u(r,p) - d_u(r,n))` on triplets of superpixels
+   sampled per image and annotator, and an optional class-balanced pixel BCE (HED) on the
+   logits (auxiliary).
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import Any, Optional
+
+import numpy as np
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+from . import losses as L
+from .models import get_model
+from .segmentation.pooling import frontier_mean
+from .segmentation.saliency import ucm2_from_rag
+from .ultrametric import build_hierarchy
+
+__all__ = ["HierarchicalSegmentationModule", "sample_batch_triplets", "balanced_bce"]
+
+VAL_THRESHOLDS = np.linspace(0.1, 0.9, 9)
+
+
+def sample_batch_triplets(sp_labels: np.ndarray, vertex_ptr: np.ndarray, per_image: int,
+                          rng: np.random.Generator):
+    """Triplets of superpixels (global ids) drawn within each image, for each annotator.
+
+    ``sp_labels`` (A, V_total) holds each annotator's region of every superpixel
+    (-1: none). Per image and annotator, ``per_image // A`` triplets are drawn uniformly
+    from the set of (ref, pos, neg) with ref, pos in one region and neg in another.
+    Images or annotators with a single region contribute none. O(total triplets).
+    """
+    refs, poss, negs = [], [], []
+    a_count = max(1, sp_labels.shape[0])
+    m = max(1, per_image // a_count)
+    for b in range(len(vertex_ptr) - 1):
+        v0, v1 = int(vertex_ptr[b]), int(vertex_ptr[b + 1])
+        for a in range(sp_labels.shape[0]):
+            lab = sp_labels[a, v0:v1]
+            if (lab < 0).all():
+                continue
+            uniq, counts = np.unique(lab[lab >= 0], return_counts=True)
+            if uniq.size < 2 or counts.max() < 2:
+                continue
+            r, p, n = L.make_triplets(lab, max_triplets=m, random_state=rng)
+            refs.append(r + v0); poss.append(p + v0); negs.append(n + v0)
+    if not refs:
+        return None
+    return np.concatenate(refs), np.concatenate(poss), np.concatenate(negs)
+
+
+def balanced_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """HED's class-balanced binary cross-entropy; ``target`` in [0, 1] (soft labels allowed)."""
+    pos = target.sum()
+    total = float(target.numel())
+    beta = (1.0 - pos / total).clamp(0.01, 0.99)
+    weight = torch.where(target > 0, beta, 1 - beta)
+    return F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="mean")
+
+
+class HierarchicalSegmentationModule(pl.LightningModule):
+    """Learned hierarchical segmentation by ultrametric fitting.
+
+    Parameters
+    ----------
+    arch : str
+        Boundary network name in :func:`hiseg.models.list_models`.
+    arch_kwargs : dict, optional
+        Keyword arguments of the builder (e.g. ``{"width": 16}``, ``{"pretrained_backbone": "auto"}``).
+    lr, weight_decay : float
+        AdamW parameters; the step size follows a cosine schedule over the run.
+    closest_weight, triplet_weight, pixel_weight : float
+        Weights of the closest, triplet and pixel-level (class-balanced BCE) terms.
+    margin : float
+        Triplet margin alpha (edge weights are probabilities in [0, 1]).
+    triplets_per_image : int
+        Triplets sampled per image and step (split over annotators).
+    val_threshold : float
+        Threshold of the saliency map for the validation boundary F-measure.
+    validate_at_start : bool
+        Evaluate the validation set once before training (logged as step 0), so that the
+        run shows its improvement.
+    init_from : str, optional
+        Path of a checkpoint (Lightning or plain state dict) whose model weights start
+        the run (fine-tuning), loaded with ``weights_only=True``.
+    """
+
+    def __init__(self, arch: str = "compact_boundary_net", arch_kwargs: Optional[dict] = None,
+                 lr: float = 2e-3, weight_decay: float = 1e-4, closest_weight: float = 1.0,
+                 triplet_weight: float = 0.5, pixel_weight: float = 0.1, margin: float = 0.2,
+                 triplets_per_image: int = 2000, val_threshold: float = 0.5,
+                 validate_at_start: bool = True, init_from: Optional[str] = None):
+        super().__init__()
+        self.save_hyperparameters()
+        self.model = get_model(arch, **(arch_kwargs or {}))
+        if init_from:
+            from .models.weights import load_weights
+
+            load_weights(self.model, init_from)
+        self._rng = np.random.default_rng(0)
+        self._val = []
+        self.timings = {}
+
+    # ------------------------------------------------------------------ core step
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Boundary logits (B, 1, H, W)."""
+        return self.model(images)
+
+    def edge_weights(self, batch, logits=None):
+        """RAG edge weights (E_total,) of a batch: mean boundary probability per frontier."""
+        if logits is None:
+            logits = self(batch.images)
+        prob = torch.sigmoid(logits[:, 0])
+        return frontier_mean(prob, batch.frontier_pixels_a, batch.frontier_pixels_b,
+                             batch.frontier_edge, batch.graph.num_edges), logits
+
+    def compute_losses(self, batch, logits=None, timings: Optional[dict] = None):
+        hp = self.hparams
+        t0 = time.perf_counter()
+        w, logits = self.edge_weights(batch, logits)
+        t1 = time.perf_counter()
+        h = build_hierarchy(batch.graph, w)
+        u = h.ultrametric(w)
+        t2 = time.perf_counter()
+        out = {}
+        total = w.new_zeros(())
+        if hp.closest_weight:
+            out["closest"] = L.closest(u, batch.edge_target.to(w.dtype))
+            total = total + hp.closest_weight * out["closest"]
+        if hp.triplet_weight:
+            trip = sample_batch_triplets(batch.sp_labels.cpu().numpy(), batch.graph.vertex_ptr,
+                                         hp.triplets_per_image, self._rng)
+            if trip is not None:
+                out["triplet"] = L.triplet(h, w, trip, margin=hp.margin)
+                total = total + hp.triplet_weight * out["triplet"]
+        if hp.pixel_weight:
+            out["pixel"] = balanced_bce(logits[:, 0], batch.boundary.to(logits.dtype))
+            total = total + hp.pixel_weight * out["pixel"]
+        out["loss"] = total
+        if timings is not None:
+            t3 = time.perf_counter()
+            timings.update(pooling=t1 - t0, tree=t2 - t1, loss=t3 - t2)
+        return out, u, h
+
+    def training_step(self, batch, batch_idx):
+        out, _, _ = self.compute_losses(batch)
+        if not torch.isfinite(out["loss"]):
+            raise FloatingPointError(
+                f"non-finite training loss at step {self.global_step} "
+                f"({ {k: float(v) for k, v in out.items()} }); the last checkpoint stays loadable; "
+                "lower the learning rate or check the data")
+        bs = batch.batch_size
+        for k, v in out.items():
+            self.log(f"train/{k}", v, batch_size=bs, prog_bar=(k == "loss"))
+        return out["loss"]
+
+    # ------------------------------------------------------------------ validation
+    def _evaluate_batch(self, batch):
+        """Per-image validation numbers: losses, boundary counts at the fixed threshold."""
+        from .metrics.boundary import BoundaryMatcher, seg_to_boundaries, thin_boundaries
+
+        out, u, h = self.compute_losses(batch)
+        res = {k: float(v) for k, v in out.items()}
+        u_np = u.detach().cpu().numpy()
+        thr = np.concatenate([[self.hparams.val_threshold], VAL_THRESHOLDS])
+        counts = np.zeros((thr.size, 4), dtype=np.int64)
+        for b, rag in enumerate(batch.rags):
+            e0, e1 = batch.graph.edge_ptr[b], batch.graph.edge_ptr[b + 1]
+            sal = ucm2_from_rag(rag, u_np[e0:e1])[2::2, 2::2]
+            h_b, w_b = batch.image_sizes[b]
+            sal = sal[:h_b, :w_b]
+            matcher = BoundaryMatcher([seg_to_boundaries(s) for s in batch.segmentations[b]])
+            for i, t in enumerate(thr):
+                counts[i] += np.array(matcher.counts(thin_boundaries(sal > t)))
+        return res, counts
+
+    def on_validation_epoch_start(self):
+        self._val = []
+
+    def validation_step(self, batch, batch_idx):
+        res, counts = self._evaluate_batch(batch)
+        self._val.append((res, counts, batch.batch_size))
+
+    def _summarise(self, items):
+        n = sum(bs for _, _, bs in items)
+        keys = set().union(*(r.keys() for r, _, _ in items))
+        summ = {k: sum(r.get(k, 0.0) * bs for r, _, bs in items) / n for k in keys}
+        c = sum(cnt for _, cnt, _ in items).astype(np.float64)
+        rec = c[:, 0] / np.maximum(c[:, 1], 1)
+        prec = c[:, 2] / np.maximum(c[:, 3], 1)
+        f = np.where(prec + rec > 0, 2 * prec * rec / np.maximum(prec + rec, 1e-12), 0.0)
+        summ["boundary_f"] = float(f[0])  # at the fixed threshold
+        summ["boundary_precision"], summ["boundary_recall"] = float(prec[0]), float(rec[0])
+        summ["boundary_f_ods"] = float(f[1:].max())  # best of 9 thresholds over the set
+        return summ
+
+    def on_validation_epoch_end(self):
+        if not self._val:
+            return
+        summ = self._summarise(self._val)
+        for k, v in summ.items():
+            self.log(f"val/{k}", float(v), prog_bar=(k in ("boundary_f", "boundary_f_ods", "loss")))
+
+    def on_fit_start(self):
+        if not self.hparams.validate_at_start or self.trainer.datamodule is None:
+            return
+        if self.trainer.ckpt_path or self.global_step > 0:
+            return  # resuming: no new step-0 evaluation
+        dm = self.trainer.datamodule
+        try:
+            dm.setup("validate")
+            loader = dm.val_dataloader()
+        except Exception:  # pragma: no cover - datamodules without validation
+            return
+        was_training = self.training
+        self.eval()
+        items = []
+        with torch.no_grad():
+            for batch in loader:
+                batch = batch.to(self.device)
+                res, counts = self._evaluate_batch(batch)
+                items.append((res, counts, batch.batch_size))
+        self.train(was_training)
+        summ = self._summarise(items)
+        self.initial_validation = summ
+        for lg in self.loggers:
+            lg.log_metrics({f"val_start/{k}": float(v) for k, v in summ.items()}, step=0)
+        if self.trainer.is_global_zero:
+            print(f"[hiseg] validation before training: boundary F {summ['boundary_f']:.4f} "
+                  f"(best threshold: {summ['boundary_f_ods']:.4f}), loss {summ['loss']:.4f}")
+
+    # ------------------------------------------------------------------ optimisation
+    def configure_optimizers(self):
+        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        total = self.trainer.estimated_stepping_batches if self.trainer is not None else 1000
+        if not total or math.isinf(total):
+            return opt
+        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.hparams.lr, total_steps=int(total),
+                                                    pct_start=0.1, anneal_strategy="cos")
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch.to(device) if hasattr(batch, "rags") else super().transfer_batch_to_device(
+            batch, device, dataloader_idx)

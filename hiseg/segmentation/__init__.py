@@ -1,0 +1,6 @@
+"""Image side of hierarchical segmentation: frontier pooling, saliency maps (UCM), cuts."""
+from .pooling import frontier_mean, frontier_pixel_pairs
+from .saliency import (cut_at_threshold, cut_num_regions, rag_hierarchy, saliency_from_ucm2, ucm2_from_rag)
+
+__all__ = ["frontier_mean", "frontier_pixel_pairs", "ucm2_from_rag", "saliency_from_ucm2",
+           "cut_at_threshold", "cut_num_regions", "rag_hierarchy"]

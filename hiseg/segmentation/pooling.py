@@ -1,0 +1,47 @@
+"""Pool a pixel boundary map onto the edges of region adjacency graphs (batched, on device)."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..graph import RegionAdjacencyGraph, grid_graph
+
+__all__ = ["frontier_pixel_pairs", "frontier_mean"]
+
+
+def frontier_pixel_pairs(rag: RegionAdjacencyGraph):
+    """The two pixels (flat ids) of every frontier pixel-edge, and its RAG edge.
+
+    Returns ``(pix_a, pix_b, rag_edge)``, int64 arrays ordered by RAG edge (CSR order of
+    ``rag.frontier_edges``). O(number of frontier pixel-edges).
+    """
+    px = grid_graph(rag.labels.shape)
+    fe = rag.frontier_edges
+    rag_edge = np.repeat(np.arange(rag.graph.num_edges), np.diff(rag.frontier_ptr))
+    return px.sources[fe], px.targets[fe], rag_edge
+
+
+def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tensor,
+                  edge: torch.Tensor, num_edges: int) -> torch.Tensor:
+    r"""Mean of a boundary map along each RAG frontier: the RAG edge weights.
+
+    .. math:: w(e) = \frac{1}{|F_e|}\sum_{(p, q) \in F_e} \frac{b(p) + b(q)}{2}
+
+    Parameters
+    ----------
+    boundary : tensor of any shape, flattened (e.g. (B, H, W) probabilities); pixel ids
+        index the flattened tensor (``b * H * W + p`` in a batch).
+    pix_a, pix_b : (F,) int64 tensors, the two pixels of each frontier pixel-edge.
+    edge : (F,) int64 tensor, the RAG edge (global in a batch) of each pixel-edge.
+    num_edges : number of RAG edges (every one must have at least one pixel-edge).
+
+    Returns a (num_edges,) tensor on ``boundary``'s device, differentiable (scatter-add
+    backward). O(F) on the device.
+    """
+    flat = boundary.reshape(-1)
+    vals = 0.5 * (flat[pix_a] + flat[pix_b])
+    s = flat.new_zeros(num_edges).index_add_(0, edge, vals)
+    cnt = torch.bincount(edge, minlength=num_edges).to(flat.dtype)
+    if bool((cnt == 0).any()):
+        raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
+    return s / cnt

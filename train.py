@@ -1,0 +1,17 @@
+"""Train a hierarchical segmentation network: ``python train.py`` (LightningCLI).
+
+``python train.py`` alone trains on the embedded synthetic dataset with
+``configs/synthetic.yaml``; ``python train.py fit --config configs/bsds500.yaml`` trains on
+BSDS500; ``python train.py fit --config ... --ckpt_path runs/.../last.ckpt`` resumes;
+``--model.init_from CKPT`` starts from another run's weights. All of LightningCLI's
+options apply (``python train.py fit --help``).
+"""
+import sys
+from pathlib import Path
+
+from hiseg.cli_train import main
+
+DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "synthetic.yaml"
+
+if __name__ == "__main__":
+    main(sys.argv[1:], default_config=DEFAULT_CONFIG)
