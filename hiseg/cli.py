@@ -1,0 +1,97 @@
+"""The ``hiseg`` command: ``hiseg predict`` (saliency maps) and ``hiseg evaluate`` (BSDS benchmark)."""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".ppm", ".pgm", ".webp"}
+
+
+def _collect_images(inputs: Sequence[str]) -> list[Path]:
+    files = []
+    for x in inputs:
+        p = Path(x)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_SUFFIXES)
+            if not found:
+                raise FileNotFoundError(f"no image files ({', '.join(sorted(IMAGE_SUFFIXES))}) in folder {p}")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"input not found: {p}")
+    stems = [f.stem for f in files]
+    dup = sorted({s for s in stems if stems.count(s) > 1})
+    if dup:
+        raise ValueError(f"several inputs share the output name(s) {dup[:5]}: rename them or predict separately")
+    return files
+
+
+def add_predict_arguments(p: argparse.ArgumentParser):
+    p.add_argument("inputs", nargs="+", help="images or folders of images")
+    p.add_argument("--checkpoint", "-c", default=None,
+                   help="trained checkpoint (.ckpt); without it, the classical Sobel + ultrametric-fitting path")
+    p.add_argument("--out", "-o", required=True, help="output folder")
+    p.add_argument("--regions", type=int, default=None, help="also write a segmentation with K regions")
+    p.add_argument("--threshold", type=float, default=None, help="also write the segmentation at threshold T")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--on-boundary", action="store_true",
+                   help="superpixels by a watershed of the predicted boundary map")
+    p.add_argument("--no-progress", action="store_true")
+
+
+def run_predict(args) -> int:
+    from tqdm import tqdm
+
+    from .data.folder import read_image
+    from .inference import Segmenter, write_outputs
+
+    if args.regions is not None and args.threshold is not None:
+        raise ValueError("give at most one of --regions and --threshold")
+    if args.regions is not None and args.regions < 1:
+        raise ValueError(f"--regions must be >= 1, got {args.regions}")
+    files = _collect_images(args.inputs)
+    seg = (Segmenter.from_checkpoint(args.checkpoint, device=args.device, on_boundary=args.on_boundary)
+           if args.checkpoint else Segmenter(device=args.device))
+    out = Path(args.out)
+    for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
+        img = read_image(f)
+        res = seg.segment(img)
+        write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold)
+    print(f"wrote {len(files)} image(s) to {out}")
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="hiseg", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("predict", help="saliency maps (UCM), ucm2 .mat files and cuts of images")
+    add_predict_arguments(p)
+    p.set_defaults(func=run_predict)
+    try:
+        from .metrics import evaluate_cli
+    except ImportError:  # pragma: no cover
+        evaluate_cli = None
+    if evaluate_cli is not None:
+        e = sub.add_parser("evaluate", help="BSDS500 benchmark of predictions against ground truth")
+        evaluate_cli.add_arguments(e)
+        e.set_defaults(func=evaluate_cli.run)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        print(f"hiseg {args.command}: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:  # checkpoint errors etc.
+        from .models.weights import CheckpointError
+
+        if isinstance(e, CheckpointError):
+            print(f"hiseg {args.command}: error: {e}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,298 @@
+"""Inference: images -> hierarchies -> saliency maps (UCM), cuts, and their files.
+
+>>> from hiseg.inference import Segmenter
+>>> seg = Segmenter.from_checkpoint("models/hiseg_bsds500.ckpt")   # or Segmenter() (classical)
+>>> res = seg.segment(image)            # image: (H, W, 3) float in [0, 1], or a path
+>>> res.saliency                        # (H, W) ultrametric contour map in [0, 1]
+>>> res.cut(n_regions=10)               # (H, W) labels, exactly 10 regions
+>>> res.cut(threshold=0.3)              # regions merged below 0.3 (nested in higher thresholds)
+
+Without a checkpoint the classical path runs: the Sobel gradient magnitude of the
+smoothed image pooled along superpixel frontiers, then the closest ultrametric fitted by
+:func:`hiseg.fit_ultrametric` — a saliency map for anyone, at once.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+
+from .fitting import fit_ultrametric
+from .graph import RegionAdjacencyGraph, region_adjacency_graph
+from .segmentation.pooling import frontier_mean, frontier_pixel_pairs
+from .segmentation.saliency import cut_at_threshold, cut_num_regions, ucm2_from_rag
+from .ultrametric import Hierarchy, build_hierarchy
+
+__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "atomic_write"]
+
+
+@dataclass
+class SegmentationResult:
+    """The hierarchy of one image and its views."""
+
+    rag: RegionAdjacencyGraph
+    ultrametric: np.ndarray
+    hierarchy: Hierarchy
+    boundary: Optional[np.ndarray] = None
+    timings: dict = field(default_factory=dict)
+    _ucm2: Optional[np.ndarray] = None
+
+    @property
+    def ucm2(self) -> np.ndarray:
+        """BSDS ``ucm2`` map, (2H+1, 2W+1) float64 in [0, 1]."""
+        if self._ucm2 is None:
+            self._ucm2 = ucm2_from_rag(self.rag, self.ultrametric)
+        return self._ucm2
+
+    @property
+    def saliency(self) -> np.ndarray:
+        """(H, W) saliency map (``ucm2[2::2, 2::2]``, as the benchmark reads boundaries)."""
+        return self.ucm2[2::2, 2::2]
+
+    def cut(self, n_regions: Optional[int] = None, threshold: Optional[float] = None) -> np.ndarray:
+        """Segmentation (H, W) int64: exactly ``n_regions`` regions, or merged below ``threshold``."""
+        if (n_regions is None) == (threshold is None):
+            raise ValueError("cut: give exactly one of n_regions or threshold")
+        if n_regions is not None:
+            return cut_num_regions(self.rag, self.hierarchy, n_regions)
+        return cut_at_threshold(self.rag, self.ultrametric, threshold)
+
+
+def _as_image(image) -> np.ndarray:
+    if isinstance(image, (str, os.PathLike)):
+        from .data.folder import read_image
+
+        return read_image(image)
+    a = np.asarray(image)
+    if a.ndim == 2:
+        a = np.repeat(a[..., None], 3, axis=2)
+    if a.ndim != 3 or a.shape[2] not in (3, 4):
+        raise ValueError(f"image must be (H, W), (H, W, 3) or (H, W, 4), got shape {a.shape}")
+    a = a[..., :3]
+    if np.issubdtype(a.dtype, np.integer):
+        a = a.astype(np.float32) / np.iinfo(a.dtype).max
+    return a.astype(np.float32)
+
+
+class Segmenter:
+    """Turns images into hierarchies with a trained boundary network or the classical path.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or None
+        Boundary network (logits); ``None`` selects the classical Sobel + fitting path.
+    device : str or torch.device
+    superpixels : callable image -> labels, optional
+        Default: the watershed superpixels the model was trained with (from the
+        checkpoint), else ``hiseg.data.superpixels.Superpixels()``.
+    on_boundary : bool
+        Build the superpixels by a watershed of the *predicted* boundary map (the
+        network's own contours) instead of the image gradient. Learned models only.
+    fit_iterations : int
+        Classical path: iterations of closest-ultrametric fitting (0: subdominant only).
+    """
+
+    def __init__(self, model: Optional[torch.nn.Module] = None, device: Union[str, torch.device] = "cpu",
+                 superpixels=None, on_boundary: bool = False, fit_iterations: int = 50,
+                 region_size: float = 8.0):
+        from .data.superpixels import Superpixels
+
+        self.device = torch.device(device)
+        self.model = model.to(self.device).eval() if model is not None else None
+        self.superpixels = superpixels or Superpixels(region_size=region_size)
+        self.on_boundary = bool(on_boundary)
+        self.fit_iterations = int(fit_iterations)
+        self.region_size = float(region_size)
+
+    @classmethod
+    def from_checkpoint(cls, path, device: Union[str, torch.device] = "cpu", **kwargs) -> "Segmenter":
+        """Load a checkpoint by path (Lightning or :func:`~hiseg.models.weights.save_weights` format).
+
+        Read with ``weights_only=True`` (a checkpoint is data, never code), mapped to
+        ``device``. Raises FileNotFoundError, CheckpointError (corrupt, not a checkpoint,
+        no architecture named), ArchitectureMismatchError.
+        """
+        from .data.superpixels import Superpixels
+        from .models.weights import load_checkpoint_file, load_model
+
+        ck = load_checkpoint_file(path, map_location="cpu")
+        model = load_model(str(path))
+        if "superpixels" not in kwargs:
+            dm = ck.get("datamodule_hyper_parameters") or (ck.get("metadata") or {}).get("data") or {}
+            if isinstance(dm, dict) and "superpixel_method" in dm:
+                kwargs["superpixels"] = Superpixels(method=dm["superpixel_method"],
+                                                    region_size=float(dm.get("superpixel_size", 8.0)),
+                                                    compactness=dm.get("superpixel_compactness"))
+        return cls(model, device=device, **kwargs)
+
+    # ------------------------------------------------------------------ steps
+    @torch.no_grad()
+    def boundary_map(self, image: np.ndarray) -> np.ndarray:
+        """(H, W) boundary probability of the network (float32)."""
+        if self.model is None:
+            raise ValueError("boundary_map needs a model (this Segmenter is the classical path)")
+        x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(self.device)
+        return torch.sigmoid(self.model(x))[0, 0].float().cpu().numpy()
+
+    def segment(self, image) -> SegmentationResult:
+        """Hierarchy of one image (array (H, W[, 3|4]) or path). See :class:`SegmentationResult`."""
+        img = _as_image(image)
+        t = {}
+        t0 = time.perf_counter()
+        if self.model is not None:
+            prob = self.boundary_map(img)
+            t["network"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            if self.on_boundary:
+                sp = watershed_on_map(prob, self.region_size)
+            else:
+                sp = self.superpixels(img)
+            rag = region_adjacency_graph(sp)
+            pa, pb, e = frontier_pixel_pairs(rag)
+            t["superpixels"] = time.perf_counter() - t0
+            if rag.graph.num_vertices == 1:
+                return self._flat(rag, t)
+            t0 = time.perf_counter()
+            w = frontier_mean(torch.from_numpy(prob).double(), torch.from_numpy(pa), torch.from_numpy(pb),
+                              torch.from_numpy(e), rag.graph.num_edges)
+            h = build_hierarchy(rag.graph, w)
+            u = h.ultrametric(w).numpy()
+            t["hierarchy"] = time.perf_counter() - t0
+            return SegmentationResult(rag, u, h, prob, t)
+        # classical path
+        from scipy import ndimage
+
+        gray = img.mean(axis=2)
+        g = ndimage.gaussian_filter(gray, 1.0)
+        grad = np.hypot(ndimage.sobel(g, 0), ndimage.sobel(g, 1))
+        t["network"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        sp = self.superpixels(img)
+        rag = region_adjacency_graph(sp)
+        pa, pb, e = frontier_pixel_pairs(rag)
+        t["superpixels"] = time.perf_counter() - t0
+        if rag.graph.num_vertices == 1:
+            return self._flat(rag, t)
+        t0 = time.perf_counter()
+        w = frontier_mean(torch.from_numpy(grad.astype(np.float64)), torch.from_numpy(pa), torch.from_numpy(pb),
+                          torch.from_numpy(e), rag.graph.num_edges)
+        w = w / w.max().clamp_min(1e-12)
+        if self.fit_iterations > 0:
+            w = fit_ultrametric(rag.graph, w, max_iter=self.fit_iterations)
+        h = build_hierarchy(rag.graph, w)
+        u = h.ultrametric(w).numpy()
+        t["hierarchy"] = time.perf_counter() - t0
+        return SegmentationResult(rag, u, h, None, t)
+
+    def _flat(self, rag, t):
+        h = build_hierarchy(rag.graph, torch.zeros(0, dtype=torch.float64))
+        return SegmentationResult(rag, np.zeros(0), h, None, t)
+
+    def saliency(self, image) -> np.ndarray:
+        """(H, W) saliency map (UCM) of an image, in [0, 1]."""
+        return self.segment(image).saliency
+
+
+def watershed_on_map(boundary: np.ndarray, region_size: float = 8.0, sigma: float = 1.0) -> np.ndarray:
+    """Superpixels aligned with a boundary map: watershed from its local minima.
+
+    Markers are the minima of the Gaussian-smoothed map within windows of about
+    ``region_size / 2`` pixels (one per plateau), so regions follow the map's own
+    contours. Returns int64 labels 0..R-1, each 4-connected. O(H W log(H W)).
+    """
+    from scipy import ndimage
+    from skimage.segmentation import watershed
+
+    from .data.superpixels import make_connected
+
+    b = ndimage.gaussian_filter(np.asarray(boundary, dtype=np.float32), sigma)
+    size = max(3, int(round(region_size / 2)) | 1)
+    minima = b == ndimage.minimum_filter(b, size=size)
+    markers, _ = ndimage.label(minima)
+    return make_connected(watershed(b, markers, connectivity=1))
+
+
+# ----------------------------------------------------------------------------- files
+def atomic_write(path: Path, write) -> None:
+    """Write a file through a temporary file in the same folder, then rename it.
+
+    ``write(tmp_path)`` writes the content. A killed run leaves either the complete
+    file or none (plus at most a stray ``.tmp`` file, never under the final name).
+    """
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def _write_png(arr: np.ndarray):
+    import cv2
+
+    def w(tmp):
+        if not cv2.imwrite(tmp, arr):
+            raise OSError(f"could not write PNG {tmp}")
+    return w
+
+
+def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """Mean colour of each region, with region boundaries drawn in white (uint8 BGR)."""
+    k = int(labels.max()) + 1
+    flat = labels.ravel()
+    cnt = np.bincount(flat, minlength=k)[:, None]
+    mean = np.stack([np.bincount(flat, weights=image[..., c].ravel(), minlength=k) for c in range(3)], 1)
+    out = (mean / np.maximum(cnt, 1))[labels]
+    edge = np.zeros(labels.shape, bool)
+    edge[:, 1:] |= labels[:, 1:] != labels[:, :-1]
+    edge[1:, :] |= labels[1:, :] != labels[:-1, :]
+    out = 0.5 * out + 0.5 * image
+    out[edge] = 1.0
+    return (np.clip(out, 0, 1) * 255).round().astype(np.uint8)[..., ::-1]
+
+
+def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndarray,
+                  n_regions: Optional[int] = None, threshold: Optional[float] = None) -> list[Path]:
+    """Write the files of one image into ``out_dir`` (atomically, one by one).
+
+    ``{stem}_ucm.png`` (8-bit), ``{stem}_ucm16.png`` (16-bit), ``{stem}.mat`` (BSDS
+    ``ucm2``, double), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
+    (uint16 labels) and ``{stem}_overlay.png``. Returns the written paths.
+    """
+    from scipy.io import savemat
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    ucm2 = result.ucm2
+    sal = np.clip(ucm2[2::2, 2::2], 0, 1)
+    paths = []
+    p = out / f"{stem}_ucm.png"
+    atomic_write(p, _write_png((sal * 255).round().astype(np.uint8)))
+    paths.append(p)
+    p = out / f"{stem}_ucm16.png"
+    atomic_write(p, _write_png((sal * 65535).round().astype(np.uint16)))
+    paths.append(p)
+    p = out / f"{stem}.mat"
+    atomic_write(p, lambda tmp: savemat(tmp, {"ucm2": ucm2.astype(np.float64)}, do_compression=True))
+    paths.append(p)
+    if n_regions is not None or threshold is not None:
+        if n_regions is not None:
+            n_regions = min(int(n_regions), result.rag.num_regions)
+        labels = result.cut(n_regions=n_regions, threshold=threshold)
+        p = out / f"{stem}_labels.png"
+        atomic_write(p, _write_png(labels.astype(np.uint16)))
+        paths.append(p)
+        p = out / f"{stem}_overlay.png"
+        atomic_write(p, _write_png(_colour_overlay(image, labels)))
+        paths.append(p)
+    return paths
