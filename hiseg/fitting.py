@@ -130,8 +130,8 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
     name = loss if isinstance(loss, str) else getattr(loss, "__name__", "callable")
     if isinstance(loss, str) and loss.startswith("dasgupta"):
         check_weights(w, el.num_edges, nonnegative=True)
-    if positivity not in ("softplus", "relu", None):
-        raise ValueError(f"positivity must be 'softplus', 'relu' or None, got {positivity!r}")
+    if positivity not in ("softplus", "relu", "exp", None):
+        raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {positivity!r}")
     if positivity is not None and bool((w < 0).any()):
         raise ValueError("weights contain negative values but positivity is enforced "
                          f"({positivity!r}); pass positivity=None for signed weights")
@@ -151,6 +151,12 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
     if positivity == "softplus":
         theta0 = _inv_softplus(start)
         param = torch.nn.functional.softplus
+    elif positivity == "exp":
+        # log-space: an optimiser step changes the weights by a relative amount
+        tiny = torch.finfo(start.dtype).tiny
+        floor = start[start > 0].min() * 1e-3 if bool((start > 0).any()) else torch.ones((), dtype=start.dtype)
+        theta0 = torch.log(torch.maximum(start, torch.maximum(floor, torch.tensor(tiny, dtype=start.dtype))))
+        param = torch.exp
     elif positivity == "relu":
         theta0 = start.clamp_min(0)
         param = torch.relu

@@ -1,0 +1,300 @@
+"""LightningDataModules: synthetic (the default), BSDS500 and a user's folder.
+
+Constructor arguments are plain types (int, float, str, bool, tuple, None) so that
+``LightningCLI`` builds the modules from YAML, e.g.::
+
+    data:
+      class_path: hiseg.data.BSDS500DataModule
+      init_args: {data_root: datasets/BSDS500, crop_size: 320, batch_size: 8}
+
+Training batches are random crops (BSDS500, folder) or whole synthetic images, with
+flips (and rescaling for real images); validation uses whole images, no augmentation,
+``val_batch_size = 1`` by default for real images (sizes differ; larger batches are
+zero-padded, see :class:`hiseg.data.collate.GraphBatch`). Batches are
+:class:`~hiseg.data.collate.GraphBatch` objects.
+
+Superpixels are set by ``superpixel_method`` ("watershed" or "slic"),
+``superpixel_size`` (approximate side in pixels) and ``superpixel_compactness``
+(``None``: the method's default); see :mod:`hiseg.data.superpixels`.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import pytorch_lightning as pl
+from torch.utils.data import DataLoader
+
+from .bsds import DEFAULT_BSDS_ROOT, BSDS500
+from .collate import SegmentationGraphDataset, collate_graph_batch
+from .folder import FolderSegmentation
+from .superpixels import Superpixels
+from .synthetic import SyntheticSegmentation
+from .transforms import Compose, RandomCrop, RandomFlip, RandomRescale
+
+__all__ = ["SyntheticDataModule", "BSDS500DataModule", "FolderDataModule", "worker_init"]
+
+
+def worker_init(worker_id: int) -> None:
+    """Loader-worker initialiser: one thread per worker for OpenCV and torch.
+
+    The workers already run in parallel; letting each one also spawn a thread pool
+    oversubscribes the cores.
+    """
+    import cv2
+    import torch
+
+    cv2.setNumThreads(1)
+    torch.set_num_threads(1)
+
+
+class _GraphDataModule(pl.LightningDataModule):
+    """Common loader logic (not for direct use)."""
+
+    def _init_common(self, batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
+                     superpixel_compactness, pin_memory):
+        if batch_size < 1 or val_batch_size < 1:
+            raise ValueError(f"batch sizes must be >= 1, got {batch_size}, {val_batch_size}")
+        if num_workers < 0:
+            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        self.batch_size = int(batch_size)
+        self.val_batch_size = int(val_batch_size)
+        self.num_workers = int(num_workers)
+        self.pin_memory = bool(pin_memory)
+        self.superpixel_fn = Superpixels(method=superpixel_method, region_size=float(superpixel_size),
+                                         compactness=superpixel_compactness)
+        self.train_set = self.val_set = self.test_set = None
+
+    def _loader(self, dataset, *, shuffle: bool, batch_size: int, drop_last: bool = False) -> DataLoader:
+        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+                          num_workers=self.num_workers, collate_fn=collate_graph_batch,
+                          pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0,
+                          worker_init_fn=worker_init if self.num_workers > 0 else None)
+
+    def _need(self, name: str, stage: str):
+        if getattr(self, name) is None:
+            self.setup(stage)
+        return getattr(self, name)
+
+    def train_dataloader(self) -> DataLoader:
+        ds = self._need("train_set", "fit")
+        return self._loader(ds, shuffle=True, batch_size=self.batch_size,
+                            drop_last=len(ds) > self.batch_size)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._need("val_set", "validate"), shuffle=False, batch_size=self.val_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self._need("test_set", "test"), shuffle=False, batch_size=self.val_batch_size)
+
+
+class SyntheticDataModule(_GraphDataModule):
+    """The synthetic hierarchical segmentation set (no files needed): the default data.
+
+    Parameters
+    ----------
+    n_train, n_val, n_test : int
+        Number of images per split (disjoint seeds per split).
+    size : int
+        Image side (square images).
+    n_annotators : int
+    seed : int
+        Data seed (the samples), independent of the training seed.
+    batch_size, val_batch_size : int
+    num_workers : int
+    hflip, vflip : bool
+        Random flips of training images.
+    n_regions : (int, int)
+        Range of the number of finest regions per image.
+    n_levels : int
+        Number of nested levels of the hierarchy.
+    jitter : float
+        Annotator boundary jitter (pixels).
+    noise, blur : float
+        Rendering noise and blur (see :mod:`hiseg.data.synthetic`).
+    superpixel_method, superpixel_size, superpixel_compactness
+        Superpixels (default watershed of 8 px: ~256 per 128x128 image).
+    cache_dir : str, optional
+        Cache the generated samples (e.g. ``datasets/synthetic_cache``).
+    pin_memory : bool
+    """
+
+    def __init__(self, n_train: int = 256, n_val: int = 16, n_test: int = 16, size: int = 128,
+                 n_annotators: int = 4, seed: int = 0, batch_size: int = 8, val_batch_size: int = 8,
+                 num_workers: int = 0, hflip: bool = True, vflip: bool = True,
+                 n_regions: tuple = (24, 48), n_levels: int = 4, jitter: float = 1.0,
+                 noise: float = 0.02, blur: float = 0.8, superpixel_method: str = "watershed",
+                 superpixel_size: float = 8.0, superpixel_compactness: Optional[float] = None,
+                 cache_dir: Optional[str] = None, pin_memory: bool = False):
+        super().__init__()
+        self.save_hyperparameters()
+        self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
+                          superpixel_compactness, pin_memory)
+        self.hflip, self.vflip = bool(hflip), bool(vflip)
+        self._raw_kw = dict(size=int(size), n_annotators=int(n_annotators), seed=int(seed),
+                            cache_dir=cache_dir, n_regions=tuple(int(x) for x in n_regions),
+                            n_levels=int(n_levels), jitter=float(jitter), noise=float(noise), blur=float(blur))
+        self.n_train, self.n_val, self.n_test = int(n_train), int(n_val), int(n_test)
+
+    def raw_dataset(self, split: str) -> SyntheticSegmentation:
+        """The raw (un-augmented) synthetic split: ``"train"``, ``"val"`` or ``"test"``."""
+        n = {"train": self.n_train, "val": self.n_val, "test": self.n_test}[split]
+        return SyntheticSegmentation(n, split=split, **self._raw_kw)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        flips = Compose([RandomFlip(0.5 if self.hflip else 0.0, 0.5 if self.vflip else 0.0)])
+        if stage in (None, "fit") and self.train_set is None:
+            self.train_set = SegmentationGraphDataset(self.raw_dataset("train"), flips, self.superpixel_fn)
+        if stage in (None, "fit", "validate") and self.val_set is None:
+            self.val_set = SegmentationGraphDataset(self.raw_dataset("val"), None, self.superpixel_fn, seed=0)
+        if stage in (None, "test", "predict") and self.test_set is None:
+            self.test_set = SegmentationGraphDataset(self.raw_dataset("test"), None, self.superpixel_fn, seed=0)
+
+
+def _train_transform(crop_size: int, scale_range, hflip: bool, vflip: bool) -> Compose:
+    ts = []
+    if scale_range is not None and tuple(scale_range) != (1.0, 1.0):
+        ts.append(RandomRescale(tuple(float(x) for x in scale_range)))
+    ts.append(RandomFlip(0.5 if hflip else 0.0, 0.5 if vflip else 0.0))
+    if crop_size and crop_size > 0:
+        ts.append(RandomCrop(int(crop_size)))
+    return Compose(ts)
+
+
+class _Subset:
+    """The items ``indices`` of a raw data set (picklable, keeps ``names``)."""
+
+    def __init__(self, dataset, indices):
+        self.dataset = dataset
+        self.indices = [int(i) for i in indices]
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        return self.dataset[self.indices[i]]
+
+    @property
+    def names(self):
+        return [self.dataset.names[i] for i in self.indices]
+
+
+class BSDS500DataModule(_GraphDataModule):
+    """BSDS500: random crops of the training split, whole validation images.
+
+    Parameters
+    ----------
+    data_root : str
+        See :mod:`hiseg.data.bsds` for the accepted layouts (default ``datasets/BSDS500``).
+    crop_size : int
+        Side of the square training crops (0: whole images, then ``batch_size`` must
+        be 1 or the batch is zero-padded).
+    batch_size, val_batch_size, num_workers : int
+    train_split, val_split, test_split : str
+        E.g. ``"train"``, ``"val"``, ``"train+val"``, ``"test"``.
+    scale_range : (float, float)
+        Random rescaling of training images before cropping.
+    hflip, vflip : bool
+    max_val_images : int
+        Validate on the first ``max_val_images`` images only (0: all).
+    superpixel_method, superpixel_size, superpixel_compactness
+        Superpixels (default watershed of 12 px: ~700 per 320x320 crop).
+    pin_memory : bool
+
+    Raises
+    ------
+    FileNotFoundError
+        In :meth:`setup`: missing data root / split / ground truth (see ``BSDS500``).
+    """
+
+    def __init__(self, data_root: str = DEFAULT_BSDS_ROOT, crop_size: int = 320, batch_size: int = 8,
+                 val_batch_size: int = 1, num_workers: int = 2, train_split: str = "train",
+                 val_split: str = "val", test_split: str = "test", scale_range: tuple = (0.75, 1.25),
+                 hflip: bool = True, vflip: bool = False, max_val_images: int = 0,
+                 superpixel_method: str = "watershed", superpixel_size: float = 12.0,
+                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False):
+        super().__init__()
+        self.save_hyperparameters()
+        self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
+                          superpixel_compactness, pin_memory)
+        self.data_root = str(data_root)
+        self.train_transform = _train_transform(crop_size, scale_range, hflip, vflip)
+        self.train_split, self.val_split, self.test_split = train_split, val_split, test_split
+        self.max_val_images = int(max_val_images)
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if stage in (None, "fit") and self.train_set is None:
+            self.train_set = SegmentationGraphDataset(BSDS500(self.data_root, self.train_split),
+                                                      self.train_transform, self.superpixel_fn)
+        if stage in (None, "fit", "validate") and self.val_set is None:
+            raw = BSDS500(self.data_root, self.val_split)
+            if self.max_val_images > 0:
+                raw = _Subset(raw, range(min(self.max_val_images, len(raw))))
+            self.val_set = SegmentationGraphDataset(raw, None, self.superpixel_fn, seed=0)
+        if stage in ("test", "predict") and self.test_set is None:
+            self.test_set = SegmentationGraphDataset(BSDS500(self.data_root, self.test_split), None,
+                                                     self.superpixel_fn, seed=0)
+
+
+class FolderDataModule(_GraphDataModule):
+    """A user's folder of images and label images (see :mod:`hiseg.data.folder`).
+
+    Parameters
+    ----------
+    data_root : str
+        Folder with ``images/`` and ``labels/``.
+    val_root : str, optional
+        A separate folder for validation; if None, ``val_fraction`` of ``data_root``'s
+        images (a fixed random choice, ``split_seed``) are held out.
+    val_fraction : float
+    split_seed : int
+    crop_size, batch_size, val_batch_size, num_workers, scale_range, hflip, vflip,
+    superpixel_method, superpixel_size, superpixel_compactness, pin_memory
+        As in :class:`BSDS500DataModule`.
+
+    Raises
+    ------
+    FileNotFoundError, hiseg.data.folder.DataError
+        In :meth:`setup` (see ``FolderSegmentation``); ValueError when the hold-out
+        split would leave no training or no validation image.
+    """
+
+    def __init__(self, data_root: str, val_root: Optional[str] = None, val_fraction: float = 0.1,
+                 split_seed: int = 0, crop_size: int = 320, batch_size: int = 8, val_batch_size: int = 1,
+                 num_workers: int = 2, scale_range: tuple = (0.75, 1.25), hflip: bool = True,
+                 vflip: bool = False, superpixel_method: str = "watershed", superpixel_size: float = 12.0,
+                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False):
+        super().__init__()
+        self.save_hyperparameters()
+        self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
+                          superpixel_compactness, pin_memory)
+        if not 0.0 <= val_fraction < 1.0:
+            raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+        self.data_root, self.val_root = str(data_root), val_root
+        self.val_fraction, self.split_seed = float(val_fraction), int(split_seed)
+        self.train_transform = _train_transform(crop_size, scale_range, hflip, vflip)
+
+    def _split(self):
+        full = FolderSegmentation(self.data_root)
+        if self.val_root is not None:
+            return full, FolderSegmentation(self.val_root)
+        n = len(full)
+        n_val = int(round(n * self.val_fraction))
+        if self.val_fraction > 0 and n_val == 0:
+            n_val = 1
+        if n_val >= n:
+            raise ValueError(f"{self.data_root}: {n} image(s) cannot be split into training and "
+                             f"validation with val_fraction={self.val_fraction}; give val_root")
+        perm = np.random.default_rng(self.split_seed).permutation(n)
+        return _Subset(full, np.sort(perm[n_val:])), _Subset(full, np.sort(perm[:n_val]))
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        if (stage in (None, "fit") and self.train_set is None) or \
+           (stage in (None, "fit", "validate", "test", "predict") and self.val_set is None):
+            train_raw, val_raw = self._split()
+            if self.train_set is None:
+                self.train_set = SegmentationGraphDataset(train_raw, self.train_transform, self.superpixel_fn)
+            if self.val_set is None:
+                self.val_set = SegmentationGraphDataset(val_raw, None, self.superpixel_fn, seed=0)
+            if self.test_set is None:
+                self.test_set = self.val_set

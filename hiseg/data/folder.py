@@ -1,0 +1,295 @@
+"""A user's own images and label images as a segmentation dataset; image reading helpers.
+
+Layout of a folder dataset (``root`` is any directory)::
+
+    root/images/NAME.jpg            any of .jpg .jpeg .png .bmp .tif .tiff .webp .ppm .pgm
+    root/labels/NAME.png            one annotator: an integer label image (same H, W), or
+    root/labels/NAME.npy            an int array (H, W) or (A, H, W) (A annotators), or
+    root/labels/NAME_0.png          several annotators, one file each (``NAME_*.png`` /
+    root/labels/NAME_1.png          ``NAME_*.npy``, in sorted order of the suffix)
+
+Image conversion (:func:`read_image`), always to float32 RGB in [0, 1], shape (H, W, 3):
+
+- 8-bit: divided by 255; 16-bit: divided by 65535 (the dtype's range, not the image's
+  maximum); float images are clipped to [0, 1]; boolean images give 0 / 1;
+- grayscale (H, W) or (H, W, 1): replicated to three channels; gray + alpha: the
+  gray channel replicated; RGBA: the alpha channel is dropped (no compositing).
+
+Label images (:func:`read_labels`): a single-channel PNG (8 or 16 bit) is used as is;
+a colour PNG (3 or 4 channels) is turned into labels by giving each distinct colour
+its own id (alpha ignored). Every pixel is a labelled pixel (0 is an ordinary label).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "DataError",
+    "read_image",
+    "to_float_rgb",
+    "read_labels",
+    "FolderSegmentation",
+]
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+LABEL_EXTENSIONS = (".png", ".npy", ".tif", ".tiff", ".pgm", ".bmp")
+
+
+class DataError(ValueError):
+    """A data file exists but cannot be used (unreadable, corrupt, inconsistent shapes)."""
+
+
+def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
+    """Convert a decoded image array to float32 RGB in [0, 1], shape (H, W, 3).
+
+    Parameters
+    ----------
+    arr : array (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4)
+        uint8, uint16 (or other integer), float or bool.
+    bgr : bool
+        Channels are in OpenCV's BGR(A) order.
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    float32 array (H, W, 3). Cost O(H W).
+
+    Raises
+    ------
+    DataError
+        Unsupported shape or dtype.
+    """
+    a = np.asarray(arr)
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.ndim != 3 or a.shape[2] not in (1, 2, 3, 4) or a.shape[0] == 0 or a.shape[1] == 0:
+        raise DataError(f"{name}: unsupported image shape {np.asarray(arr).shape} "
+                        "(expected (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4))")
+    c = a.shape[2]
+    if c in (1, 2):  # gray, gray + alpha
+        a = np.repeat(a[:, :, :1], 3, axis=2)
+    elif c == 4:  # drop alpha
+        a = a[:, :, :3]
+    if bgr and c >= 3:
+        a = a[:, :, ::-1]
+    if a.dtype == np.bool_:
+        out = a.astype(np.float32)
+    elif np.issubdtype(a.dtype, np.integer):
+        info = np.iinfo(a.dtype)
+        if info.min < 0:
+            raise DataError(f"{name}: signed integer images ({a.dtype}) are not supported")
+        out = a.astype(np.float32) / np.float32(info.max)
+    elif np.issubdtype(a.dtype, np.floating):
+        out = np.clip(a.astype(np.float32), 0.0, 1.0)
+    else:
+        raise DataError(f"{name}: unsupported image dtype {a.dtype}")
+    return np.ascontiguousarray(out)
+
+
+def _decode(path: Path) -> np.ndarray | None:
+    """Decode with OpenCV (unchanged depth/channels, BGR); None when it cannot."""
+    import cv2
+
+    buf = np.fromfile(str(path), dtype=np.uint8)  # works with non-ASCII paths too
+    if buf.size == 0:
+        return None
+    return cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
+
+
+def read_image(path) -> np.ndarray:
+    """Read an image file as float32 RGB in [0, 1], shape (H, W, 3).
+
+    OpenCV decodes it (8/16-bit, gray, RGB, RGBA); files OpenCV cannot decode are
+    tried with ``skimage.io.imread``. Conversion rules: see :func:`to_float_rgb`.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    DataError
+        The file cannot be decoded (corrupt, truncated, not an image) — the message
+        names it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image file not found: {path}")
+    arr = _decode(path)
+    bgr = True
+    if arr is None:
+        try:
+            from skimage.io import imread
+
+            arr = imread(str(path))
+            bgr = False
+        except Exception as e:  # noqa: BLE001 - any decoder failure means "corrupt"
+            raise DataError(f"cannot read image {path}: unreadable or corrupt file ({type(e).__name__}: {e})") from e
+    if arr is None or np.asarray(arr).size == 0:
+        raise DataError(f"cannot read image {path}: unreadable or corrupt file")
+    return to_float_rgb(arr, bgr=bgr, name=str(path))
+
+
+def _colour_to_ids(a: np.ndarray) -> np.ndarray:
+    a = a[:, :, :3].astype(np.int64)
+    key = (a[:, :, 0] << 32) | (a[:, :, 1] << 16) | a[:, :, 2]
+    _, inv = np.unique(key, return_inverse=True)
+    return inv.reshape(key.shape).astype(np.int64)
+
+
+def read_labels(path) -> np.ndarray:
+    """Read one label file as an int64 array (H, W) or, for ``.npy``, (H, W) / (A, H, W).
+
+    Single-channel images are used as they are; colour label images get one id per
+    distinct colour. ``.npy`` files must hold an integer array.
+
+    Raises
+    ------
+    FileNotFoundError
+        Missing file.
+    DataError
+        Unreadable file, non-integer ``.npy`` content, bad number of dimensions.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"label file not found: {path}")
+    if path.suffix.lower() == ".npy":
+        try:
+            a = np.load(path, allow_pickle=False)
+        except Exception as e:  # noqa: BLE001
+            raise DataError(f"cannot read labels {path}: {type(e).__name__}: {e}") from e
+        if not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+            raise DataError(f"labels {path}: expected an integer array, got dtype {a.dtype}")
+        if a.ndim not in (2, 3):
+            raise DataError(f"labels {path}: expected shape (H, W) or (A, H, W), got {a.shape}")
+        return a.astype(np.int64)
+    a = _decode(path)
+    if a is None:
+        try:
+            from skimage.io import imread
+
+            a = imread(str(path))
+        except Exception as e:  # noqa: BLE001
+            raise DataError(f"cannot read labels {path}: unreadable or corrupt file") from e
+    a = np.asarray(a)
+    if a.ndim == 3 and a.shape[2] == 1:
+        a = a[:, :, 0]
+    if a.ndim == 3:
+        return _colour_to_ids(a)
+    if a.ndim != 2 or not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+        raise DataError(f"labels {path}: expected an integer label image, got shape {a.shape} dtype {a.dtype}")
+    return a.astype(np.int64)
+
+
+class FolderSegmentation:
+    """Images and (one or several annotators') label images from a folder.
+
+    Parameters
+    ----------
+    root : str or Path
+        Directory holding ``images/`` and ``labels/`` (see the module docstring).
+    images_dir, labels_dir : str
+        Sub-directory names.
+    allow_unlabelled : bool
+        If False (default) an image without a label file is an error; if True its
+        sample has ``segmentations`` of shape (0, H, W).
+    names : sequence of str, optional
+        Restrict to these image names (file stems), in this order.
+
+    Samples (``dataset[i]``) are dicts: ``image`` float32 (H, W, 3) in [0, 1],
+    ``segmentations`` int64 (A, H, W), ``name`` (the file stem).
+
+    Raises
+    ------
+    FileNotFoundError
+        ``root`` or ``root/images`` missing (the message shows the expected layout),
+        no image in it, an image without labels (named), an unknown name in ``names``.
+    DataError
+        (when a sample is read) corrupt image or label file, label shape different
+        from the image shape — the message names the files.
+    """
+
+    def __init__(self, root, images_dir: str = "images", labels_dir: str = "labels", *,
+                 allow_unlabelled: bool = False, names: Sequence[str] | None = None):
+        self.root = Path(root)
+        layout = (f"expected layout: {self.root}/{images_dir}/NAME.jpg|png|... and "
+                  f"{self.root}/{labels_dir}/NAME.png|NAME.npy|NAME_*.png (see hiseg.data.folder)")
+        if not self.root.is_dir():
+            raise FileNotFoundError(f"dataset folder not found: {self.root}; {layout}")
+        self.images_dir = self.root / images_dir
+        self.labels_dir = self.root / labels_dir
+        if not self.images_dir.is_dir():
+            raise FileNotFoundError(f"no '{images_dir}' folder in {self.root}; {layout}")
+        images = {}
+        for p in sorted(self.images_dir.iterdir()):
+            if p.is_file() and p.suffix.lower() in IMAGE_EXTENSIONS:
+                images.setdefault(p.stem, p)
+        if not images:
+            raise FileNotFoundError(f"no image file ({', '.join(IMAGE_EXTENSIONS)}) in {self.images_dir}; {layout}")
+        label_files: dict[str, list[Path]] = {}
+        if self.labels_dir.is_dir():
+            all_labels = sorted(p for p in self.labels_dir.iterdir()
+                                if p.is_file() and p.suffix.lower() in LABEL_EXTENSIONS)
+            by_stem = {}
+            for p in all_labels:
+                by_stem.setdefault(p.stem, []).append(p)
+            for name in images:
+                if name in by_stem:
+                    label_files[name] = by_stem[name][:1]
+                else:
+                    # NAME_<suffix> files, except those that are exactly another image's labels
+                    multi = [p for p in all_labels if p.stem.startswith(name + "_")
+                             and len(p.stem) > len(name) + 1 and p.stem not in images]
+                    if multi:
+                        label_files[name] = sorted(multi, key=lambda q: _natural_key(q.stem[len(name) + 1:]))
+        elif not allow_unlabelled:
+            raise FileNotFoundError(f"no '{labels_dir}' folder in {self.root}; {layout}")
+        if names is not None:
+            missing = [n for n in names if n not in images]
+            if missing:
+                raise FileNotFoundError(f"images not found in {self.images_dir}: {', '.join(missing[:10])}")
+            keep = list(names)
+        else:
+            keep = list(images)
+        unlabelled = [n for n in keep if n not in label_files]
+        if unlabelled and not allow_unlabelled:
+            shown = ", ".join(str(images[n].name) for n in unlabelled[:10])
+            more = f" (and {len(unlabelled) - 10} more)" if len(unlabelled) > 10 else ""
+            raise FileNotFoundError(f"no label file in {self.labels_dir} for image(s) {shown}{more}; "
+                                    f"expected {self.labels_dir}/NAME.png, NAME.npy or NAME_*.png")
+        self.names = keep
+        self._images = {n: images[n] for n in keep}
+        self._labels = {n: label_files.get(n, []) for n in keep}
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def image_path(self, index: int) -> Path:
+        return self._images[self.names[index]]
+
+    def label_paths(self, index: int) -> list[Path]:
+        return list(self._labels[self.names[index]])
+
+    def __getitem__(self, index: int) -> dict:
+        if not -len(self) <= index < len(self):
+            raise IndexError(f"index {index} out of range for a dataset of {len(self)} images")
+        name = self.names[index]
+        image = read_image(self._images[name])
+        h, w = image.shape[:2]
+        segs = []
+        for p in self._labels[name]:
+            lab = read_labels(p)
+            lab = lab[None] if lab.ndim == 2 else lab
+            if lab.shape[1:] != (h, w):
+                raise DataError(f"labels {p} have shape {lab.shape[1:]} but image "
+                                f"{self._images[name]} has shape {(h, w)}")
+            segs.append(lab)
+        seg = np.concatenate(segs, axis=0) if segs else np.zeros((0, h, w), np.int64)
+        return {"image": image, "segmentations": seg, "name": name}
+
+
+def _natural_key(s: str):
+    return (0, int(s), "") if s.isdigit() else (1, 0, s)

@@ -1,0 +1,1 @@
+"""Evaluation metrics: a Python reimplementation of the BSDS500 benchmark."""

@@ -1,0 +1,214 @@
+"""UltrametricClustering: scikit-learn contract, cuts, partial labels, bad input; plotting."""
+import numpy as np
+import pytest
+from scipy.optimize import linear_sum_assignment
+from sklearn.base import clone
+from sklearn.datasets import make_blobs
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from hiseg import UltrametricClustering
+from hiseg.clustering import cut_num_clusters
+
+
+def _accuracy(y, labels):
+    """Accuracy under the best one-to-one matching of clusters to classes (Hungarian)."""
+    k = max(y.max(), labels.max()) + 1
+    C = np.zeros((k, k), dtype=np.int64)
+    np.add.at(C, (labels, y), 1)
+    r, c = linear_sum_assignment(-C)
+    return C[r, c].sum() / y.size
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    X, y = make_blobs(90, centers=[[0, 0], [8, 0], [0, 8]], cluster_std=0.7, random_state=0)
+    return X, y
+
+
+# the estimator checks fit many times on small data: fewer iterations keep them short
+@parametrize_with_checks([UltrametricClustering(max_iter=15)])
+def test_sklearn_estimator_checks(estimator, check):
+    check(estimator)
+
+
+def test_registered_lazily_on_the_package():
+    import hiseg
+
+    assert hiseg.UltrametricClustering is UltrametricClustering
+
+
+def test_well_separated_blobs_are_found(blobs):
+    X, y = blobs
+    est = UltrametricClustering(n_clusters=3, max_iter=60).fit(X)
+    assert _accuracy(y, est.labels_) == 1.0
+    E = est.graph_.num_edges
+    assert est.ultrametric_.shape == (E,) and est.edge_weights_.shape == (E,)
+    assert est.altitudes_.shape == (2 * len(X) - 1,) and est.parents_.shape == (2 * len(X) - 1,)
+    assert est.tree_.num_leaves() == len(X)
+    assert est.n_features_in_ == 2 and est.n_iter_ == len(est.loss_history_) >= 1
+    # the ultrametric on each edge is the altitude of the lca of its ends
+    lca = est.tree_.lowest_common_ancestor_preprocess().lca(est.graph_.sources, est.graph_.targets)
+    np.testing.assert_allclose(est.altitudes_[lca], est.ultrametric_)
+    # fit_predict returns the same labels (deterministic)
+    np.testing.assert_array_equal(clone(est).fit_predict(X), est.labels_)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 90])
+def test_labels_have_exactly_n_clusters(blobs, k):
+    X, _ = blobs
+    est = UltrametricClustering(n_clusters=k, loss="closest", max_iter=5).fit(X)
+    assert np.array_equal(np.unique(est.labels_), np.arange(k))
+
+
+def test_cut_with_tied_altitudes_has_exactly_k_clusters():
+    # all points equidistant on a line: every merge at the same altitude
+    X = np.arange(12, dtype=float)[:, None]
+    est = UltrametricClustering(loss="closest", max_iter=1, n_neighbors=2).fit(X)
+    assert np.unique(est.altitudes_[12:]).size == 1
+    for k in range(1, 13):
+        lab = cut_num_clusters(est.parents_, k)
+        assert np.unique(lab).size == k
+        # clusters of a cut of a tree are nested: k + 1 refines k
+        if k > 1:
+            prev = cut_num_clusters(est.parents_, k - 1)
+            assert all(np.unique(prev[lab == c]).size == 1 for c in range(k))
+
+
+def test_cut_against_scipy_fcluster():
+    from scipy.cluster.hierarchy import fcluster
+    from sklearn.metrics import adjusted_rand_score
+
+    X, _ = make_blobs(40, centers=4, random_state=3)
+    est = UltrametricClustering(n_clusters=4, max_iter=20).fit(X)
+    Z = est.linkage_matrix()
+    for k in (2, 3, 4, 6):
+        ref = fcluster(Z, k, criterion="maxclust")
+        assert adjusted_rand_score(ref, cut_num_clusters(est.parents_, k)) == 1.0
+
+
+def test_partial_labels_are_used():
+    # two touching elongated blobs: the labelled samples decide how the hierarchy splits
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal([0, 0], [3, 0.4], (60, 2)), rng.normal([0, 1.6], [3, 0.4], (60, 2))])
+    y = np.repeat([0, 1], 60)
+    partial = np.full(120, -1)
+    idx = rng.choice(120, 24, replace=False)
+    partial[idx] = y[idx]
+    unsup = UltrametricClustering(2, loss="closest", max_iter=80).fit(X)
+    semi = UltrametricClustering(2, loss="closest+triplet", margin=1.0, triplet_weight=1.0,
+                                 max_iter=80).fit(X, partial)
+    assert _accuracy(y, semi.labels_) > 0.9
+    assert _accuracy(y, semi.labels_) > _accuracy(y, unsup.labels_) + 0.2
+    # string labels with "-1" for the unlabelled samples give the same fit
+    strs = np.where(partial < 0, "-1", np.where(partial == 0, "a", "b")).astype(object)
+    semi2 = UltrametricClustering(2, loss="closest+triplet", margin=1.0, max_iter=80).fit(X, strs)
+    np.testing.assert_array_equal(semi2.labels_, semi.labels_)
+
+
+def test_pandas_input(blobs):
+    pd = pytest.importorskip("pandas")
+    X, y = blobs
+    df = pd.DataFrame(X, columns=["a", "b"])
+    est = UltrametricClustering(n_clusters=3, max_iter=30).fit(df, pd.Series(y))
+    np.testing.assert_array_equal(est.feature_names_in_, ["a", "b"])
+    ref = UltrametricClustering(n_clusters=3, max_iter=30).fit(X)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    partial = pd.Series(np.where(np.arange(len(y)) % 5 == 0, y, -1))
+    UltrametricClustering(3, loss="closest+triplet", max_iter=5).fit(df, partial)
+
+
+def test_dasgupta_losses_run(blobs):
+    X, y = blobs
+    for loss in ("dasgupta", "dasgupta+size"):
+        est = UltrametricClustering(3, loss=loss, max_iter=15).fit(X)
+        assert np.unique(est.labels_).size == 3
+    # duplicated samples (zero distances) are fine for the dissimilarity mode
+    Xd = np.concatenate([X[:20], X[:20]])
+    UltrametricClustering(2, loss="dasgupta", max_iter=3).fit(Xd)
+
+
+@pytest.mark.parametrize("make, err, msg", [
+    (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.nan, X), None, {}),
+     ValueError, "NaN"),
+    (lambda X, y: (np.where(np.arange(X.size).reshape(X.shape) == 3, np.inf, X), None, {}),
+     ValueError, "infinity"),
+    (lambda X, y: (X[:5], None, {}), ValueError, r"n_samples >= n_neighbors \+ 1 = 6, got n_samples = 5"),
+    (lambda X, y: (X[:10], None, dict(n_clusters=11, n_neighbors=3)), ValueError, "larger than n_samples"),
+    (lambda X, y: (X, y[:-1], {}), ValueError, "y has 89 labels but X has 90 samples"),
+    (lambda X, y: (X, None, dict(loss="closest+triplet")), ValueError, "needs partial labels"),
+    (lambda X, y: (X, np.where(y == 0, 0, -1), dict(loss="closest+triplet")), ValueError,
+     "at least two classes.*1 class"),
+    (lambda X, y: (X, np.full(len(y), -1), dict(loss="closest+triplet")), ValueError,
+     "at least two classes.*0 classes"),
+    (lambda X, y: (X, np.where(np.arange(len(y)) < 2, np.arange(len(y)), -1), dict(loss="closest+triplet")),
+     ValueError, "at least two labelled samples"),
+    (lambda X, y: (X, y - 2, dict(loss="closest+triplet")), ValueError, "other than -1"),
+    (lambda X, y: (X, y + 0.5, dict(loss="closest+triplet")), ValueError, "non-integer"),
+    (lambda X, y: (X, None, dict(loss="ward")), ValueError, "loss must be one of"),
+    (lambda X, y: (X, None, dict(n_clusters=0)), ValueError, "n_clusters must be >= 1"),
+    (lambda X, y: (X, None, dict(n_clusters=2.5)), TypeError, "n_clusters must be an integer"),
+    (lambda X, y: (X, None, dict(n_neighbors=0)), ValueError, "n_neighbors must be >= 1"),
+    (lambda X, y: (X, None, dict(lr=-1.0)), ValueError, "lr must be > 0"),
+    (lambda X, y: (X, None, dict(positivity="abs")), ValueError, "positivity"),
+    (lambda X, y: (X, None, dict(optimizer="lbfgs")), ValueError, "optimizer"),
+    (lambda X, y: (X[:, :0], None, {}), ValueError, "0 feature"),
+    (lambda X, y: (X[0], None, {}), ValueError, "Expected 2D array"),
+])
+def test_bad_input_gives_a_clear_error(blobs, make, err, msg):
+    X, y = blobs
+    Xb, yb, params = make(X, y)
+    with pytest.raises(err, match=msg):
+        UltrametricClustering(max_iter=2, **params).fit(Xb, yb)
+
+
+def test_sparse_input_is_refused(blobs):
+    from scipy.sparse import csr_matrix
+
+    with pytest.raises(TypeError, match="[Ss]parse"):
+        UltrametricClustering(max_iter=2).fit(csr_matrix(blobs[0]))
+
+
+def test_no_predict_and_not_fitted_errors():
+    from sklearn.exceptions import NotFittedError
+
+    est = UltrametricClustering()
+    assert not hasattr(est, "predict")
+    with pytest.raises(NotFittedError):
+        est.tree_
+    with pytest.raises(NotFittedError):
+        est.linkage_matrix()
+
+
+def test_cut_num_clusters_errors():
+    parents = np.array([3, 3, 4, 4, 4])
+    assert np.array_equal(cut_num_clusters(parents, 2), [0, 0, 1])
+    with pytest.raises(ValueError, match=r"n_clusters must be in \[1, n_samples = 3\]"):
+        cut_num_clusters(parents, 4)
+    with pytest.raises(ValueError, match="binary"):
+        cut_num_clusters(np.array([2, 2, 2, 3]), 1)
+
+
+# ----------------------------------------------------------------------------- plotting
+def test_plotting_helpers(blobs, tmp_path):
+    from scipy.cluster.hierarchy import linkage, to_tree  # noqa: F401  (scipy validity check below)
+    from scipy.cluster.hierarchy import is_valid_linkage
+
+    from hiseg.plotting import plot_hierarchies_grid, plot_hierarchy_and_clusters, to_linkage
+
+    X, y = blobs
+    est = UltrametricClustering(3, max_iter=20).fit(X)
+    Z = to_linkage(est.parents_, est.altitudes_)
+    assert is_valid_linkage(Z) and Z.shape == (len(X) - 1, 4) and Z[-1, 3] == len(X)
+    path = tmp_path / "fig.png"
+    fig = plot_hierarchy_and_clusters(X, est, labelled=np.arange(0, 90, 9), title="blobs", path=path)
+    assert path.stat().st_size > 1000 and len(fig.axes) == 2
+    cell = dict(X=X, parents=est.parents_, altitudes=est.altitudes_, labels=est.labels_)
+    flat = dict(X=X, labels=y)
+    fig2 = plot_hierarchies_grid([dict(name="a", cells=[cell, flat])], columns=["one", "two"])
+    assert len(fig2.axes) == 4
+    with pytest.raises(ValueError, match="decrease"):
+        alt = est.altitudes_.copy()
+        alt[-1] = -1
+        to_linkage(est.parents_, alt)
+    with pytest.raises(ValueError, match="2-D points"):
+        plot_hierarchy_and_clusters(np.c_[X, X], est)
