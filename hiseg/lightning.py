@@ -213,7 +213,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             return
         summ = self._summarise(self._val)
         for k, v in summ.items():
-            self.log(f"val/{k}", float(v), prog_bar=(k in ("boundary_f", "boundary_f_ods", "loss")))
+            self.log(f"val/{k}", float(v), prog_bar=(k in ("boundary_f", "boundary_f_ods", "loss")), batch_size=1)
 
     def on_fit_start(self):
         if not self.hparams.validate_at_start or self.trainer.datamodule is None:
@@ -245,12 +245,24 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
+        """AdamW with a linear warm-up (5% of the steps) then a cosine decay to 5% of ``lr``.
+
+        The schedule reads the trainer's total number of steps at every step, so a run
+        resumed with a larger ``max_epochs`` stretches it instead of failing.
+        """
         opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-        total = self.trainer.estimated_stepping_batches if self.trainer is not None else 1000
-        if not total or math.isinf(total):
-            return opt
-        sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=self.hparams.lr, total_steps=int(total),
-                                                    pct_start=0.1, anneal_strategy="cos")
+
+        def factor(step: int) -> float:
+            total = self.trainer.estimated_stepping_batches if self._trainer is not None else None
+            if not total or math.isinf(total):
+                return 1.0
+            warm = max(1, int(0.05 * total))
+            if step < warm:
+                return (step + 1) / warm
+            prog = min(1.0, (step - warm) / max(1, total - warm))
+            return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * prog))
+
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):

@@ -87,17 +87,19 @@ def test_cut_against_scipy_fcluster():
 
 
 def test_partial_labels_are_used():
-    # two touching elongated blobs: the labelled samples decide how the hierarchy splits
+    # two moons: the unsupervised closest fit cuts off a few outliers at the top, 20% of
+    # labelled samples make the top split separate the moons
+    from sklearn.datasets import make_moons
+
     rng = np.random.default_rng(0)
-    X = np.concatenate([rng.normal([0, 0], [3, 0.4], (60, 2)), rng.normal([0, 1.6], [3, 0.4], (60, 2))])
-    y = np.repeat([0, 1], 60)
+    X, y = make_moons(120, noise=0.1, random_state=0)
     partial = np.full(120, -1)
     idx = rng.choice(120, 24, replace=False)
     partial[idx] = y[idx]
     unsup = UltrametricClustering(2, loss="closest", max_iter=80).fit(X)
     semi = UltrametricClustering(2, loss="closest+triplet", margin=1.0, triplet_weight=1.0,
                                  max_iter=80).fit(X, partial)
-    assert _accuracy(y, semi.labels_) > 0.9
+    assert _accuracy(y, semi.labels_) > 0.95
     assert _accuracy(y, semi.labels_) > _accuracy(y, unsup.labels_) + 0.2
     # string labels with "-1" for the unlabelled samples give the same fit
     strs = np.where(partial < 0, "-1", np.where(partial == 0, "a", "b")).astype(object)

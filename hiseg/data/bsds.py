@@ -102,7 +102,7 @@ class BSDS500:
 
     Samples (``dataset[i]``) are dicts: ``image`` float32 (H, W, 3) RGB in [0, 1],
     ``segmentations`` int32 (K, H, W) (labels 1..n per annotator), ``name`` (image id).
-    Reading one sample costs ~20-40 ms (JPEG decode + ``loadmat``).
+    Reading one sample costs ~10 ms of CPU (JPEG decode + ``loadmat``; see benchmarks/bench_data.py).
 
     Raises
     ------

@@ -233,18 +233,23 @@ class FolderSegmentation:
         if self.labels_dir.is_dir():
             all_labels = sorted(p for p in self.labels_dir.iterdir()
                                 if p.is_file() and p.suffix.lower() in LABEL_EXTENSIONS)
-            by_stem = {}
+            by_stem: dict[str, list[Path]] = {}
+            multi: dict[str, list[tuple[str, Path]]] = {}
             for p in all_labels:
                 by_stem.setdefault(p.stem, []).append(p)
+                if p.stem in images:
+                    continue
+                # NAME_<suffix>: the longest prefix before an underscore that names an image
+                cuts = [k for k, ch in enumerate(p.stem) if ch == "_" and 0 < k < len(p.stem) - 1]
+                for k in reversed(cuts):
+                    if p.stem[:k] in images:
+                        multi.setdefault(p.stem[:k], []).append((p.stem[k + 1:], p))
+                        break
             for name in images:
-                if name in by_stem:
+                if name in by_stem:  # NAME.ext wins over NAME_*.ext
                     label_files[name] = by_stem[name][:1]
-                else:
-                    # NAME_<suffix> files, except those that are exactly another image's labels
-                    multi = [p for p in all_labels if p.stem.startswith(name + "_")
-                             and len(p.stem) > len(name) + 1 and p.stem not in images]
-                    if multi:
-                        label_files[name] = sorted(multi, key=lambda q: _natural_key(q.stem[len(name) + 1:]))
+                elif name in multi:
+                    label_files[name] = [q for _, q in sorted(multi[name], key=lambda t: _natural_key(t[0]))]
         elif not allow_unlabelled:
             raise FileNotFoundError(f"no '{labels_dir}' folder in {self.root}; {layout}")
         if names is not None:

@@ -25,9 +25,9 @@ number of loader workers):
    added; values are clipped to [0, 1].
 4. **Annotators.** Each of ``n_annotators`` picks a level at random and labels the
    image with that level's partition; with ``jitter > 0`` an annotator sees the cell
-   geometry through an extra smooth warp of about ``jitter`` pixels (boundaries move
-   by a pixel or two, as with human annotators; the partitions are then only
-   nested up to that jitter).
+   geometry through an extra smooth random warp of standard deviation ``jitter``
+   pixels (boundaries move by one to a few pixels, as between human annotators; the
+   partitions are then only nested up to that jitter).
 
 A sample is a dict with ``image`` float32 (H, W, 3) in [0, 1], ``segmentations`` int32
 (A, H, W) (labels ``0..K-1`` per annotator), ``name`` and, for tests and analysis,
@@ -167,7 +167,7 @@ def make_synthetic_sample(rng: np.random.Generator, size=(128, 128), n_annotator
     dict: ``image``, ``segmentations``, ``name`` (empty), ``fine_labels``, ``levels``,
     ``annotator_levels``.
 
-    Cost: O(H W N (1 + A)) with tiny constants: ~5-10 ms for 128x128 and 48 cells.
+    Cost: O(H W N (1 + A)) with small constants: ~15 ms for 128x128, 24-48 cells, 4 annotators.
     """
     import cv2
 
@@ -292,7 +292,7 @@ class SyntheticSegmentation:
         ``coarsest``, ``contrast``, ``contrast_decay``, ``texture``, ``warp``,
         ``jitter``, ``blur``, ``noise``).
 
-    Samples: see the module docstring. Cost per sample: ~5-10 ms at 128x128.
+    Samples: see the module docstring. Cost per sample: ~15 ms at 128x128 (see benchmarks/bench_data.py).
 
     Raises
     ------

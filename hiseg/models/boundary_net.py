@@ -32,6 +32,7 @@ from .weights import prepare_weights
 __all__ = [
     "IMAGENET_MEAN",
     "IMAGENET_STD",
+    "check_images",
     "BoundaryNetBase",
     "CompactBoundaryNet",
     "compact_boundary_net",

@@ -1,0 +1,106 @@
+"""Frontier pooling, ucm2 maps and cuts against brute-force versions."""
+import numpy as np
+import pytest
+import torch
+from scipy import ndimage
+from skimage.measure import label as cc_label
+
+from hiseg.graph import batch_graphs, grid_graph, region_adjacency_graph
+from hiseg.segmentation import (cut_at_threshold, cut_num_regions, frontier_mean, frontier_pixel_pairs,
+                                rag_hierarchy, ucm2_from_rag)
+
+
+def voronoi_labels(rng, shape, n):
+    pts = rng.random((n, 2)) * shape
+    yy, xx = np.mgrid[: shape[0], : shape[1]]
+    d = (yy[..., None] - pts[:, 0]) ** 2 + (xx[..., None] - pts[:, 1]) ** 2
+    lab = d.argmin(-1)
+    # split non-connected regions into connected ones (RAG vertices = connected regions)
+    out = np.zeros_like(lab)
+    k = 0
+    for v in np.unique(lab):
+        cc, m = ndimage.label(lab == v)
+        out[cc > 0] = cc[cc > 0] + k - 1
+        k += m
+    return out
+
+
+def same_partition(a, b):
+    """Two label images describe the same partition."""
+    pairs = np.unique(np.stack([a.ravel(), b.ravel()], 1), axis=0)
+    return len(pairs) == len(np.unique(a)) == len(np.unique(b))
+
+
+def test_frontier_mean_brute_force(rng):
+    lab = voronoi_labels(rng, (20, 25), 12)
+    rag = region_adjacency_graph(lab)
+    bmap = rng.random(lab.shape)
+    pa, pb, e = frontier_pixel_pairs(rag)
+    w = frontier_mean(torch.tensor(bmap), torch.tensor(pa), torch.tensor(pb), torch.tensor(e), rag.graph.num_edges)
+    flat = bmap.ravel()
+    L = rag.labels.ravel()
+    px = grid_graph(lab.shape)
+    for i, (s, t) in enumerate(zip(rag.graph.sources, rag.graph.targets)):
+        vals = [0.5 * (flat[p] + flat[q]) for p, q in zip(px.sources, px.targets)
+                if {L[p], L[q]} == {s, t}]
+        assert w[i].item() == pytest.approx(np.mean(vals))
+
+
+def test_frontier_mean_is_differentiable_and_batched(rng):
+    labs = [voronoi_labels(rng, (15, 15), 8) for _ in range(3)]
+    rags = [region_adjacency_graph(x) for x in labs]
+    bg = batch_graphs([r.graph for r in rags])
+    b = torch.rand(3, 15, 15, dtype=torch.float64, requires_grad=True)
+    fa, fb, fe = [], [], []
+    for i, r in enumerate(rags):
+        pa, pb, e = frontier_pixel_pairs(r)
+        fa.append(pa + i * 225); fb.append(pb + i * 225); fe.append(e + bg.edge_ptr[i])
+    w = frontier_mean(b, *(torch.tensor(np.concatenate(x)) for x in (fa, fb, fe)), bg.num_edges)
+    for i, r in enumerate(rags):
+        pa, pb, e = frontier_pixel_pairs(r)
+        wi = frontier_mean(b[i], torch.tensor(pa), torch.tensor(pb), torch.tensor(e), r.graph.num_edges)
+        torch.testing.assert_close(w[bg.edge_ptr[i]:bg.edge_ptr[i + 1]], wi)
+    w.sum().backward()
+    assert b.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_ucm2_regions_equal_cuts(seed):
+    """The benchmark's reading of a ucm2 (8-connected components of ucm2 <= t) is our cut."""
+    rng = np.random.default_rng(seed)
+    lab = voronoi_labels(rng, (24, 30), 15)
+    rag = region_adjacency_graph(lab)
+    u, h = rag_hierarchy(rag, rng.random(rag.graph.num_edges))
+    ucm2 = ucm2_from_rag(rag, u)
+    assert ucm2.shape == (49, 61)
+    levels = np.unique(u.numpy())
+    prev = None
+    for t in np.concatenate([[0.0], levels, [2.0]]):
+        cut = cut_at_threshold(rag, u, t)
+        regions = cc_label(ucm2 <= t, connectivity=2)[1::2, 1::2]
+        assert same_partition(cut, regions)
+        if prev is not None:  # nested: every region of the finer cut lies in one region of the coarser
+            pairs = np.unique(np.stack([prev.ravel(), cut.ravel()], 1), axis=0)
+            assert len(np.unique(pairs[:, 0])) == len(pairs)
+        prev = cut
+    # boundaries read at [2::2, 2::2] are non-zero exactly next to superpixel boundaries
+    sal = ucm2[2::2, 2::2]
+    assert sal.shape == lab.shape and sal.max() == pytest.approx(u.max().item())
+
+
+def test_cut_num_regions_exact(rng):
+    lab = voronoi_labels(rng, (20, 20), 10)
+    rag = region_adjacency_graph(lab)
+    w = np.round(rng.random(rag.graph.num_edges), 1)  # ties
+    u, h = rag_hierarchy(rag, w)
+    for k in range(1, rag.num_regions + 1):
+        assert len(np.unique(cut_num_regions(rag, h, k))) == k
+    with pytest.raises(ValueError, match="between 1 and"):
+        cut_num_regions(rag, h, rag.num_regions + 1)
+
+
+def test_ucm2_bad_length(rng):
+    lab = voronoi_labels(rng, (10, 10), 4)
+    rag = region_adjacency_graph(lab)
+    with pytest.raises(ValueError, match="one value per RAG edge"):
+        ucm2_from_rag(rag, np.zeros(rag.graph.num_edges + 1))

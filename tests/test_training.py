@@ -1,0 +1,124 @@
+"""LightningModule, train.py (LightningCLI), checkpoints, resume, DDP on CPU."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+from hiseg.data.superpixels import Superpixels
+from hiseg.data.synthetic import SyntheticSegmentation
+from hiseg.lightning import HierarchicalSegmentationModule, sample_batch_triplets
+from hiseg.ultrametric import subdominant_ultrametric
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def batch():
+    raw = SyntheticSegmentation(3, size=48, seed=1)
+    ds = SegmentationGraphDataset(raw, None, Superpixels(region_size=6.0))
+    return collate_graph_batch([ds[i] for i in range(3)])
+
+
+def test_training_step_gradients(batch):
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+    out, u, h = m.compute_losses(batch)
+    assert set(out) == {"closest", "triplet", "pixel", "loss"}
+    assert torch.isfinite(out["loss"])
+    # the ultrametric is the layer's output on the pooled weights
+    w, _ = m.edge_weights(batch)
+    torch.testing.assert_close(u, subdominant_ultrametric(batch.graph, w))
+    out["loss"].backward()
+    grads = [p.grad for p in m.parameters() if p.requires_grad]
+    assert all(g is not None for g in grads) and sum(float(g.abs().sum()) for g in grads) > 0
+
+
+def test_ultrametric_terms_alone_train_the_network(batch):
+    """With the pixel term off, the gradient still reaches the network through the layer."""
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_weight=0.0)
+    out, _, _ = m.compute_losses(batch)
+    out["loss"].backward()
+    assert sum(float(p.grad.abs().sum()) for p in m.parameters() if p.grad is not None) > 0
+
+
+def test_triplets_stay_within_images(batch):
+    rng = np.random.default_rng(0)
+    r, p, n = sample_batch_triplets(batch.sp_labels.numpy(), batch.graph.vertex_ptr, 300, rng)
+    gi = batch.graph.vertex_graph_index()
+    assert np.all(gi[r] == gi[p]) and np.all(gi[r] == gi[n])
+    lab = batch.sp_labels.numpy()
+    # for some annotator, ref and pos share a label and neg has another one
+    ok = np.zeros(len(r), bool)
+    for a in range(lab.shape[0]):
+        ok |= (lab[a, r] == lab[a, p]) & (lab[a, r] != lab[a, n]) & (lab[a, r] >= 0)
+    assert ok.all()
+
+
+def test_validation_metrics(batch):
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+    with torch.no_grad():
+        res, counts = m._evaluate_batch(batch)
+    assert counts.shape == (10, 4) and np.all(counts[:, 0] <= counts[:, 1]) and np.all(counts[:, 2] <= counts[:, 3])
+    summ = m._summarise([(res, counts, 3)])
+    assert 0 <= summ["boundary_f"] <= 1 and 0 <= summ["boundary_f_ods"] <= 1
+
+
+def test_nan_loss_is_a_clear_error(batch):
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+    with torch.no_grad():
+        for p in m.parameters():
+            p.fill_(float("nan"))
+    with pytest.raises((FloatingPointError, ValueError), match="NaN|non-finite"):
+        loss = m.training_step(batch, 0)
+
+
+def run_train(tmp_path, *extra, timeout=600):
+    cmd = [sys.executable, str(ROOT / "train.py"), "fit",
+           "--trainer.default_root_dir", str(tmp_path),
+           "--data.init_args.n_train", "8", "--data.init_args.n_val", "2",
+           "--data.init_args.size", "48", "--data.init_args.batch_size", "4",
+           "--data.init_args.superpixel_size", "6",
+           "--model.arch_kwargs", '{"width": 8}',
+           "--trainer.enable_progress_bar", "false",
+           *extra]
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.slow
+def test_train_py_checkpoints_and_resume(tmp_path):
+    r = run_train(tmp_path, "--trainer.max_epochs", "1")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "validation before training" in r.stdout
+    lasts = sorted(tmp_path.glob("runs/**/last.ckpt"))
+    assert len(lasts) == 1 and list(tmp_path.glob("runs/**/best-*.ckpt"))
+    last = lasts[0]
+    assert list(tmp_path.glob("runs/synthetic/csv/**/metrics.csv"))
+    assert list(tmp_path.glob("runs/synthetic/tensorboard/**/events.*"))
+    # the checkpoint carries its hyper-parameters and loads as data
+    ck = torch.load(last, map_location="cpu", weights_only=True)
+    assert ck["hyper_parameters"]["arch"] == "compact_boundary_net"
+    m = HierarchicalSegmentationModule.load_from_checkpoint(last, map_location="cpu", weights_only=True)
+    assert m.hparams.arch_kwargs == {"width": 8}
+    # resume for one more epoch
+    r2 = run_train(tmp_path, "--trainer.max_epochs", "2", "--ckpt_path", str(last))
+    assert r2.returncode == 0, r2.stderr[-3000:]
+    last2 = max(tmp_path.glob("runs/**/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    ck2 = torch.load(last2, map_location="cpu", weights_only=True)
+    assert ck2["epoch"] == 1 and ck2["global_step"] > ck["global_step"]
+    # fine-tuning from another run's weights
+    r3 = run_train(tmp_path, "--trainer.max_steps", "1", "--model.init_from", str(last))
+    assert r3.returncode == 0, r3.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_ddp_two_cpu_processes(tmp_path):
+    r = run_train(tmp_path, "--trainer.max_steps", "2", "--trainer.accelerator", "cpu",
+                  "--trainer.devices", "2", "--trainer.strategy", "ddp",
+                  "--trainer.limit_val_batches", "1", "--model.validate_at_start", "false")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "GLOBAL_RANK: 1" in r.stderr + r.stdout or "ddp" in (r.stderr + r.stdout).lower()
