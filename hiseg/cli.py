@@ -32,7 +32,7 @@ def _collect_images(inputs: Sequence[str]) -> list[Path]:
 def add_predict_arguments(p: argparse.ArgumentParser):
     p.add_argument("inputs", nargs="+", help="images or folders of images")
     p.add_argument("--checkpoint", "-c", default=None,
-                   help="trained checkpoint (.ckpt); without it, the classical Sobel + ultrametric-fitting path")
+                   help="trained checkpoint (.ckpt); without it, the classical colour-gradient + ultrametric-fitting path")
     p.add_argument("--out", "-o", required=True, help="output folder")
     p.add_argument("--regions", type=int, default=None, help="also write a segmentation with K regions")
     p.add_argument("--threshold", type=float, default=None, help="also write the segmentation at threshold T")

@@ -136,15 +136,19 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         Slope :math:`\lambda` of the soft cardinal of the Dasgupta losses.
     n_neighbors : int, default=5
         Number of nearest neighbours of the graph.
-    lr : float, default=0.1
-        AMSGrad step size (the paper's value); in units of the feature distances.
+    lr : float or None, default=None
+        Step size; None: 0.1 for AMSGrad/Adam/SGD (the paper's value, the softplus
+        parametrisation makes it roughly a relative change of the weights), 1.0 for
+        ``optimizer="newton"``.
     max_iter : int, default=200
         Maximum number of gradient iterations.
     positivity : {"softplus", "relu"} or None, default="softplus"
         Reparametrisation keeping the fitted weights nonnegative.
     patience : int or None, default=50
         Stop after that many iterations without improvement of the loss.
-    optimizer : {"amsgrad", "adam", "sgd"}, default="amsgrad"
+    optimizer : {"amsgrad", "adam", "sgd", "newton"}, default="amsgrad"
+        ``"newton"``: gradient steps preconditioned by the closest term's curvature (see
+        :func:`hiseg.fitting.fit_ultrametric`); closest losses only.
     random_state : int, RandomState instance or None, default=None
         Seeds the triplet sampling (only used with ``max_triplets``).
 
@@ -194,7 +198,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
                  triplet_weight=1.0, margin=1.0, max_triplets=None, sigmoid_slope=5.0,
-                 n_neighbors=5, lr=0.1, max_iter=200, positivity="softplus", patience=50,
+                 n_neighbors=5, lr=None, max_iter=200, positivity="softplus", patience=50,
                  optimizer="amsgrad", random_state=None):
         self.n_clusters = n_clusters
         self.loss = loss
@@ -240,14 +244,17 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         integer("max_iter", 1)
         integer("patience", 1, allow_none=True)
         integer("max_triplets", 1, allow_none=True)
-        real("lr", positive=True)
+        if self.lr is not None:
+            real("lr", positive=True)
         real("sigmoid_slope", positive=True)
         for name in ("size_weight", "triplet_weight", "margin"):
             real(name)
         if self.positivity not in ("softplus", "relu", None):
             raise ValueError(f"positivity must be 'softplus', 'relu' or None, got {self.positivity!r}")
-        if self.optimizer not in ("amsgrad", "adam", "sgd"):
-            raise ValueError(f"optimizer must be 'amsgrad', 'adam' or 'sgd', got {self.optimizer!r}")
+        if self.optimizer not in ("amsgrad", "adam", "sgd", "newton"):
+            raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {self.optimizer!r}")
+        if self.optimizer == "newton" and self.loss.startswith("dasgupta"):
+            raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")
 
     def _check_y(self, y, n_samples):
         """Partial labels for the triplet term: (n_samples,) ints (or any labels), -1 = unlabelled."""
@@ -350,7 +357,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                 fit_w = np.ones_like(w)
         with torch.no_grad():
             wt = torch.as_tensor(fit_w, dtype=torch.float64)
-        res = fit_ultrametric(graph, wt, loss=self.loss, lr=float(self.lr), max_iter=int(self.max_iter),
+        res = fit_ultrametric(graph, wt, loss=self.loss, lr=None if self.lr is None else float(self.lr), max_iter=int(self.max_iter),
                               positivity=self.positivity, patience=self.patience,
                               optimizer=self.optimizer, full_output=True, **kw)
         h = res.hierarchy

@@ -7,8 +7,8 @@
 >>> res.cut(n_regions=10)               # (H, W) labels, exactly 10 regions
 >>> res.cut(threshold=0.3)              # regions merged below 0.3 (nested in higher thresholds)
 
-Without a checkpoint the classical path runs: the Sobel gradient magnitude of the
-smoothed image pooled along superpixel frontiers, then the closest ultrametric fitted by
+Without a checkpoint the classical path runs: the colour gradient magnitude (Scharr
+derivatives of the smoothed Lab image) pooled along superpixel frontiers, then the closest ultrametric fitted by
 :func:`hiseg.fit_ultrametric` — a saliency map for anyone, at once.
 """
 from __future__ import annotations
@@ -166,11 +166,9 @@ class Segmenter:
             t["hierarchy"] = time.perf_counter() - t0
             return SegmentationResult(rag, u, h, prob, t)
         # classical path
-        from scipy import ndimage
+        from .data.superpixels import color_gradient
 
-        gray = img.mean(axis=2)
-        g = ndimage.gaussian_filter(gray, 1.0)
-        grad = np.hypot(ndimage.sobel(g, 0), ndimage.sobel(g, 1))
+        grad = color_gradient(img, 1.0)  # Scharr gradient magnitude of the smoothed Lab image
         t["network"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         sp = self.superpixels(img)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import socket
 import urllib.request
-import warnings
 
 import pytest
 import torch
@@ -32,6 +31,11 @@ from hiseg.models import weights as weights_mod
 ALL = ["compact_boundary_net", "resnet18_boundary_net", "vgg16_boundary_net"]
 
 
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
 @pytest.fixture(scope="module")
 def models():
     torch.manual_seed(0)
@@ -48,6 +52,10 @@ def no_network(monkeypatch, tmp_path):
     monkeypatch.setenv("TORCH_HOME", str(tmp_path / "torch_home"))
     monkeypatch.setattr(torch.hub, "load_state_dict_from_url", refuse)
     monkeypatch.setattr(torch.hub, "download_url_to_file", refuse)
+    import torchvision.models._api as tv_api  # torchvision's own binding of the hub loader
+
+    if hasattr(tv_api, "load_state_dict_from_url"):
+        monkeypatch.setattr(tv_api, "load_state_dict_from_url", refuse)
     monkeypatch.setattr(urllib.request, "urlopen", refuse)
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)

@@ -46,7 +46,7 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+from scipy.sparse.csgraph import connected_components, min_weight_full_bipartite_matching
 
 __all__ = [
     "DEFAULT_MAX_DIST",
@@ -268,7 +268,70 @@ def seg_to_boundaries(seg: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------
 # assignment
 # ----------------------------------------------------------------------------
-def _assign(ei: np.ndarray, ej: np.ndarray, ew: np.ndarray, n1: int, n2: int, ow: int):
+#: Connected components of the candidate graph with at least this many nodes
+#: are solved (and cached) on their own; smaller ones are solved together.
+_BIG_COMPONENT = 256
+
+
+def _solve_lap(ci: np.ndarray, cj: np.ndarray, ew: np.ndarray, a: int, b: int, ow: int):
+    """Exact min-cost assignment with outliers on a compact candidate graph.
+
+    Parameters
+    ----------
+    ci, cj : numpy.ndarray of int
+        Candidate pairs, indices in ``[0, a)`` and ``[0, b)``; every node has
+        at least one candidate.
+    ew : numpy.ndarray of int
+        Pair costs (non-negative, ``< ow``).
+    a, b : int
+        Number of nodes on each side.
+    ow : int
+        Cost of leaving a node unmatched.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Matched node indices on each side, minimising ``sum(pair costs) + ow *
+        (#unmatched nodes)``.
+
+    Notes
+    -----
+    The graph solved has, on the left, the ``a`` side-1 nodes followed by one
+    outlier per side-2 node, and on the right the ``b`` side-2 nodes followed
+    by one outlier per side-1 node. Node ``i`` may go to its own outlier (cost
+    ``ow``), and outlier ``j`` may go to outlier ``i`` whenever ``(i, j)`` is
+    a candidate (cost ``ow``): any partial matching then extends to a perfect
+    one (its own pairs mirrored among the outliers), and a perfect matching
+    with ``k`` real pairs costs ``sum + ow * (a + b - k)`` -- the official
+    objective up to a constant. Weights are shifted by +1 (LAPJVsp needs
+    non-zero entries), which adds the same constant to every perfect
+    matching. Cost: LAPJVsp on ``2 (a + b)`` nodes and ``2 E + a + b`` edges.
+    """
+    ar_a = np.arange(a, dtype=np.int64)
+    ar_b = np.arange(b, dtype=np.int64)
+    rows = np.concatenate([ci, ar_a, a + ar_b, a + cj])
+    cols = np.concatenate([cj, b + ar_a, ar_b, b + ci])
+    ne = ci.size
+    wts = np.empty(rows.size, dtype=np.float64)
+    wts[:ne] = ew
+    wts[:ne] += 1.0
+    wts[ne:] = ow + 1.0
+    graph = csr_matrix((wts, (rows, cols)), shape=(a + b, a + b))
+    r, c = min_weight_full_bipartite_matching(graph)
+    real = (r < a) & (c < b)
+    return r[real], c[real]
+
+
+def _assign(
+    ei: np.ndarray,
+    ej: np.ndarray,
+    ew: np.ndarray,
+    n1: int,
+    n2: int,
+    ow: int,
+    keys1: np.ndarray | None = None,
+    cache: dict | None = None,
+):
     """Exact min-cost assignment with outliers on a sparse candidate graph.
 
     Parameters
@@ -281,6 +344,14 @@ def _assign(ei: np.ndarray, ej: np.ndarray, ew: np.ndarray, n1: int, n2: int, ow
         Number of nodes on each side.
     ow : int
         Cost of leaving a node unmatched.
+    keys1 : numpy.ndarray of int, optional
+        Stable, strictly increasing identifiers of the side-1 nodes (their
+        flat pixel positions), used with ``cache``.
+    cache : dict, optional
+        Solutions of large connected components keyed by their node sets
+        (side-1 ``keys1`` and side-2 indices). A component seen before (same
+        nodes, hence same candidate pairs and costs) is not solved again.
+        Only valid while side 2 and the costs do not change.
 
     Returns
     -------
@@ -290,20 +361,13 @@ def _assign(ei: np.ndarray, ej: np.ndarray, ew: np.ndarray, n1: int, n2: int, ow
 
     Notes
     -----
-    Only nodes with at least one candidate take part. The graph solved has,
-    on the left, the ``a`` matchable side-1 nodes followed by one outlier per
-    matchable side-2 node, and on the right the ``b`` side-2 nodes followed by
-    one outlier per side-1 node; node ``i`` may go to its own outlier (cost
-    ``ow``), and outlier ``j`` may go to outlier ``i`` whenever ``(i, j)`` is a
-    candidate (cost ``ow``), so any partial matching extends to a perfect one
-    and a perfect matching with ``k`` real pairs costs
-    ``sum + ow * (a + b - k)`` -- the official objective up to a constant.
-    Weights are shifted by +1 (LAPJVsp needs non-zero entries), which adds
-    the same constant to every perfect matching. Cost: LAPJVsp on
-    ``2 (a + b)`` nodes and ``2 E + a + b`` edges.
+    Only nodes with at least one candidate take part. The problem separates
+    over the connected components of the candidate graph: components of at
+    least ``_BIG_COMPONENT`` nodes are solved one by one (and cached), the
+    others together, each by :func:`_solve_lap`.
     """
+    empty = np.zeros(0, dtype=np.int64)
     if ei.size == 0:
-        empty = np.zeros(0, dtype=np.int64)
         return empty, empty
     used1 = np.zeros(n1, dtype=bool)
     used1[ei] = True
@@ -312,22 +376,64 @@ def _assign(ei: np.ndarray, ej: np.ndarray, ew: np.ndarray, n1: int, n2: int, ow
     idx1 = np.flatnonzero(used1)
     idx2 = np.flatnonzero(used2)
     a, b = idx1.size, idx2.size
-    map1 = np.cumsum(used1) - 1
-    map2 = np.cumsum(used2) - 1
-    ci = map1[ei]
-    cj = map2[ej]
-    ar_a = np.arange(a, dtype=np.int64)
-    ar_b = np.arange(b, dtype=np.int64)
-    rows = np.concatenate([ci, ar_a, a + ar_b, a + cj])
-    cols = np.concatenate([cj, b + ar_a, ar_b, b + ci])
-    wts = np.empty(rows.size, dtype=np.float64)
-    ne = ci.size
-    wts[:ne] = ew + 1
-    wts[ne:] = ow + 1
-    graph = csr_matrix((wts, (rows, cols)), shape=(a + b, a + b))
-    r, c = min_weight_full_bipartite_matching(graph)
-    real = (r < a) & (c < b)
-    return idx1[r[real]], idx2[c[real]]
+    ci = (np.cumsum(used1) - 1)[ei]
+    cj = (np.cumsum(used2) - 1)[ej]
+    if a + b < 2 * _BIG_COMPONENT:
+        r, c = _solve_lap(ci, cj, ew, a, b, ow)
+        return idx1[r], idx2[c]
+    adj = csr_matrix((np.ones(ci.size, dtype=np.int8), (ci, a + cj)), shape=(a + b, a + b))
+    ncomp, lab = connected_components(adj, directed=False)
+    sizes = np.bincount(lab, minlength=ncomp)
+    big = np.flatnonzero(sizes >= _BIG_COMPONENT)
+    if big.size == 0 or (big.size == 1 and ncomp == 1 and cache is None):
+        r, c = _solve_lap(ci, cj, ew, a, b, ow)
+        return idx1[r], idx2[c]
+    lab1, lab2 = lab[:a], lab[a:]
+    elab = lab1[ci]
+    out1, out2 = [], []
+    is_big = np.zeros(ncomp, dtype=bool)
+    is_big[big] = True
+    # components solved one at a time (sorted views of nodes and edges)
+    e_order = np.argsort(elab, kind="stable")
+    e_bounds = np.searchsorted(elab[e_order], np.arange(ncomp + 1))
+    n1_order = np.argsort(lab1, kind="stable")
+    n1_bounds = np.searchsorted(lab1[n1_order], np.arange(ncomp + 1))
+    n2_order = np.argsort(lab2, kind="stable")
+    n2_bounds = np.searchsorted(lab2[n2_order], np.arange(ncomp + 1))
+    for comp in big:
+        nodes1 = n1_order[n1_bounds[comp] : n1_bounds[comp + 1]]
+        nodes2 = n2_order[n2_bounds[comp] : n2_bounds[comp + 1]]
+        key = None
+        if cache is not None and keys1 is not None:
+            key = (keys1[idx1[nodes1]].tobytes(), idx2[nodes2].tobytes())
+            hit = cache.get(key)
+            if hit is not None:
+                out1.append(np.searchsorted(keys1, hit[0]))
+                out2.append(hit[1])
+                continue
+        edges = e_order[e_bounds[comp] : e_bounds[comp + 1]]
+        loc1 = np.empty(a, dtype=np.int64)
+        loc1[nodes1] = np.arange(nodes1.size)
+        loc2 = np.empty(b, dtype=np.int64)
+        loc2[nodes2] = np.arange(nodes2.size)
+        r, c = _solve_lap(loc1[ci[edges]], loc2[cj[edges]], ew[edges], nodes1.size, nodes2.size, ow)
+        m1, m2 = idx1[nodes1[r]], idx2[nodes2[c]]
+        if key is not None:
+            cache[key] = (keys1[m1], m2)
+        out1.append(m1)
+        out2.append(m2)
+    small_e = ~is_big[elab]
+    if small_e.any():
+        small1 = np.flatnonzero(~is_big[lab1])
+        small2 = np.flatnonzero(~is_big[lab2])
+        loc1 = np.empty(a, dtype=np.int64)
+        loc1[small1] = np.arange(small1.size)
+        loc2 = np.empty(b, dtype=np.int64)
+        loc2[small2] = np.arange(small2.size)
+        r, c = _solve_lap(loc1[ci[small_e]], loc2[cj[small_e]], ew[small_e], small1.size, small2.size, ow)
+        out1.append(idx1[small1[r]])
+        out2.append(idx2[small2[c]])
+    return np.concatenate(out1), np.concatenate(out2)
 
 
 def _check_map(x, name):
@@ -345,6 +451,7 @@ class _GTCandidates:
     lin: np.ndarray  # flat image index of a candidate position
     gt: np.ndarray  # annotator pixel index of that candidate
     cost: np.ndarray  # fixed-point distance cost
+    cache: dict = field(default_factory=dict)  # component solutions
 
 
 class BoundaryMatcher:
@@ -363,6 +470,12 @@ class BoundaryMatcher:
         Tolerance as a fraction of the image diagonal.
     outlier_cost : float, default 100
         Cost of an unmatched pixel in units of the tolerance.
+    cache : bool, default True
+        Remember the solution of every large connected component of the
+        candidate graph, so that a component that reappears unchanged in a
+        later map (typically at the next threshold) is not solved again.
+        Memory grows with the number of distinct components seen; call
+        :meth:`clear_cache` to release it.
 
     Raises
     ------
@@ -375,7 +488,9 @@ class BoundaryMatcher:
         gt_boundaries: Sequence[np.ndarray],
         max_dist: float = DEFAULT_MAX_DIST,
         outlier_cost: float = DEFAULT_OUTLIER_COST,
+        cache: bool = True,
     ):
+        self.use_cache = bool(cache)
         gts = [_check_map(g, "ground-truth boundary map") for g in gt_boundaries]
         if not gts:
             raise ValueError("no ground-truth boundary map given")
@@ -403,6 +518,11 @@ class BoundaryMatcher:
             cst = np.broadcast_to(cost[:, None], yy.shape)[ok]
             self._cands.append(_GTCandidates(int(y.size), lin.astype(np.int64), gid.copy(), cst.copy()))
         self._ids = np.full(h * w, -1, dtype=np.int64)
+
+    def clear_cache(self) -> None:
+        """Forget the cached component solutions."""
+        for cand in self._cands:
+            cand.cache.clear()
 
     @property
     def n_annotators(self) -> int:
@@ -433,7 +553,10 @@ class BoundaryMatcher:
             for cand in self._cands:
                 pi = ids[cand.lin]
                 keep = pi >= 0
-                yield _assign(pi[keep], cand.gt[keep], cand.cost[keep], plin.size, cand.n, self.outlier_weight)
+                yield _assign(
+                    pi[keep], cand.gt[keep], cand.cost[keep], plin.size, cand.n, self.outlier_weight,
+                    keys1=plin, cache=cand.cache if self.use_cache else None,
+                )
         finally:
             ids[plin] = -1
 
@@ -496,7 +619,7 @@ def correspond_pixels(
     pred = _check_map(pred, "predicted boundary map")
     if pred.shape != gt.shape:
         raise ValueError(f"shape mismatch: {pred.shape} vs {gt.shape}")
-    matcher = BoundaryMatcher([gt], max_dist, outlier_cost)
+    matcher = BoundaryMatcher([gt], max_dist, outlier_cost, cache=False)
     mp, mg = next(iter(matcher.match(pred)))
     m1 = np.zeros(pred.size, dtype=bool)
     m1[np.flatnonzero(pred)[mp]] = True

@@ -1,0 +1,126 @@
+"""Inference (Segmenter, hiseg predict): outputs, checkpoints and bad input."""
+import numpy as np
+import pytest
+import torch
+from scipy.io import loadmat
+
+import cv2
+from hiseg.cli import main as cli_main
+from hiseg.inference import Segmenter, atomic_write, write_outputs
+from hiseg.models import get_model
+from hiseg.models.weights import save_weights
+
+
+def checker_image(h=48, w=64):
+    img = np.zeros((h, w, 3), np.float32)
+    img[: h // 2, : w // 2] = [1, 0, 0]
+    img[h // 2:, w // 2:] = [0, 0, 1]
+    img[: h // 2, w // 2:] = [0, 1, 0]
+    return img
+
+
+@pytest.fixture
+def ckpt(tmp_path):
+    torch.manual_seed(0)
+    m = get_model("compact_boundary_net", width=8)
+    return save_weights(m, tmp_path / "m.ckpt", metadata={"data": {"superpixel_method": "watershed",
+                                                                    "superpixel_size": 6.0}})
+
+
+def test_classical_path_finds_the_quadrants():
+    res = Segmenter(region_size=6.0, fit_iterations=20).segment(checker_image())
+    sal = res.saliency
+    assert sal.shape == (48, 64) and 0 <= sal.min() and sal.max() <= 1 + 1e-9
+    lab = res.cut(n_regions=3)
+    assert len(np.unique(lab)) == 3
+    # the strongest boundaries are the colour edges: 3 regions = the coloured quadrants (+ black merged)
+    assert len(np.unique(lab[:24, :32])) == 1 and len(np.unique(lab[24:, 32:])) == 1
+    assert len(np.unique(res.cut(threshold=2.0))) == 1
+
+
+def test_checkpoint_path(ckpt):
+    seg = Segmenter.from_checkpoint(ckpt)
+    assert seg.superpixels.region_size == 6.0
+    res = seg.segment(checker_image())
+    assert res.boundary.shape == (48, 64)
+    assert res.ucm2.shape == (97, 129)
+
+
+def test_predict_cli_writes_all_files(tmp_path, ckpt):
+    src = tmp_path / "in"
+    src.mkdir()
+    for i in range(2):
+        cv2.imwrite(str(src / f"im{i}.png"), (checker_image() * 255).astype(np.uint8))
+    out = tmp_path / "out"
+    assert cli_main(["predict", str(src), "--checkpoint", str(ckpt), "--out", str(out), "--regions", "3",
+                     "--no-progress"]) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == sorted(f"im{i}{s}" for i in range(2) for s in
+                           ["_ucm.png", "_ucm16.png", ".mat", "_labels.png", "_overlay.png"])
+    ucm2 = loadmat(out / "im0.mat")["ucm2"]
+    assert ucm2.shape == (97, 129) and ucm2.dtype == np.float64
+    u16 = cv2.imread(str(out / "im0_ucm16.png"), cv2.IMREAD_UNCHANGED)
+    assert u16.dtype == np.uint16 and u16.shape == (48, 64)
+    np.testing.assert_allclose(u16 / 65535.0, np.clip(ucm2[2::2, 2::2], 0, 1), atol=1 / 65535)
+    lab = cv2.imread(str(out / "im0_labels.png"), cv2.IMREAD_UNCHANGED)
+    assert len(np.unique(lab)) == 3
+    # classical path and a threshold
+    assert cli_main(["predict", str(src / "im0.png"), "--out", str(tmp_path / "o2"), "--threshold", "0.5",
+                     "--no-progress"]) == 0
+    assert (tmp_path / "o2" / "im0_labels.png").is_file()
+
+
+def test_flat_image_gives_flat_saliency(tmp_path):
+    img = np.full((30, 40, 3), 0.5, np.float32)
+    res = Segmenter(region_size=100.0).segment(img)
+    if res.rag.num_regions == 1:
+        assert res.saliency.max() == 0
+    paths = write_outputs(tmp_path, "flat", res, img, n_regions=5)
+    assert all(p.is_file() for p in paths)
+
+
+def test_atomic_write_leaves_nothing_on_error(tmp_path):
+    target = tmp_path / "x.mat"
+
+    def boom(tmp):
+        with open(tmp, "w") as f:
+            f.write("half")
+        raise RuntimeError("killed")
+
+    with pytest.raises(RuntimeError):
+        atomic_write(target, boom)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("setup, msg", [
+    ("missing", "input not found"),
+    ("empty", "no image files"),
+    ("corrupt", "cannot read image"),
+])
+def test_predict_bad_inputs(tmp_path, capsys, setup, msg):
+    src = tmp_path / "in"
+    src.mkdir()
+    arg = str(src)
+    if setup == "missing":
+        arg = str(tmp_path / "nope.png")
+    elif setup == "corrupt":
+        (src / "bad.png").write_bytes(b"not a png at all")
+    out = tmp_path / "out"
+    assert cli_main(["predict", arg, "--out", str(out), "--no-progress"]) == 2
+    assert msg in capsys.readouterr().err
+    assert not out.exists() or list(out.iterdir()) == []
+
+
+def test_bad_checkpoints(tmp_path, capsys):
+    bad = tmp_path / "bad.ckpt"
+    bad.write_bytes(b"garbage")
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), np.zeros((20, 20, 3), np.uint8))
+    assert cli_main(["predict", str(img), "--checkpoint", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert "corrupted or not a torch checkpoint" in capsys.readouterr().err
+    # a checkpoint of another architecture (claims compact, holds resnet weights)
+    other = get_model("resnet18_boundary_net")
+    torch.save({"state_dict": other.state_dict(),
+                "hyper_parameters": {"arch": "compact_boundary_net", "arch_kwargs": {}}}, tmp_path / "o.ckpt")
+    with pytest.raises(Exception, match="(?i)mismatch|missing|unexpected"):
+        Segmenter.from_checkpoint(tmp_path / "o.ckpt")
