@@ -142,8 +142,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         ``optimizer="newton"``.
     max_iter : int, default=200
         Maximum number of gradient iterations.
-    positivity : {"softplus", "relu"} or None, default="softplus"
-        Reparametrisation keeping the fitted weights nonnegative.
+    positivity : {"softplus", "relu", "exp"} or None, default="softplus"
+        Reparametrisation keeping the fitted weights nonnegative (``"exp"``: steps in
+        log space).
     patience : int or None, default=50
         Stop after that many iterations without improvement of the loss.
     optimizer : {"amsgrad", "adam", "sgd", "newton"}, default="amsgrad"
@@ -249,8 +250,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         real("sigmoid_slope", positive=True)
         for name in ("size_weight", "triplet_weight", "margin"):
             real(name)
-        if self.positivity not in ("softplus", "relu", None):
-            raise ValueError(f"positivity must be 'softplus', 'relu' or None, got {self.positivity!r}")
+        if self.positivity not in ("softplus", "relu", "exp", None):
+            raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
         if self.optimizer not in ("amsgrad", "adam", "sgd", "newton"):
             raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {self.optimizer!r}")
         if self.optimizer == "newton" and self.loss.startswith("dasgupta"):

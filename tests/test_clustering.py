@@ -214,3 +214,48 @@ def test_plotting_helpers(blobs, tmp_path):
         to_linkage(est.parents_, alt)
     with pytest.raises(ValueError, match="2-D points"):
         plot_hierarchy_and_clusters(np.c_[X, X], est)
+
+
+# ----------------------------------------------------------------------------- fitting options
+@pytest.fixture(scope="module")
+def coins_rag():
+    """A ~300-superpixel RAG of scikit-image's coins, mean Sobel gradient per frontier."""
+    skimage = pytest.importorskip("skimage")
+    from skimage.filters import sobel
+    from skimage.segmentation import slic
+
+    from hiseg.graph import grid_graph, region_adjacency_graph
+
+    im = skimage.util.img_as_float(skimage.data.coins())
+    grad = sobel(im).ravel()
+    rag = region_adjacency_graph(slic(im, n_segments=300, compactness=0.1, start_label=0, channel_axis=None))
+    px = grid_graph(im.shape)
+    fe = rag.frontier_edges
+    vals = 0.5 * (grad[px.sources[fe]] + grad[px.targets[fe]])
+    w = np.add.reduceat(vals, rag.frontier_ptr[:-1]) / np.diff(rag.frontier_ptr)
+    return rag.graph, w
+
+
+def test_newton_fit_ends_below_average_linkage(coins_rag):
+    import higra as hg
+    import torch
+
+    from hiseg.fitting import fit_ultrametric
+
+    from test_ultrametric import is_ultrametric_on_graph
+
+    g, w = coins_rag
+    tree, alt = hg.binary_partition_tree_average_linkage(g.to_higra(), w)
+    al = alt[tree.lowest_common_ancestor_preprocess().lca(g.sources, g.targets)]
+    res = fit_ultrametric(g, torch.tensor(w), optimizer="newton", max_iter=100, full_output=True)
+    u = res.ultrametric.numpy()
+    assert is_ultrametric_on_graph(g, u) and np.all(u >= 0)
+    assert np.mean((u - w) ** 2) < 0.97 * np.mean((al - w) ** 2)
+    assert res.best_iter < 60
+    # AMSGrad in log space (positivity="exp") also runs and improves on the start
+    res2 = fit_ultrametric(g, torch.tensor(w), positivity="exp", max_iter=30, full_output=True)
+    assert res2.loss < res2.history[0]
+    with pytest.raises(ValueError, match="no closest term"):
+        fit_ultrametric(g, torch.tensor(w), loss="dasgupta", optimizer="newton")
+    with pytest.raises(ValueError, match="needs a closest term"):
+        UltrametricClustering(loss="dasgupta", optimizer="newton").fit(np.random.default_rng(0).random((20, 2)))

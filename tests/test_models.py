@@ -266,10 +266,10 @@ def test_missing_and_corrupt_files(tmp_path):
     good = tmp_path / "good.pt"
     torch.save(compact_boundary_net().state_dict(), good)
     data = good.read_bytes()
-    for name, content in [("garbage.pt", b"this is not a checkpoint"), ("empty.pt", b""), ("truncated.pt", data[: len(data) // 2])]:
+    for name, content in [("garbage.pt", b"this is not a checkpoint"), ("garbage2.ckpt", b"garbage"), ("empty.pt", b""), ("truncated.pt", data[: len(data) // 2])]:
         p = tmp_path / name
         p.write_bytes(content)
-        with pytest.raises(CheckpointError, match=name):
+        with pytest.raises(CheckpointError, match=f"{name} is corrupted or not a torch checkpoint"):
             compact_boundary_net(weights=p)
 
 

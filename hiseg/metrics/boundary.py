@@ -31,18 +31,21 @@ instead of a dense problem. Ties are broken deterministically.
 
 Thinning
 --------
-:func:`skimage.morphology.thin` implements the same two-subiteration parallel
+:func:`skimage.morphology.thin` implements the two-subiteration parallel
 thinning (Guo & Hall 1989, as described by Lam, Lee & Suen 1992, p. 879) that
-MATLAB's ``bwmorph(..., 'thin', Inf)`` documents, with zero padding outside the
-image and iteration to convergence. Checked against the official outputs: the
-soft-boundary reference (``test_2``, thick maps that need thinning) is
-reproduced to the same ~1e-3 tie-breaking noise as the already-thin ucm2 input.
+MATLAB's ``bwmorph(..., 'thin', Inf)`` documents; it was added to
+scikit-image to replicate that MATLAB function (scikit-image PR #2294), pads
+with zeros outside the image and iterates to convergence, like ``bwmorph``.
+Checked against the official outputs: the ``segs`` references (``test_3``,
+``test_4``), whose ``seg2bdry`` maps have 2x2 blobs at junctions and must be
+thinned, are reproduced within the same ~1e-3 tie-breaking noise as the
+already-thin ucm2 maps (``test_1``). The input is never modified.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -528,20 +531,25 @@ class BoundaryMatcher:
     def n_annotators(self) -> int:
         return len(self._cands)
 
-    def match(self, pred: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Yield, per annotator, the matched predicted and annotator pixels.
+    def match(self, pred: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Optimal correspondence of a predicted map with every annotator.
 
         Parameters
         ----------
         pred : numpy.ndarray, shape (H, W)
             Predicted (already thinned) boundary map.
 
-        Yields
+        Returns
+        -------
+        list of (numpy.ndarray, numpy.ndarray)
+            Per annotator, the indices (into ``np.flatnonzero(pred)`` and into
+            the annotator's ``np.flatnonzero(gt)``) of the pixels paired by
+            the optimal assignment.
+
+        Raises
         ------
-        (numpy.ndarray, numpy.ndarray)
-            Indices (into ``np.flatnonzero(pred)`` and into the annotator's
-            ``np.flatnonzero(gt)``) of the pixels paired by the optimal
-            assignment.
+        ValueError
+            If ``pred`` is not 2-D or its shape differs from the annotators'.
         """
         pred = _check_map(pred, "predicted boundary map")
         if pred.shape != self.shape:
@@ -550,15 +558,18 @@ class BoundaryMatcher:
         ids = self._ids
         ids[plin] = np.arange(plin.size, dtype=np.int64)
         try:
+            edges = []
             for cand in self._cands:
                 pi = ids[cand.lin]
                 keep = pi >= 0
-                yield _assign(
-                    pi[keep], cand.gt[keep], cand.cost[keep], plin.size, cand.n, self.outlier_weight,
-                    keys1=plin, cache=cand.cache if self.use_cache else None,
-                )
+                edges.append((pi[keep], cand.gt[keep], cand.cost[keep]))
         finally:
             ids[plin] = -1
+        return [
+            _assign(ei, ej, ew, plin.size, cand.n, self.outlier_weight,
+                    keys1=plin, cache=cand.cache if self.use_cache else None)
+            for (ei, ej, ew), cand in zip(edges, self._cands)
+        ]
 
     def counts(self, pred: np.ndarray) -> tuple[int, int, int, int]:
         """Benchmark counts of one (thinned) predicted map.
@@ -620,7 +631,7 @@ def correspond_pixels(
     if pred.shape != gt.shape:
         raise ValueError(f"shape mismatch: {pred.shape} vs {gt.shape}")
     matcher = BoundaryMatcher([gt], max_dist, outlier_cost, cache=False)
-    mp, mg = next(iter(matcher.match(pred)))
+    mp, mg = matcher.match(pred)[0]
     m1 = np.zeros(pred.size, dtype=bool)
     m1[np.flatnonzero(pred)[mp]] = True
     m2 = np.zeros(gt.size, dtype=bool)

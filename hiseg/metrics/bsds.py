@@ -527,6 +527,9 @@ def evaluate(
                     progress(i + 1, len(tasks), res["name"])
     total = time.perf_counter() - t_start
 
+    if all(r["boundary"] is None and r["region"] is None for r in per_image):
+        raise ValueError(f"nothing to evaluate: predictions in {pred_dir} are soft boundary maps "
+                         "(no regions) and the boundary benchmark is disabled")
     kinds = {r["kind"] for r in per_image}
     if len(kinds) > 1:
         raise ValueError(f"predictions of mixed kinds in {pred_dir}: {sorted(kinds)}")

@@ -312,15 +312,18 @@ def load_checkpoint_file(path: PathLike, map_location: Any = "cpu") -> Any:
         return torch.load(p, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
-        if "Weights only load failed" in msg or "Unsupported global" in msg:
-            detail = next((ln.strip() for ln in msg.splitlines() if "Unsupported global" in ln), msg.splitlines()[0])
+        # Only a refused *global* (a class or function to import) means "code in the
+        # file"; any other unpickling failure (e.g. "Unsupported operand") is corruption.
+        if "Unsupported global" in msg:
+            detail = next(ln.strip() for ln in msg.splitlines() if "Unsupported global" in ln)
             raise CheckpointError(
                 f"checkpoint {p} holds Python objects that a weights-only load refuses "
                 f"(a checkpoint is read as data, never code). If you trust the file, allow "
                 f"the listed classes with `with torch.serialization.safe_globals([...]):` "
                 f"around the call, or re-save only its state_dict. Details: {detail}"
             ) from e
-        raise CheckpointError(f"checkpoint {p} is corrupted or not a torch checkpoint: {e}") from e
+        detail = next((ln.strip() for ln in msg.splitlines() if "Unsupported" in ln), msg.splitlines()[0] if msg else "")
+        raise CheckpointError(f"checkpoint {p} is corrupted or not a torch checkpoint: {detail}") from e
     except Exception as e:  # zip/pickle/EOF/decode errors: all mean "not a usable checkpoint"
         raise CheckpointError(f"checkpoint {p} is corrupted or not a torch checkpoint: {type(e).__name__}: {e}") from e
 
