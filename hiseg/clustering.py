@@ -195,7 +195,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     (60,)
     """
 
-    _LOSSES = ("closest", "closest+size", "closest+triplet", "dasgupta", "dasgupta+size")
+    _LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta", "dasgupta+size")
 
     def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
                  triplet_weight=1.0, margin=1.0, max_triplets=None, sigmoid_slope=5.0,

@@ -20,7 +20,7 @@ from .ultrametric import Hierarchy, build_hierarchy, check_weights
 
 __all__ = ["fit_ultrametric", "FitResult", "LOSSES", "make_loss"]
 
-LOSSES = ("closest", "closest+size", "closest+triplet", "dasgupta", "dasgupta+size")
+LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta", "dasgupta+size")
 
 
 def _inv_softplus(x: torch.Tensor) -> torch.Tensor:
