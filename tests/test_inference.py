@@ -124,3 +124,21 @@ def test_bad_checkpoints(tmp_path, capsys):
                 "hyper_parameters": {"arch": "compact_boundary_net", "arch_kwargs": {}}}, tmp_path / "o.ckpt")
     with pytest.raises(Exception, match="(?i)mismatch|missing|unexpected"):
         Segmenter.from_checkpoint(tmp_path / "o.ckpt")
+
+
+@pytest.mark.slow
+def test_predict_then_evaluate_same_folder(tmp_path, shared_data):
+    """`hiseg evaluate` reads a folder written by `hiseg predict` (the .mat files, not the PNG views)."""
+    import json
+
+    bench = shared_data / "bench" / "data"
+    img = sorted((bench / "images").glob("*.jpg"))[0]
+    gt = tmp_path / "gt"
+    gt.mkdir()
+    (gt / f"{img.stem}.mat").symlink_to(bench / "groundTruth" / f"{img.stem}.mat")
+    out = tmp_path / "pred"
+    assert cli_main(["predict", str(img), "--out", str(out), "--regions", "5", "--no-progress"]) == 0
+    assert cli_main(["evaluate", "--pred", str(out), "--gt", str(gt), "--thresholds", "5", "--workers", "1",
+                     "--out", str(tmp_path / "eval"), "--quiet"]) == 0
+    res = json.loads((tmp_path / "eval" / "results.json").read_text())
+    assert 0.3 < res["boundary"]["ods"]["f"] <= 1 and "covering" in res

@@ -393,7 +393,9 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         Folder of ground-truth ``.mat`` files.
     kind : str
         Prediction format; restricts the extensions looked at
-        (``ucm2``/``segs``: ``.mat``; ``pb``/``labels``: ``.png``).
+        (``ucm2``/``segs``: ``.mat``; ``pb``/``labels``: ``.png``). With ``auto``, a
+        folder that holds ``.mat`` files is read for those only (the PNG views that
+        ``hiseg predict`` writes beside them are ignored).
 
     Returns
     -------
@@ -415,6 +417,10 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         if not d.is_dir():
             raise NotADirectoryError(f"{what} path is not a folder: {d}")
     exts = {"auto": _PRED_EXTS, "ucm2": (".mat",), "segs": (".mat",), "pb": (".png",), "labels": (".png",)}[kind]
+    if kind == "auto" and any(p.suffix.lower() == ".mat" for p in pred_dir.iterdir() if p.is_file()):
+        # a folder written by `hiseg predict` holds NAME.mat (ucm2) beside NAME_ucm.png etc.:
+        # the .mat files are the predictions, the PNGs are views of them
+        exts = (".mat",)
     preds: dict[str, Path] = {}
     for p in sorted(pred_dir.iterdir()):
         if p.is_file() and p.suffix.lower() in exts:
