@@ -59,7 +59,8 @@ def main():
         t = np.array([series[name][k] for k in e])
         ax.loglog(e, t, marker=marks[name], label=f"{name} (slope {slope(e, t):.2f})")
     e = np.array(sorted(floor))
-    ax.loglog(e, [floor[k] for k in e], "k--", label=f"floor: bpt_canonical + lca (slope {slope(e, [floor[k] for k in e]):.2f})")
+    fl = [floor[k] for k in e]
+    ax.loglog(e, fl, "k--", label=f"floor: bpt_canonical + lca (slope {slope(e, fl):.2f})")
     ax.set_xlabel("number of edges")
     ax.set_ylabel("seconds per iteration (1 thread)")
     ax.set_title("Ultrametric fitting: time per iteration")

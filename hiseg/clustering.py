@@ -7,8 +7,8 @@ size, triplet or Dasgupta losses), and cuts the resulting hierarchy into
 ``n_clusters`` flat clusters with :func:`cut_num_clusters`.
 
 Partial labels ``y`` (``-1`` = unlabelled) feed the triplet term of the semi-supervised
-loss ``"closest+triplet"``; the other losses ignore them.  There is no ``predict``: the
-hierarchy is defined on the fitted samples only.
+losses ``"closest+triplet"`` and ``"closest+size+triplet"``; the others ignore them.
+There is no ``predict``: the hierarchy is defined on the fitted samples only.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from typing import Optional
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
+from sklearn.utils import check_random_state
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 __all__ = ["UltrametricClustering", "cut_num_clusters"]
 
@@ -112,11 +113,16 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     n_clusters : int, default=2
         Number of flat clusters of ``labels_`` (a cut of the hierarchy that removes its
         ``n_clusters - 1`` highest merges; see :func:`cut_num_clusters` for ties).
-    loss : {"closest+size", "closest", "closest+triplet", "dasgupta", "dasgupta+size"}, default="closest+size"
+    loss : {"closest+size", "closest", "closest+triplet", "closest+size+triplet", "dasgupta", \
+            "dasgupta+size"}, default="closest+size"
         The cost function: closest ultrametric (mean squared error to the input
         distances), plus the cluster-size regularisation (``size``), plus the triplet
         term built from the partial labels ``y`` (``triplet``), or the relaxed Dasgupta
-        cost (with the kNN distances as dissimilarities).
+        cost (with the kNN distances as dissimilarities). With the triplet term alone,
+        the labelled classes are separated inside the hierarchy but unlabelled outliers
+        may still be merged last, so that a cut into few clusters isolates them; adding
+        ``size`` (``"closest+size+triplet"``) pushes such merges down
+        (``experiments/real.py``, breast cancer).
     size_weight : float, default=10.0
         Weight of the cluster-size term (the paper's unsupervised setting: 10 with the
         top 10 nodes, for features scaled to [-1, 1]). The closest term scales as the
@@ -306,7 +312,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         X : array-like or pandas DataFrame (n_samples, n_features), finite values.
         y : array-like (n_samples,) or None
             Partial labels, ``-1`` for the unlabelled samples; used by the triplet term of
-            ``loss="closest+triplet"`` (required then), ignored by the other losses.
+            the triplet losses (required then), ignored by the other losses.
 
         Returns
         -------
@@ -343,9 +349,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             kw.update(size_weight=float(self.size_weight), top_nodes=int(self.top_nodes))
         if "triplet" in terms:
             seed = self.random_state
-            if seed is not None and not isinstance(seed, numbers.Integral):
-                seed = np.random.RandomState(seed).randint(np.iinfo(np.int32).max) \
-                    if not isinstance(seed, np.random.RandomState) else seed.randint(np.iinfo(np.int32).max)
+            if seed is not None and not isinstance(seed, numbers.Integral):  # a RandomState instance
+                seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
             kw.update(labels=y, triplet_weight=float(self.triplet_weight), margin=float(self.margin),
                       max_triplets=self.max_triplets, random_state=seed)
         fit_w = w
@@ -358,7 +363,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                 fit_w = np.ones_like(w)
         with torch.no_grad():
             wt = torch.as_tensor(fit_w, dtype=torch.float64)
-        res = fit_ultrametric(graph, wt, loss=self.loss, lr=None if self.lr is None else float(self.lr), max_iter=int(self.max_iter),
+        lr = None if self.lr is None else float(self.lr)
+        res = fit_ultrametric(graph, wt, loss=self.loss, lr=lr, max_iter=int(self.max_iter),
                               positivity=self.positivity, patience=self.patience,
                               optimizer=self.optimizer, full_output=True, **kw)
         h = res.hierarchy

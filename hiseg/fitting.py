@@ -20,7 +20,8 @@ from .ultrametric import Hierarchy, build_hierarchy, check_weights
 
 __all__ = ["fit_ultrametric", "FitResult", "LOSSES", "make_loss"]
 
-LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta", "dasgupta+size")
+LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta",
+          "dasgupta+size")
 
 
 def _inv_softplus(x: torch.Tensor) -> torch.Tensor:
@@ -37,8 +38,9 @@ def make_loss(loss: Union[str, Callable], *, size_weight: float = 1.0, top_nodes
 
     Names: ``"closest"``, ``"closest+size"`` (``size_weight``, ``top_nodes``),
     ``"closest+triplet"`` (``triplet_weight``, ``labels`` with -1 = unlabelled or
-    ``triplets``, ``margin``, ``max_triplets``), ``"dasgupta"`` (``sigmoid_slope``,
-    ``dasgupta_mode``) and ``"dasgupta+size"``.  A callable is returned unchanged.
+    ``triplets``, ``margin``, ``max_triplets``), ``"closest+size+triplet"`` (both
+    regularisations), ``"dasgupta"`` (``sigmoid_slope``, ``dasgupta_mode``) and
+    ``"dasgupta+size"``.  A callable is returned unchanged.
     """
     if callable(loss):
         return loss
@@ -48,7 +50,7 @@ def make_loss(loss: Union[str, Callable], *, size_weight: float = 1.0, top_nodes
     terms = loss.split("+")
     if "triplet" in terms:
         if (labels is None) == (triplets is None):
-            raise ValueError("loss 'closest+triplet' needs exactly one of `labels` or `triplets`")
+            raise ValueError(f"loss {loss!r} needs exactly one of `labels` or `triplets`")
         if triplets is None:
             triplets = L.make_triplets(labels, max_triplets=max_triplets, random_state=random_state)
 

@@ -80,18 +80,25 @@ def to_linkage(parents, altitudes) -> np.ndarray:
     return np.column_stack([kids.astype(np.float64), alt, size[n:]])
 
 
-def plot_dendrogram(parents, altitudes, *, top_nodes: int = 30, ax=None, color_threshold=None,
-                    n_clusters: Optional[int] = None, title: Optional[str] = None):
+def plot_dendrogram(parents=None, altitudes=None, *, linkage=None, top_nodes: int = 30, ax=None,
+                    color_threshold=None, n_clusters: Optional[int] = None, title: Optional[str] = None):
     """Dendrogram of the ``top_nodes`` highest merges of a hierarchy, on ``ax``.
 
-    ``n_clusters``: colour the clusters of the cut with that many clusters (the threshold
-    is set between the ``n_clusters``-th and the ``n_clusters - 1``-th highest merges).
-    Returns the scipy ``dendrogram`` dictionary. Cost O(N). Raises as :func:`to_linkage`.
+    The hierarchy is ``parents`` + ``altitudes`` (see :func:`to_linkage`) or a scipy
+    ``linkage`` matrix. ``n_clusters``: colour the clusters of the cut with that many
+    clusters (the threshold is set between the ``n_clusters``-th and the
+    ``n_clusters - 1``-th highest merges). Returns the scipy ``dendrogram`` dictionary.
+    Cost O(N). Raises as :func:`to_linkage`, or ValueError when no hierarchy is given.
     """
     from scipy.cluster.hierarchy import dendrogram
 
     plt = _pyplot()
-    Z = to_linkage(parents, altitudes)
+    if linkage is not None:
+        Z = np.asarray(linkage, dtype=np.float64)
+    elif parents is not None and altitudes is not None:
+        Z = to_linkage(parents, altitudes)
+    else:
+        raise ValueError("plot_dendrogram needs parents and altitudes, or a linkage matrix")
     if ax is None:
         _, ax = plt.subplots()
     if n_clusters is not None and color_threshold is None and 1 < n_clusters <= Z.shape[0]:
@@ -184,8 +191,9 @@ def plot_hierarchies_grid(rows: Sequence[dict], *, columns: Sequence[str], top_n
     """A grid of (dendrogram, clusters) pairs: one row per method, one column pair per data set.
 
     ``rows``: dicts with ``"name"`` and ``"cells"``, a list (one per data set, in the order
-    of ``columns``) of dicts ``{"X", "parents", "altitudes", "labels", "labelled"(opt.)}``;
-    a cell without ``parents`` (a flat method) draws only the clusters.
+    of ``columns``) of dicts ``{"X", "parents", "altitudes", "labels", "labelled"(opt.)}``
+    (or ``"linkage"``, a scipy linkage matrix, instead of parents/altitudes); a cell
+    without a hierarchy (a flat method) draws only the clusters.
     Returns the ``Figure``; saved at ``path`` when given.
     """
     plt = _pyplot()
@@ -195,11 +203,14 @@ def plot_hierarchies_grid(rows: Sequence[dict], *, columns: Sequence[str], top_n
         for j, c in enumerate(row["cells"]):
             a0, a1 = axes[i, 2 * j], axes[i, 2 * j + 1]
             labels = np.asarray(c["labels"])
-            if c.get("parents") is not None:
-                plot_dendrogram(c["parents"], c["altitudes"], top_nodes=top_nodes, ax=a0,
-                                n_clusters=int(labels.max()) + 1)
+            if c.get("parents") is not None or c.get("linkage") is not None:
+                plot_dendrogram(c.get("parents"), c.get("altitudes"), linkage=c.get("linkage"),
+                                top_nodes=top_nodes, ax=a0, n_clusters=int(labels.max()) + 1)
             else:
-                a0.axis("off")
+                a0.set_xticks([])
+                a0.set_yticks([])
+                for side in a0.spines.values():
+                    side.set_visible(False)
             plot_clustering(c["X"], labels, ax=a1, labelled=c.get("labelled"), s=4)
             if i == 0:
                 a1.set_title(columns[j], fontsize=9)

@@ -101,6 +101,10 @@ def test_partial_labels_are_used():
                                  max_iter=80).fit(X, partial)
     assert _accuracy(y, semi.labels_) > 0.95
     assert _accuracy(y, semi.labels_) > _accuracy(y, unsup.labels_) + 0.2
+    # the size term can be added to the semi-supervised loss
+    both = UltrametricClustering(2, loss="closest+size+triplet", size_weight=1.0, margin=1.0,
+                                 max_iter=80).fit(X, partial)
+    assert _accuracy(y, both.labels_) > 0.95
     # string labels with "-1" for the unlabelled samples give the same fit
     strs = np.where(partial < 0, "-1", np.where(partial == 0, "a", "b")).astype(object)
     semi2 = UltrametricClustering(2, loss="closest+triplet", margin=1.0, max_iter=80).fit(X, strs)
@@ -192,8 +196,7 @@ def test_cut_num_clusters_errors():
 
 # ----------------------------------------------------------------------------- plotting
 def test_plotting_helpers(blobs, tmp_path):
-    from scipy.cluster.hierarchy import linkage, to_tree  # noqa: F401  (scipy validity check below)
-    from scipy.cluster.hierarchy import is_valid_linkage
+    from scipy.cluster.hierarchy import is_valid_linkage, linkage
 
     from hiseg.plotting import plot_hierarchies_grid, plot_hierarchy_and_clusters, to_linkage
 
@@ -206,8 +209,9 @@ def test_plotting_helpers(blobs, tmp_path):
     assert path.stat().st_size > 1000 and len(fig.axes) == 2
     cell = dict(X=X, parents=est.parents_, altitudes=est.altitudes_, labels=est.labels_)
     flat = dict(X=X, labels=y)
-    fig2 = plot_hierarchies_grid([dict(name="a", cells=[cell, flat])], columns=["one", "two"])
-    assert len(fig2.axes) == 4
+    ward = dict(X=X, labels=y, linkage=linkage(X, "ward"))
+    fig2 = plot_hierarchies_grid([dict(name="a", cells=[cell, flat, ward])], columns=["one", "two", "three"])
+    assert len(fig2.axes) == 6
     with pytest.raises(ValueError, match="decrease"):
         alt = est.altitudes_.copy()
         alt[-1] = -1
