@@ -142,51 +142,34 @@ class Segmenter:
 
     def segment(self, image) -> SegmentationResult:
         """Hierarchy of one image (array (H, W[, 3|4]) or path). See :class:`SegmentationResult`."""
+        from .data.superpixels import color_gradient
+
         img = _as_image(image)
         t = {}
         t0 = time.perf_counter()
-        if self.model is not None:
-            prob = self.boundary_map(img)
-            t["network"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            if self.on_boundary:
-                sp = watershed_on_map(prob, self.region_size)
-            else:
-                sp = self.superpixels(img)
-            rag = region_adjacency_graph(sp)
-            pa, pb, e = frontier_pixel_pairs(rag)
-            t["superpixels"] = time.perf_counter() - t0
-            if rag.graph.num_vertices == 1:
-                return self._flat(rag, t)
-            t0 = time.perf_counter()
-            w = frontier_mean(torch.from_numpy(prob).double(), torch.from_numpy(pa), torch.from_numpy(pb),
-                              torch.from_numpy(e), rag.graph.num_edges)
-            h = build_hierarchy(rag.graph, w)
-            u = h.ultrametric(w).numpy()
-            t["hierarchy"] = time.perf_counter() - t0
-            return SegmentationResult(rag, u, h, prob, t)
-        # classical path
-        from .data.superpixels import color_gradient
-
-        grad = color_gradient(img, 1.0)  # Scharr gradient magnitude of the smoothed Lab image
+        learned = self.model is not None
+        # the pixel map pooled on the frontiers: the network's boundary probability, or the
+        # classical colour gradient (Scharr derivatives of the smoothed Lab image)
+        pmap = self.boundary_map(img) if learned else color_gradient(img, 1.0)
         t["network"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sp = self.superpixels(img)
+        sp = watershed_on_map(pmap, self.region_size) if (learned and self.on_boundary) else self.superpixels(img)
         rag = region_adjacency_graph(sp)
         pa, pb, e = frontier_pixel_pairs(rag)
         t["superpixels"] = time.perf_counter() - t0
         if rag.graph.num_vertices == 1:
             return self._flat(rag, t)
         t0 = time.perf_counter()
-        w = frontier_mean(torch.from_numpy(grad.astype(np.float64)), torch.from_numpy(pa), torch.from_numpy(pb),
+        w = frontier_mean(torch.from_numpy(pmap.astype(np.float64)), torch.from_numpy(pa), torch.from_numpy(pb),
                           torch.from_numpy(e), rag.graph.num_edges)
-        w = w / w.max().clamp_min(1e-12)
-        if self.fit_iterations > 0:
-            w = fit_ultrametric(rag.graph, w, max_iter=self.fit_iterations)
+        if not learned:
+            w = w / w.max().clamp_min(1e-12)
+            if self.fit_iterations > 0:
+                w = fit_ultrametric(rag.graph, w, max_iter=self.fit_iterations)
         h = build_hierarchy(rag.graph, w)
         u = h.ultrametric(w).numpy()
         t["hierarchy"] = time.perf_counter() - t0
-        return SegmentationResult(rag, u, h, None, t)
+        return SegmentationResult(rag, u, h, pmap if learned else None, t)
 
     def _flat(self, rag, t):
         h = build_hierarchy(rag.graph, torch.zeros(0, dtype=torch.float64))
