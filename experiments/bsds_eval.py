@@ -1,0 +1,121 @@
+"""Benchmark a trained checkpoint on BSDS500 val, next to gPb-owt-ucm, and export it.
+
+    python experiments/bsds_eval.py --checkpoint runs/bsds500/.../best.ckpt \\
+        --bsds ../shared/data/BSDS500 --out experiments/results/bsds_val [--export models/x.ckpt]
+        [--baseline] [--n-images 100] [--thresholds 99]
+
+1. optionally exports the network as a slim, self-describing checkpoint
+   (``hiseg.models.weights.save_weights``: state dict + architecture + the superpixel
+   settings and training metadata; loads with ``weights_only=True``);
+2. runs ``hiseg predict`` on the val images (ucm2 ``.mat`` files), timing each stage;
+3. runs the Python BSDS benchmark (``hiseg evaluate``) on them and, with ``--baseline``,
+   on the gPb-owt-ucm ucm2 files of the same images;
+4. writes ``OUT/results.md`` (a table of both) and ``OUT/results.json``.
+"""
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def export(ckpt, path, extra_meta):
+    from hiseg.models.weights import load_checkpoint_file, load_model, save_weights
+
+    ck = load_checkpoint_file(ckpt)
+    model = load_model(str(ckpt))
+    meta = {"data": dict(ck.get("datamodule_hyper_parameters") or {}),
+            "training": {k: v for k, v in (ck.get("hyper_parameters") or {}).items()
+                         if isinstance(v, (str, int, float, bool, type(None), dict, list))},
+            "epoch": int(ck.get("epoch", -1)), "global_step": int(ck.get("global_step", -1))}
+    meta["data"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in meta["data"].items()}
+    meta.update(extra_meta)
+    return save_weights(model, path, metadata=meta)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", required=True)
+    ap.add_argument("--bsds", required=True, help="BSDS500 root (with data/images/val or images/val)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--export", default=None, help="write the slim checkpoint here")
+    ap.add_argument("--meta", default="{}", help="extra JSON metadata for the exported checkpoint")
+    ap.add_argument("--baseline", action="store_true", help="also evaluate gPb-owt-ucm (ucm2/val)")
+    ap.add_argument("--n-images", type=int, default=100)
+    ap.add_argument("--thresholds", type=int, default=99)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--on-boundary", action="store_true")
+    args = ap.parse_args()
+    torch.set_num_threads(2)
+
+    from hiseg.data.bsds import find_bsds_root
+    from hiseg.data.folder import read_image
+    from hiseg.inference import Segmenter, write_outputs
+    from hiseg.metrics.bsds import evaluate
+
+    root = find_bsds_root(args.bsds)
+    out = Path(args.out)
+    ckpt = args.checkpoint
+    if args.export:
+        ckpt = str(export(args.checkpoint, args.export, json.loads(args.meta)))
+        print(f"exported {ckpt} ({Path(ckpt).stat().st_size / 1024:.0f} KiB)")
+    images = sorted((root / "images" / "val").glob("*.jpg"))[: args.n_images]
+    names = [p.stem for p in images]
+    pred = out / "ucm2"
+    gt = out / "gt"
+    for d in (pred, gt):
+        shutil.rmtree(d, ignore_errors=True)
+        d.mkdir(parents=True)
+    for n in names:
+        (gt / f"{n}.mat").symlink_to((root / "groundTruth" / "val" / f"{n}.mat").resolve())
+    seg = Segmenter.from_checkpoint(ckpt, on_boundary=args.on_boundary)
+    times = []
+    for p in images:
+        img = read_image(p)
+        t0 = time.perf_counter()
+        res = seg.segment(img)
+        t1 = time.perf_counter()
+        write_outputs(pred, p.stem, res, img)
+        times.append(dict(res.timings, writing=time.perf_counter() - t1, total=time.perf_counter() - t0))
+    for f in pred.glob("*.png"):
+        f.unlink()
+    tmed = {k: float(np.median([t[k] for t in times])) for k in times[0]}
+    print("predict seconds per image (median):", {k: round(v, 3) for k, v in tmed.items()})
+    results = {"hiseg": evaluate(pred, gt, n_thresholds=args.thresholds, workers=args.workers),
+               "predict_seconds": tmed, "n_images": len(names), "thresholds": args.thresholds}
+    if args.baseline:
+        base = out / "gpb"
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir()
+        ucm_dir = root.parent / "ucm2" / "val" if (root.parent / "ucm2").is_dir() else root / "ucm2" / "val"
+        for n in names:
+            (base / f"{n}.mat").symlink_to((ucm_dir / f"{n}.mat").resolve())
+        results["gpb_owt_ucm"] = evaluate(base, gt, n_thresholds=args.thresholds, workers=args.workers)
+
+    def row(name, r):
+        b = r["boundary"]
+        return (f"| {name} | {b['ods']['f']:.4f} | {b['ois']['f']:.4f} | {b['ap']:.4f} | "
+                f"{r['covering']['ods']:.4f} | {r['covering']['ois']:.4f} | {r['covering']['best']:.4f} | "
+                f"{r['pri']['ods']:.4f} | {r['pri']['ois']:.4f} | {r['vi']['ods']:.4f} | {r['vi']['ois']:.4f} |")
+
+    lines = [f"BSDS500 val, {len(names)} images, {args.thresholds} thresholds (hiseg's Python benchmark)\n",
+             "| method | bdry ODS F | bdry OIS F | AP | cover ODS | cover OIS | cover best | PRI ODS | PRI OIS "
+             "| VI ODS | VI OIS |", "|---|---|---|---|---|---|---|---|---|---|---|",
+             row(f"hiseg ({Path(args.checkpoint).name})", results["hiseg"])]
+    if "gpb_owt_ucm" in results:
+        lines.append(row("gPb-owt-ucm", results["gpb_owt_ucm"]))
+    lines.append("\n(VI: lower is better.) predict, seconds per image (median): "
+                 + ", ".join(f"{k} {v:.3f}" for k, v in tmed.items()))
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds") else
+                {kk: v[kk] for kk in ("boundary", "covering", "pri", "vi") if kk in v})
+            for k, v in results.items()}
+    (out / "results.json").write_text(json.dumps(keep, indent=1, default=float))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
