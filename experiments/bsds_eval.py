@@ -110,8 +110,11 @@ def main():
     lines.append("\n(VI: lower is better.) predict, seconds per image (median): "
                  + ", ".join(f"{k} {v:.3f}" for k, v in tmed.items()))
     (out / "results.md").write_text("\n".join(lines) + "\n")
-    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds") else
-                {kk: v[kk] for kk in ("boundary", "covering", "pri", "vi") if kk in v})
+    def summary(v):  # dataset figures and per-threshold curves; per-image tables stay out
+        return {kk: {f: x for f, x in v[kk].items() if f != "per_image"}
+                for kk in ("boundary", "covering", "pri", "vi") if kk in v}
+
+    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds") else summary(v))
             for k, v in results.items()}
     (out / "results.json").write_text(json.dumps(keep, indent=1, default=float))
     print("\n".join(lines))

@@ -133,16 +133,10 @@ class _LeafLCA:
     """
 
     def __init__(self, tree: "hg.Tree", parents: np.ndarray, num_leaves: int, sizes: np.ndarray,
-                 transient: bool = False):
+                 children: tuple[np.ndarray, np.ndarray], transient: bool = False):
         n = parents.shape[0]
         nl = num_leaves
-        nint = n - nl
-        child = np.arange(n - 1)
-        pc = parents[:-1] - nl
-        big = np.empty(nint, dtype=np.int64)
-        big[pc] = child  # last write wins: the larger child id
-        small = np.empty(nint, dtype=np.int64)
-        small[pc[::-1]] = child[::-1]  # the smaller child id
+        small, big = children
         off = np.zeros(n, dtype=np.int64)
         off[big] = sizes[small]  # the larger child is placed after the smaller one
         start = hg.propagate_sequential_and_accumulate(tree, off, hg.Accumulators.sum)
@@ -271,7 +265,7 @@ class Hierarchy:
         if a.size and (min(a.min(), b.min()) < 0 or max(a.max(), b.max()) >= self.num_leaves):
             raise ValueError(f"lca: vertex id out of range [0, {self.num_leaves})")
         if self._lca is None:
-            self._lca = _LeafLCA(self.tree, self.parents, self.num_leaves, self.sizes)
+            self._lca = _LeafLCA(self.tree, self.parents, self.num_leaves, self.sizes, self.children())
         return self._lca(a, b)
 
     # -- differentiable views ----------------------------------------------------------
@@ -389,12 +383,8 @@ def build_hierarchy(graph: GraphLike, weights, *, check: bool = True) -> Hierarc
     h = Hierarchy(el, parents, mst_edge_map, None, edge_lca, batch)
     q = np.flatnonzero(edge_lca < 0)
     if q.size:
-        sizes = hg.attribute_area(h.tree).astype(np.int64)
-        h._sizes = sizes
-        edge_lca[q] = _LeafLCA(h.tree, parents, N, sizes, transient=True)(s[q], t[q])
+        edge_lca[q] = _LeafLCA(h.tree, parents, N, h.sizes, h.children(), transient=True)(s[q], t[q])
     h.pass_edge = mst_edge_map[edge_lca - N] if E else np.zeros(0, dtype=np.int64)
-    if batch is not None and h.pass_edge.size and h.pass_edge.max() >= E:  # pragma: no cover
-        raise ValueError(_disconnected_message(el, batch))
     return h
 
 
