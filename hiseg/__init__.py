@@ -6,7 +6,9 @@ Core (no I/O, no Lightning): :mod:`hiseg.graph`, :mod:`hiseg.ultrametric`,
 from . import graph, losses, ultrametric
 from .graph import (BatchedGraph, EdgeList, RegionAdjacencyGraph, batch_graphs, grid_graph,
                     knn_graph, region_adjacency_graph)
-from .ultrametric import Hierarchy, SubdominantUltrametric, build_hierarchy, subdominant_ultrametric
+from .ultrametric import (AverageLinkageHierarchy, AverageLinkageUltrametric, Hierarchy, SubdominantUltrametric,
+                          average_linkage_ultrametric, build_average_linkage_hierarchy, build_hierarchy,
+                          subdominant_ultrametric)
 
 __version__ = "0.1.0"
 

@@ -40,6 +40,10 @@ __all__ = [
     "build_hierarchy",
     "subdominant_ultrametric",
     "SubdominantUltrametric",
+    "AverageLinkageHierarchy",
+    "build_average_linkage_hierarchy",
+    "average_linkage_ultrametric",
+    "AverageLinkageUltrametric",
     "check_weights",
 ]
 
@@ -451,4 +455,194 @@ class SubdominantUltrametric(torch.nn.Module):
 
     def forward(self, graph: GraphLike, weights: torch.Tensor) -> torch.Tensor:
         u, self.hierarchy = subdominant_ultrametric(graph, weights, return_hierarchy=True, check=self.check)
+        return u
+
+
+# ----------------------------------------------------------------------------- average linkage
+class AverageLinkageHierarchy(Hierarchy):
+    r"""The (length-weighted) average-linkage hierarchy of an edge-weighted graph.
+
+    Same attributes as :class:`Hierarchy`, with these meanings:
+
+    * ``parents``: higra's parent array of the average-linkage binary partition tree
+      (internal nodes in merge order, altitudes non-decreasing);
+    * ``edge_lca``: the lca node of every edge -- the merge that first joins its ends;
+    * ``mst_edge_map``: a *representative* edge of every internal node (the edge of
+      smallest index among those whose lca it is; virtual ids ``>= E`` for the top nodes
+      of a batch), so that undoing the last merges gives a cut with exactly ``k``
+      regions as for single linkage;
+    * ``pass_edge``: ``mst_edge_map[edge_lca - N]`` (representative, *not* a gradient path);
+    * ``lengths``: the edge lengths (float64, ``None`` for all ones).
+
+    The altitude of internal node ``n`` is the length-weighted mean weight of the edges
+    whose lca is ``n``, i.e. of all edges joining its two children:
+
+    .. math:: \alpha(n) = \frac{\sum_{f:\,\mathrm{lca}(f) = n} \ell_f w_f}{\sum_{f:\,\mathrm{lca}(f) = n} \ell_f}
+
+    so :meth:`node_altitudes` and :meth:`ultrametric` are differentiable in ``w`` with
+    :math:`\partial u_e / \partial w_f = \ell_f / \sum_{g:\,\mathrm{lca}(g)=\mathrm{lca}(e)} \ell_g`
+    when ``lca(f) = lca(e)``, 0 otherwise.  For a fixed hierarchy these are the closest
+    (least-squares, length-weighted) altitudes to ``w`` (the paper's appendix remark).
+    """
+
+    def __init__(self, graph, parents, mst_edge_map, edge_lca, lengths, batch=None):
+        pass_edge = mst_edge_map[edge_lca - graph.num_vertices] if edge_lca.size else np.zeros(0, np.int64)
+        super().__init__(graph, parents, mst_edge_map, pass_edge, edge_lca, batch)
+        self.lengths = lengths
+
+    def _lengths(self, weights: torch.Tensor) -> torch.Tensor:
+        if self.lengths is None:
+            return weights.new_ones(self.num_edges)
+        return self._index("lengths", self.lengths, weights.device).to(weights.dtype)
+
+    def node_altitudes(self, weights: torch.Tensor) -> torch.Tensor:
+        """Altitudes of all nodes: leaves 0, internal nodes the length-weighted mean of the
+        edges joining their children (differentiable); virtual top nodes of a batch get
+        ``max(weights) + 1`` (constant)."""
+        n_int = self.num_nodes - self.num_leaves
+        lca = self._index("edge_lca_int", self.edge_lca - self.num_leaves, weights.device)
+        ln = self._lengths(weights)
+        num = weights.new_zeros(n_int).index_add(0, lca, ln * weights)
+        den = weights.new_zeros(n_int).index_add(0, lca, ln)
+        virt = self._index("virtual_nodes", (self.mst_edge_map >= self.num_edges), weights.device)
+        if bool(virt.any()):
+            top = weights.detach().max() + 1 if weights.numel() else weights.new_ones(())
+            den = torch.where(virt, torch.ones_like(den), den)
+            num = torch.where(virt, top.expand_as(num), num)
+        return torch.cat([weights.new_zeros(self.num_leaves), num / den])
+
+    def ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
+        """The average-linkage ultrametric on the graph edges: ``altitude(lca(e))``."""
+        return self.node_altitudes(weights)[self._index("edge_lca", self.edge_lca, weights.device)]
+
+
+def _check_lengths(lengths, num_edges: int):
+    if lengths is None:
+        return None
+    ln = lengths.detach().cpu().numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
+    if ln.ndim != 1 or ln.shape[0] != num_edges:
+        raise ValueError(f"lengths must have one value per edge ({num_edges}), got shape {ln.shape}")
+    if not np.issubdtype(ln.dtype, np.number) or np.issubdtype(ln.dtype, np.bool_):
+        raise TypeError(f"lengths must be numbers, got dtype {ln.dtype}")
+    ln = ln.astype(np.float64)
+    if not np.isfinite(ln).all() or (ln <= 0).any():
+        raise ValueError("lengths must be finite and > 0 (frontier lengths, multiplicities)")
+    return ln
+
+
+def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
+                                    check: bool = True) -> AverageLinkageHierarchy:
+    """Length-weighted average-linkage hierarchy of a graph or a batch (no gradient).
+
+    Parameters
+    ----------
+    graph : graph argument or :class:`~hiseg.graph.BatchedGraph`
+    weights : 1-D float tensor or array (E,): dissimilarities (only read).
+    lengths : 1-D positive array (E,), optional: edge lengths (frontier lengths of a
+        RAG, multiplicities); all ones when omitted.
+
+    Returns
+    -------
+    AverageLinkageHierarchy
+
+    Cost: higra's average linkage, O(E log E) time, plus O(N log N + E) for the lcas of
+    all edges. In a batch the graphs are chained by virtual edges above every weight, so
+    the result equals the per-graph hierarchies.
+
+    Raises
+    ------
+    ValueError / TypeError
+        As :func:`build_hierarchy`; lengths of the wrong shape, not finite, or <= 0.
+    """
+    batch = graph if isinstance(graph, BatchedGraph) else None
+    el = as_edge_list(graph, check=check)
+    E, N = el.num_edges, el.num_vertices
+    if check:
+        check_weights(weights, E)
+    ln = _check_lengths(lengths, E)
+    if isinstance(weights, torch.Tensor):
+        w = weights.detach().to("cpu", torch.float64).numpy()
+    else:
+        w = np.asarray(weights, dtype=np.float64)
+    s, t = el.sources, el.targets
+    if batch is not None and batch.num_graphs > 1:
+        vs, vt = _connect_batch(batch)
+        top = (w.max() + 1) if w.size else 1.0
+        w_all = np.concatenate([w, np.full(vs.size, top)])
+        s_all, t_all = np.concatenate([s, vs]), np.concatenate([t, vt])
+        ln_all = np.concatenate([ln if ln is not None else np.ones(E), np.ones(vs.size)])
+    else:
+        w_all, s_all, t_all = w, s, t
+        ln_all = ln if ln is not None else np.ones(E)
+    if N == 1:
+        return AverageLinkageHierarchy(el, np.zeros(1, np.int64), np.zeros(0, np.int64),
+                                       np.zeros(0, np.int64), ln, batch)
+    if s_all.size < N - 1:
+        raise ValueError(_disconnected_message(el, batch))
+    g = hg.UndirectedGraph(N)
+    g.add_edges(s_all, t_all)
+    try:
+        tree, _ = hg.binary_partition_tree_average_linkage(g, w_all, ln_all)
+    except RuntimeError as e:  # pragma: no cover - higra's message for a disconnected graph
+        raise ValueError(_disconnected_message(el, batch)) from e
+    parents = np.asarray(tree.parents(), dtype=np.int64)
+    if parents.size != 2 * N - 1:
+        raise ValueError(_disconnected_message(el, batch))
+    h0 = Hierarchy(el, parents, np.zeros(N - 1, np.int64), None, None, batch)
+    lca_all = _LeafLCA(h0.tree, parents, N, h0.sizes, h0.children(), transient=True)(s_all, t_all)
+    nodes, first = np.unique(lca_all, return_index=True)  # first edge of every internal node
+    if nodes.size != N - 1:  # pragma: no cover - every merge joins adjacent clusters
+        raise RuntimeError("average linkage produced a node with no edge between its children")
+    mst_edge_map = np.empty(N - 1, dtype=np.int64)
+    mst_edge_map[nodes - N] = first
+    h = AverageLinkageHierarchy(el, parents, mst_edge_map, lca_all[:E].astype(np.int64), ln, batch)
+    h._tree = h0._tree
+    h._sizes = h0._sizes
+    return h
+
+
+def average_linkage_ultrametric(graph: GraphLike, weights: torch.Tensor, lengths=None, *,
+                                return_hierarchy: bool = False, check: bool = True):
+    r"""Average-linkage ultrametric of an edge-weighted graph, differentiable.
+
+    The tree is length-weighted average linkage (UPGMA on a complete graph), built on
+    the CPU with higra; an edge's value is the length-weighted mean weight of all the
+    edges joining the two clusters that its ends first share, computed on ``weights``'
+    device so that the gradient is that averaging (see :class:`AverageLinkageHierarchy`).
+
+    Parameters
+    ----------
+    graph : higra ``UndirectedGraph``, ``(sources, targets, num_vertices)`` or a
+        :class:`~hiseg.graph.BatchedGraph` (result equal to the per-graph results).
+    weights : torch.Tensor (E,) floating point, any device.
+    lengths : (E,) positive array or tensor, optional (frontier lengths of a RAG).
+    return_hierarchy : also return the :class:`AverageLinkageHierarchy`.
+
+    Returns
+    -------
+    u : torch.Tensor, same shape, dtype and device as ``weights``.
+    hierarchy : AverageLinkageHierarchy (if requested)
+
+    Raises
+    ------
+    ValueError / TypeError as :func:`build_average_linkage_hierarchy`.
+    """
+    if not isinstance(weights, torch.Tensor):
+        weights = torch.as_tensor(np.asarray(weights))
+    h = build_average_linkage_hierarchy(graph, weights, lengths, check=check)
+    u = h.ultrametric(weights)
+    return (u, h) if return_hierarchy else u
+
+
+class AverageLinkageUltrametric(torch.nn.Module):
+    """Module form of :func:`average_linkage_ultrametric`: ``forward(graph, weights, lengths=None)``."""
+
+    def __init__(self, check: bool = True):
+        super().__init__()
+        self.check = check
+        self.hierarchy: Optional[AverageLinkageHierarchy] = None
+
+    def forward(self, graph: GraphLike, weights: torch.Tensor, lengths=None) -> torch.Tensor:
+        u, self.hierarchy = average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True,
+                                                        check=self.check)
         return u
