@@ -51,7 +51,7 @@ def main():
     ap.add_argument("--on-boundary", action="store_true")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    seg = (Segmenter.from_checkpoint(args.checkpoint, device=args.device, on_boundary=args.on_boundary)
+    seg = (Segmenter.from_checkpoint(args.checkpoint, device=args.device)
            if args.checkpoint else Segmenter(device=args.device))
     ims = images(args)
     rows = []

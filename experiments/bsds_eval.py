@@ -47,7 +47,9 @@ def main():
     ap.add_argument("--n-images", type=int, default=100)
     ap.add_argument("--thresholds", type=int, default=99)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--on-boundary", action="store_true")
+    ap.add_argument("--scales", type=float, nargs="+", default=None, help="override the pipeline's scales")
+    ap.add_argument("--linkage", default=None, help="override the pipeline's linkage")
+    ap.add_argument("--superpixels", default=None, help="override the pipeline's superpixels")
     args = ap.parse_args()
     torch.set_num_threads(2)
 
@@ -71,7 +73,19 @@ def main():
         d.mkdir(parents=True)
     for n in names:
         (gt / f"{n}.mat").symlink_to((root / "groundTruth" / "val" / f"{n}.mat").resolve())
-    seg = Segmenter.from_checkpoint(ckpt, on_boundary=args.on_boundary)
+    import dataclasses
+
+    from hiseg.metrics.bsds import load_ground_truth
+    from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k
+
+    seg = Segmenter.from_checkpoint(ckpt)
+    over = {k: v for k, v in (("scales", args.scales), ("linkage", args.linkage),
+                              ("superpixels", args.superpixels)) if v is not None}
+    if over:
+        seg.pipeline = dataclasses.replace(seg.pipeline, **over)
+    print("pipeline:", seg.pipeline.to_dict())
+    kcut = {"hiseg_exact": [0.0, 0.0], "hiseg": [0.0, 0.0], "gpb_owt_ucm": [0.0, 0.0]}
+    ucm_dir = root.parent / "ucm2" / "val" if (root.parent / "ucm2").is_dir() else root / "ucm2" / "val"
     times = []
     for p in images:
         img = read_image(p)
@@ -79,18 +93,31 @@ def main():
         res = seg.segment(img)
         t1 = time.perf_counter()
         write_outputs(pred, p.stem, res, img)
+        segs = load_ground_truth(root / "groundTruth" / "val" / f"{p.stem}.mat")[0]
+        k = median_region_count(segs)
+        for key, lab in (("hiseg_exact", res.cut(n_regions=min(k, res.rag.num_regions))),
+                         ("hiseg", ucm2_cut_k(res.ucm2, k))):
+            c, t_ = kcut_counts(lab, segs)
+            kcut[key][0] += c
+            kcut[key][1] += t_
+        if (ucm_dir / f"{p.stem}.mat").is_file():
+            import scipy.io
+            c, t_ = kcut_counts(ucm2_cut_k(scipy.io.loadmat(ucm_dir / f"{p.stem}.mat")["ucm2"], k), segs)
+            kcut["gpb_owt_ucm"][0] += c
+            kcut["gpb_owt_ucm"][1] += t_
         times.append(dict(res.timings, writing=time.perf_counter() - t1, total=time.perf_counter() - t0))
     for f in pred.glob("*.png"):
         f.unlink()
     tmed = {k: float(np.median([t[k] for t in times])) for k in times[0]}
     print("predict seconds per image (median):", {k: round(v, 3) for k, v in tmed.items()})
-    results = {"hiseg": evaluate(pred, gt, n_thresholds=args.thresholds, workers=args.workers),
+    kc = {k: (v[0] / v[1] if v[1] else float("nan")) for k, v in kcut.items()}
+    print("K-cut covering:", kc)
+    results = {"kcut_covering": kc, "pipeline": seg.pipeline.to_dict(), "hiseg": evaluate(pred, gt, n_thresholds=args.thresholds, workers=args.workers),
                "predict_seconds": tmed, "n_images": len(names), "thresholds": args.thresholds}
     if args.baseline:
         base = out / "gpb"
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir()
-        ucm_dir = root.parent / "ucm2" / "val" if (root.parent / "ucm2").is_dir() else root / "ucm2" / "val"
         for n in names:
             (base / f"{n}.mat").symlink_to((ucm_dir / f"{n}.mat").resolve())
         results["gpb_owt_ucm"] = evaluate(base, gt, n_thresholds=args.thresholds, workers=args.workers)
@@ -107,6 +134,10 @@ def main():
              row(f"hiseg ({Path(args.checkpoint).name})", results["hiseg"])]
     if "gpb_owt_ucm" in results:
         lines.append(row("gPb-owt-ucm", results["gpb_owt_ucm"]))
+    lines.append(f"\nK-cut covering (K = median annotator region count; closest level of each UCM): "
+                 f"hiseg {kc['hiseg']:.4f} (exact K-region cut {kc['hiseg_exact']:.4f}), "
+                 f"gPb-owt-ucm {kc['gpb_owt_ucm']:.4f}")
+    lines.append(f"pipeline: {seg.pipeline.to_dict()}")
     lines.append("\n(VI: lower is better.) predict, seconds per image (median): "
                  + ", ".join(f"{k} {v:.3f}" for k, v in tmed.items()))
     (out / "results.md").write_text("\n".join(lines) + "\n")
@@ -114,7 +145,7 @@ def main():
         return {kk: {f: x for f, x in v[kk].items() if f != "per_image"}
                 for kk in ("boundary", "covering", "pri", "vi") if kk in v}
 
-    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds") else summary(v))
+    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds", "kcut_covering", "pipeline") else summary(v))
             for k, v in results.items()}
     (out / "results.json").write_text(json.dumps(keep, indent=1, default=float))
     print("\n".join(lines))

@@ -36,10 +36,13 @@ def add_predict_arguments(p: argparse.ArgumentParser):
     p.add_argument("--out", "-o", required=True, help="output folder")
     p.add_argument("--regions", type=int, default=None, help="also write a segmentation with K regions")
     p.add_argument("--threshold", type=float, default=None, help="also write the segmentation at threshold T")
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--on-boundary", action="store_true",
-                   help="superpixels by a watershed of the predicted boundary map")
-    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--device", default="cpu", help="torch device of the network (cpu, cuda, cuda:1, ...)")
+    p.add_argument("--scales", type=float, nargs="+", default=None,
+                   help="multi-scale inference: average the boundary maps at these image scales "
+                        "(e.g. 0.5 1 1.5; about sum(s^2) times the network's cost); default: the checkpoint's")
+    p.add_argument("--linkage", choices=("average", "single"), default=None,
+                   help="hierarchy of the region adjacency graph; default: the checkpoint's")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def run_predict(args) -> int:
@@ -53,8 +56,15 @@ def run_predict(args) -> int:
     if args.regions is not None and args.regions < 1:
         raise ValueError(f"--regions must be >= 1, got {args.regions}")
     files = _collect_images(args.inputs)
-    seg = (Segmenter.from_checkpoint(args.checkpoint, device=args.device, on_boundary=args.on_boundary)
-           if args.checkpoint else Segmenter(device=args.device))
+    if args.checkpoint:
+        import dataclasses
+
+        seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
+        over = {k: v for k, v in (("scales", args.scales), ("linkage", args.linkage)) if v is not None}
+        if over:
+            seg.pipeline = dataclasses.replace(seg.pipeline, **over)
+    else:
+        seg = Segmenter(device=args.device)
     out = Path(args.out)
     for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
         img = read_image(f)

@@ -28,6 +28,7 @@ from .graph import RegionAdjacencyGraph, region_adjacency_graph
 from .segmentation.pooling import frontier_mean, frontier_pixel_pairs
 from .segmentation.saliency import cut_at_threshold, cut_num_regions, ucm2_from_rag
 from .ultrametric import Hierarchy, build_hierarchy
+from .segmentation.pipeline import boundary_watershed as watershed_on_map  # noqa: F401  (old name)
 
 __all__ = ["Segmenter", "SegmentationResult", "write_outputs", "atomic_write"]
 
@@ -100,8 +101,9 @@ class Segmenter:
 
     def __init__(self, model: Optional[torch.nn.Module] = None, device: Union[str, torch.device] = "cpu",
                  superpixels=None, on_boundary: bool = False, fit_iterations: int = 50,
-                 region_size: float = 8.0):
+                 region_size: float = 8.0, pipeline=None):
         from .data.superpixels import Superpixels
+        from .segmentation.pipeline import Pipeline
 
         self.device = torch.device(device)
         self.model = model.to(self.device).eval() if model is not None else None
@@ -109,36 +111,42 @@ class Segmenter:
         self.on_boundary = bool(on_boundary)
         self.fit_iterations = int(fit_iterations)
         self.region_size = float(region_size)
+        if pipeline is None:
+            pipeline = Pipeline()
+        elif not isinstance(pipeline, Pipeline):
+            pipeline = Pipeline.from_dict(pipeline, source="pipeline argument")
+        self.pipeline = pipeline
 
     @classmethod
     def from_checkpoint(cls, path, device: Union[str, torch.device] = "cpu", **kwargs) -> "Segmenter":
         """Load a checkpoint by path (Lightning or :func:`~hiseg.models.weights.save_weights` format).
 
         Read with ``weights_only=True`` (a checkpoint is data, never code), mapped to
-        ``device``. Raises FileNotFoundError, CheckpointError (corrupt, not a checkpoint,
-        no architecture named), ArchitectureMismatchError.
+        ``device``. The segmentation :class:`~hiseg.segmentation.Pipeline` comes from the
+        checkpoint (``metadata["pipeline"]`` or the ``pipeline`` hyper-parameter) unless
+        ``pipeline=`` is given. Raises FileNotFoundError, CheckpointError (corrupt, not a
+        checkpoint, no architecture named), ArchitectureMismatchError, PipelineError (no
+        pipeline settings, or unknown ones).
         """
-        from .data.superpixels import Superpixels
         from .models.weights import load_checkpoint_file, load_model
+        from .segmentation.pipeline import Pipeline
 
         ck = load_checkpoint_file(path, map_location="cpu")
         model = load_model(str(path))
-        if "superpixels" not in kwargs:
-            dm = ck.get("datamodule_hyper_parameters") or (ck.get("metadata") or {}).get("data") or {}
-            if isinstance(dm, dict) and "superpixel_method" in dm:
-                kwargs["superpixels"] = Superpixels(method=dm["superpixel_method"],
-                                                    region_size=float(dm.get("superpixel_size", 8.0)),
-                                                    compactness=dm.get("superpixel_compactness"))
+        if kwargs.get("pipeline") is None:
+            stored = (ck.get("metadata") or {}).get("pipeline")
+            if stored is None:
+                stored = (ck.get("hyper_parameters") or {}).get("pipeline")
+            kwargs["pipeline"] = Pipeline.from_dict(stored, source=f"checkpoint {path}")
         return cls(model, device=device, **kwargs)
 
     # ------------------------------------------------------------------ steps
     @torch.no_grad()
     def boundary_map(self, image: np.ndarray) -> np.ndarray:
-        """(H, W) boundary probability of the network (float32)."""
+        """(H, W) boundary probability of the network (float32; multi-scale if the pipeline says so)."""
         if self.model is None:
             raise ValueError("boundary_map needs a model (this Segmenter is the classical path)")
-        x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(self.device)
-        return torch.sigmoid(self.model(x))[0, 0].float().cpu().numpy()
+        return self.pipeline.boundary_map(self.model, image, self.device)
 
     def segment(self, image) -> SegmentationResult:
         """Hierarchy of one image (array (H, W[, 3|4]) or path). See :class:`SegmentationResult`."""
@@ -147,13 +155,22 @@ class Segmenter:
         img = _as_image(image)
         t = {}
         t0 = time.perf_counter()
-        learned = self.model is not None
-        # the pixel map pooled on the frontiers: the network's boundary probability, or the
-        # classical colour gradient (Scharr derivatives of the smoothed Lab image)
-        pmap = self.boundary_map(img) if learned else color_gradient(img, 1.0)
+        if self.model is not None:
+            # learned path: the pipeline stored with the network, end to end
+            pmap = self.boundary_map(img)
+            t["network"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
+            t["hierarchy"] = time.perf_counter() - t0
+            if h is None:
+                return self._flat(rag, t)
+            return SegmentationResult(rag, u, h, pmap, t)
+        # classical path: the colour gradient (Scharr derivatives of the smoothed Lab image)
+        # pooled on colour-watershed superpixels, then the fitted closest ultrametric
+        pmap = color_gradient(img, 1.0)
         t["network"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sp = watershed_on_map(pmap, self.region_size) if (learned and self.on_boundary) else self.superpixels(img)
+        sp = self.superpixels(img)
         rag = region_adjacency_graph(sp)
         pa, pb, e = frontier_pixel_pairs(rag)
         t["superpixels"] = time.perf_counter() - t0
@@ -162,14 +179,13 @@ class Segmenter:
         t0 = time.perf_counter()
         w = frontier_mean(torch.from_numpy(pmap.astype(np.float64)), torch.from_numpy(pa), torch.from_numpy(pb),
                           torch.from_numpy(e), rag.graph.num_edges)
-        if not learned:
-            w = w / w.max().clamp_min(1e-12)
-            if self.fit_iterations > 0:
-                w = fit_ultrametric(rag.graph, w, max_iter=self.fit_iterations)
+        w = w / w.max().clamp_min(1e-12)
+        if self.fit_iterations > 0:
+            w = fit_ultrametric(rag.graph, w, max_iter=self.fit_iterations)
         h = build_hierarchy(rag.graph, w)
         u = h.ultrametric(w).numpy()
         t["hierarchy"] = time.perf_counter() - t0
-        return SegmentationResult(rag, u, h, pmap if learned else None, t)
+        return SegmentationResult(rag, u, h, None, t)
 
     def _flat(self, rag, t):
         h = build_hierarchy(rag.graph, torch.zeros(0, dtype=torch.float64))
@@ -178,25 +194,6 @@ class Segmenter:
     def saliency(self, image) -> np.ndarray:
         """(H, W) saliency map (UCM) of an image, in [0, 1]."""
         return self.segment(image).saliency
-
-
-def watershed_on_map(boundary: np.ndarray, region_size: float = 8.0, sigma: float = 1.0) -> np.ndarray:
-    """Superpixels aligned with a boundary map: watershed from its local minima.
-
-    Markers are the minima of the Gaussian-smoothed map within windows of about
-    ``region_size / 2`` pixels (one per plateau), so regions follow the map's own
-    contours. Returns int64 labels 0..R-1, each 4-connected. O(H W log(H W)).
-    """
-    from scipy import ndimage
-    from skimage.segmentation import watershed
-
-    from .data.superpixels import make_connected
-
-    b = ndimage.gaussian_filter(np.asarray(boundary, dtype=np.float32), sigma)
-    size = max(3, int(round(region_size / 2)) | 1)
-    minima = b == ndimage.minimum_filter(b, size=size)
-    markers, _ = ndimage.label(minima)
-    return make_connected(watershed(b, markers, connectivity=1))
 
 
 # ----------------------------------------------------------------------------- files

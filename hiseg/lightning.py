@@ -97,14 +97,29 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     init_from : str, optional
         Path of a checkpoint (Lightning or plain state dict) whose model weights start
         the run (fine-tuning), loaded with ``weights_only=True``.
+    pipeline : dict, optional
+        Settings of the :class:`hiseg.segmentation.Pipeline` (superpixels, linkage, ...)
+        that the losses, validation and ``hiseg predict`` all use; stored in the
+        checkpoint. Default: the data module's superpixels (``color_watershed``) with
+        average linkage. With ``superpixels: boundary_watershed`` the superpixels of every
+        training and validation image are rebuilt at each step from the network's
+        current (detached) boundary map, exactly as at inference.
     """
 
     def __init__(self, arch: str = "compact_boundary_net", arch_kwargs: Optional[dict] = None,
                  lr: float = 2e-3, weight_decay: float = 1e-4, closest_weight: float = 1.0,
                  triplet_weight: float = 0.5, pixel_weight: float = 0.1, margin: float = 0.2,
                  triplets_per_image: int = 2000, val_threshold: float = 0.5,
-                 validate_at_start: bool = True, init_from: Optional[str] = None):
+                 validate_at_start: bool = True, init_from: Optional[str] = None,
+                 pipeline: Optional[dict] = None):
         super().__init__()
+        from .segmentation.pipeline import Pipeline
+
+        if pipeline is None:
+            pipeline = {"superpixels": "color_watershed", "linkage": "average"}
+        self.pipeline = Pipeline.from_dict(pipeline, source="model.pipeline") if not isinstance(
+            pipeline, Pipeline) else pipeline
+        pipeline = self.pipeline.to_dict()
         self.save_hyperparameters()
         self.model = get_model(arch, **(arch_kwargs or {}))
         if init_from:
@@ -128,13 +143,35 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return frontier_mean(prob, batch.frontier_pixels_a, batch.frontier_pixels_b,
                              batch.frontier_edge, batch.graph.num_edges), logits
 
+    def rebuild_graphs(self, batch, logits):
+        """The batch with superpixels rebuilt from the predicted (detached) boundary maps,
+        by the pipeline, as at inference; targets recomputed from the ground truths."""
+        from .data.collate import collate_graph_batch, make_graph_sample
+
+        prob = torch.sigmoid(logits[:, 0].detach().float()).cpu().numpy()
+        imgs = batch.images.detach().cpu().numpy()
+        samples = []
+        for b, (hb, wb) in enumerate(batch.image_sizes):
+            sp = self.pipeline.make_superpixels(prob[b, :hb, :wb])
+            samples.append(make_graph_sample(
+                {"image": imgs[b, :, :hb, :wb].transpose(1, 2, 0), "segmentations": batch.segmentations[b],
+                 "name": batch.names[b] if batch.names else ""}, lambda _img, sp=sp: sp))
+        new = collate_graph_batch(samples)
+        return new.to(logits.device)
+
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None):
         hp = self.hparams
         t0 = time.perf_counter()
+        if self.pipeline.superpixels != "color_watershed":
+            if logits is None:
+                logits = self(batch.images)
+            images = batch.images
+            batch = self.rebuild_graphs(batch, logits)
+            batch.images = images
         w, logits = self.edge_weights(batch, logits)
         t1 = time.perf_counter()
-        h = build_hierarchy(batch.graph, w)
-        u = h.ultrametric(w)
+        lengths = np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
+        u, h = self.pipeline.ultrametric(batch.graph, w, lengths)
         t2 = time.perf_counter()
         out = {}
         total = w.new_zeros(())
@@ -154,6 +191,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if timings is not None:
             t3 = time.perf_counter()
             timings.update(pooling=t1 - t0, tree=t2 - t1, loss=t3 - t2)
+        self._last_batch = batch
         return out, u, h
 
     def training_step(self, batch, batch_idx):
@@ -174,6 +212,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         from .metrics.boundary import BoundaryMatcher, seg_to_boundaries, thin_boundaries
 
         out, u, h = self.compute_losses(batch)
+        batch = self._last_batch  # the graphs the losses used (rebuilt by the pipeline)
         res = {k: float(v) for k, v in out.items()}
         u_np = u.detach().cpu().numpy()
         thr = np.concatenate([[self.hparams.val_threshold], VAL_THRESHOLDS])

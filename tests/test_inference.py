@@ -23,8 +23,8 @@ def checker_image(h=48, w=64):
 def ckpt(tmp_path):
     torch.manual_seed(0)
     m = get_model("compact_boundary_net", width=8)
-    return save_weights(m, tmp_path / "m.ckpt", metadata={"data": {"superpixel_method": "watershed",
-                                                                    "superpixel_size": 6.0}})
+    return save_weights(m, tmp_path / "m.ckpt", metadata={"pipeline": {"superpixels": "boundary_watershed",
+                                                                        "linkage": "average", "region_size": 6.0}})
 
 
 def test_classical_path_finds_the_quadrants():
@@ -40,7 +40,7 @@ def test_classical_path_finds_the_quadrants():
 
 def test_checkpoint_path(ckpt):
     seg = Segmenter.from_checkpoint(ckpt)
-    assert seg.superpixels.region_size == 6.0
+    assert seg.pipeline.region_size == 6.0 and seg.pipeline.linkage == "average"
     res = seg.segment(checker_image())
     assert res.boundary.shape == (48, 64)
     assert res.ucm2.shape == (97, 129)
@@ -142,3 +142,57 @@ def test_predict_then_evaluate_same_folder(tmp_path, shared_data):
                      "--out", str(tmp_path / "eval"), "--quiet"]) == 0
     res = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert 0.3 < res["boundary"]["ods"]["f"] <= 1 and "covering" in res
+
+
+def test_checkpoint_without_or_with_unknown_pipeline_is_refused(tmp_path):
+    from hiseg.segmentation import Pipeline, PipelineError
+
+    m = get_model("compact_boundary_net", width=8)
+    save_weights(m, tmp_path / "old.ckpt", metadata={"data": {"superpixel_method": "watershed"}})
+    with pytest.raises(PipelineError, match="no pipeline settings"):
+        Segmenter.from_checkpoint(tmp_path / "old.ckpt")
+    # an explicit pipeline makes an old checkpoint usable
+    seg = Segmenter.from_checkpoint(tmp_path / "old.ckpt", pipeline=Pipeline(linkage="single"))
+    assert seg.segment(checker_image()).ucm2.shape == (97, 129)
+    save_weights(m, tmp_path / "unk.ckpt", metadata={"pipeline": {"linkage": "average", "colour": "red"}})
+    with pytest.raises(PipelineError, match="unknown pipeline setting.*colour"):
+        Segmenter.from_checkpoint(tmp_path / "unk.ckpt")
+    save_weights(m, tmp_path / "bad.ckpt", metadata={"pipeline": {"linkage": "ward"}})
+    with pytest.raises(PipelineError, match="unknown linkage 'ward'"):
+        Segmenter.from_checkpoint(tmp_path / "bad.ckpt")
+    # predict names the problem and writes nothing
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), np.zeros((20, 20, 3), np.uint8))
+    assert cli_main(["predict", str(img), "--checkpoint", str(tmp_path / "unk.ckpt"), "--out",
+                     str(tmp_path / "o"), "--no-progress"]) == 2
+    assert not (tmp_path / "o").exists()
+
+
+def test_pipeline_settings_round_trip_and_bad_values():
+    from hiseg.segmentation import Pipeline, PipelineError
+
+    p = Pipeline(superpixels="all_minima", linkage="single", scales=[0.5, 1])
+    assert Pipeline.from_dict(p.to_dict()) == p
+    for bad in ({"scales": []}, {"scales": [0.0]}, {"region_size": float("nan")}, {"superpixels": "slic"}):
+        with pytest.raises(PipelineError):
+            Pipeline(**bad)
+    with pytest.raises(PipelineError, match="differ in size"):
+        Pipeline(superpixels="color_watershed").make_superpixels(np.zeros((10, 12)), np.zeros((10, 11, 3)))
+
+
+def test_multiscale_and_linkages_give_nested_ucms(ckpt):
+    from hiseg.segmentation import Pipeline
+
+    seg = Segmenter.from_checkpoint(ckpt, pipeline=Pipeline(scales=(0.5, 1.0), region_size=6.0))
+    img = checker_image()
+    for linkage in ("average", "single"):
+        seg.pipeline = Pipeline(scales=(0.5, 1.0), region_size=6.0, linkage=linkage)
+        res = seg.segment(img)
+        u = res.ultrametric
+        # an ultrametric: its own min-max closure
+        import hiseg
+        import torch as _t
+        np.testing.assert_allclose(hiseg.subdominant_ultrametric(res.rag.graph, _t.from_numpy(u)).numpy(), u,
+                                   atol=1e-12)
+        k = min(3, res.rag.num_regions)
+        assert len(np.unique(res.cut(n_regions=k))) == k

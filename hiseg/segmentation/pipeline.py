@@ -1,73 +1,191 @@
-"""From a boundary map to a hierarchy: the hierarchy constructions compared in
-``experiments/hierarchy_variants.py`` (work in progress: the configurable pipeline object
-comes on top of these)."""
+"""One segmentation pipeline: image -> boundary map -> superpixels -> RAG with frontier
+lengths -> edge weights -> hierarchy -> UCM and cuts.
+
+:class:`Pipeline` is the one configurable object of that chain. It is stored in every
+checkpoint (``metadata["pipeline"]`` of a slim checkpoint, the ``pipeline``
+hyper-parameter of a Lightning one), and inference, validation and the training loss
+all build their hierarchies through it, so a network is trained on the hierarchy it is
+judged by.
+
+Settings
+--------
+superpixels : ``"boundary_watershed"`` (default)
+    watershed of the (Gaussian-smoothed, ``sigma``) predicted boundary map from its
+    local minima in windows of about ``region_size / 2`` px: regions follow the
+    network's own contours, and the frontiers lie on the crests of the map, as in the
+    oriented watershed of gPb-owt-ucm;
+    ``"all_minima"``: the watershed of the map from every regional minimum (higra's
+    ``labelisation_watershed`` on the 4-adjacency graph): the finest oversegmentation;
+    ``"color_watershed"``: the image-gradient watershed superpixels of the first
+    checkpoints (``region_size``), independent of the prediction.
+linkage : ``"average"`` (default) or ``"single"``
+    average: :func:`hiseg.average_linkage_ultrametric` with frontier lengths (the mean
+    boundary strength between two regions decides when they merge); single:
+    :func:`hiseg.subdominant_ultrametric` (min-max; leaks through one weak frontier pixel
+    run, measured worse on BSDS val, see ``experiments/results/hierarchy_variants``).
+scales : tuple of floats, default ``(1.0,)``
+    multi-scale inference: the boundary map is the mean of the network's maps on the
+    image resized by each scale (bilinear), resized back. Cost grows with sum(scale^2).
+region_size, sigma : floats
+    see ``superpixels``.
+"""
 from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from ..graph import region_adjacency_graph
+from ..graph import RegionAdjacencyGraph, region_adjacency_graph
 from .pooling import frontier_mean, frontier_pixel_pairs
-from .saliency import ucm2_from_rag
 
-VARIANTS = ("ws_single", "ws_average", "owt_average", "px_area", "px_dynamics", "px_volume")
+__all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "boundary_watershed"]
 
-
-def ucm2_from_khalimsky(khal: np.ndarray) -> np.ndarray:
-    """BSDS ucm2 (2H+1, 2W+1) from a (2H-1, 2W-1) Khalimsky map (higra's layout)."""
-    h2, w2 = khal.shape
-    ucm2 = np.zeros((h2 + 2, w2 + 2))
-    ucm2[1:-1, 1:-1] = khal
-    ucm2[1::2, 1::2] = 0.0
-    return ucm2
+SUPERPIXEL_METHODS = ("boundary_watershed", "all_minima", "color_watershed")
+LINKAGES = ("average", "single")
 
 
-def _pixel_graph(pmap):
+class PipelineError(ValueError):
+    """Pipeline settings that are missing, unknown or do not fit the input."""
+
+
+def boundary_watershed(boundary: np.ndarray, region_size: float = 8.0, sigma: float = 1.0) -> np.ndarray:
+    """Superpixels aligned with a boundary map: watershed from its local minima.
+
+    Markers are the minima of the Gaussian-smoothed map within windows of about
+    ``region_size / 2`` pixels (one per plateau), so regions follow the map's own
+    contours. Returns int64 labels 0..R-1, each 4-connected. O(H W log(H W)).
+    """
+    from scipy import ndimage
+    from skimage.segmentation import watershed
+
+    from ..data.superpixels import make_connected
+
+    b = np.asarray(boundary, dtype=np.float32)
+    if sigma > 0:
+        b = ndimage.gaussian_filter(b, sigma)
+    size = max(3, int(round(region_size / 2)) | 1)
+    minima = b == ndimage.minimum_filter(b, size=size)
+    markers, _ = ndimage.label(minima)
+    return make_connected(watershed(b, markers, connectivity=1))
+
+
+def _all_minima_watershed(boundary: np.ndarray) -> np.ndarray:
     import higra as hg
 
-    g = hg.get_4_adjacency_graph(pmap.shape)
-    ew = hg.weight_graph(g, pmap.astype(np.float64), hg.WeightFunction.mean)
-    return g, ew
+    b = np.asarray(boundary, dtype=np.float64)
+    g = hg.get_4_adjacency_graph(b.shape)
+    ew = hg.weight_graph(g, b, hg.WeightFunction.mean)
+    return np.asarray(hg.labelisation_watershed(g, ew), dtype=np.int64)
 
 
-def _rag_average(labels, pmap, linkage):
-    import higra as hg
+@dataclass(frozen=True)
+class Pipeline:
+    """The segmentation chain's settings and steps (see the module docstring)."""
 
-    rag = region_adjacency_graph(labels)
-    pa, pb, e = frontier_pixel_pairs(rag)
-    E = rag.graph.num_edges
-    w = frontier_mean(torch.from_numpy(pmap.astype(np.float64)), torch.from_numpy(pa), torch.from_numpy(pb),
-                      torch.from_numpy(e), E).numpy()
-    lengths = rag.frontier_lengths().astype(np.float64)
-    g = hg.UndirectedGraph(rag.graph.num_vertices)
-    g.add_edges(rag.graph.sources, rag.graph.targets)
-    if linkage == "single":
-        tree, alt = hg.bpt_canonical(g, w)
-    else:
-        tree, alt = hg.binary_partition_tree_average_linkage(g, w, lengths)
-    lca = hg.make_lca_fast(tree)
-    u = alt[lca.lca(rag.graph.sources, rag.graph.targets)]
-    return ucm2_from_rag(rag, u)
+    superpixels: str = "boundary_watershed"
+    linkage: str = "average"
+    region_size: float = 8.0
+    sigma: float = 1.0
+    scales: tuple = field(default=(1.0,))
 
+    def __post_init__(self):
+        if self.superpixels not in SUPERPIXEL_METHODS:
+            raise PipelineError(f"unknown superpixels {self.superpixels!r}; expected one of {SUPERPIXEL_METHODS}")
+        if self.linkage not in LINKAGES:
+            raise PipelineError(f"unknown linkage {self.linkage!r}; expected one of {LINKAGES}")
+        try:
+            scales = tuple(float(s) for s in self.scales)
+        except (TypeError, ValueError):
+            raise PipelineError(f"scales must be a sequence of numbers, got {self.scales!r}") from None
+        if not scales or not all(np.isfinite(s) and 0.1 <= s <= 4 for s in scales):
+            raise PipelineError(f"scales must be non-empty, each in [0.1, 4], got {self.scales!r}")
+        object.__setattr__(self, "scales", scales)
+        for name in ("region_size", "sigma"):
+            v = getattr(self, name)
+            if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0 or (name == "region_size" and v < 2):
+                raise PipelineError(f"{name} must be a finite number (region_size >= 2, sigma >= 0), got {v!r}")
 
-def hierarchy_ucm2(pmap: np.ndarray, variant: str, region_size: float = 8.0) -> np.ndarray:
-    import higra as hg
+    # ------------------------------------------------------------------ storage
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["scales"] = list(self.scales)
+        return d
 
-    pmap = np.asarray(pmap, dtype=np.float32)
-    if variant in ("ws_single", "ws_average"):
-        from ..inference import watershed_on_map
+    @classmethod
+    def from_dict(cls, d: Optional[Mapping[str, Any]], *, source: str = "checkpoint") -> "Pipeline":
+        """Rebuild from stored settings; missing or unknown settings raise :class:`PipelineError`."""
+        if d is None:
+            raise PipelineError(
+                f"{source} has no pipeline settings (metadata['pipeline'] or the 'pipeline' hyper-parameter); "
+                "it predates hiseg's segmentation pipeline: pass pipeline=hiseg.segmentation.Pipeline(...) "
+                "explicitly, e.g. Pipeline(superpixels='color_watershed', linkage='single') for the old behaviour")
+        if not isinstance(d, Mapping):
+            raise PipelineError(f"{source}: pipeline settings must be a mapping, got {type(d).__name__}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise PipelineError(f"{source}: unknown pipeline setting(s) {unknown}; known: {sorted(known)}")
+        return cls(**dict(d))
 
-        sp = watershed_on_map(pmap, region_size)
-        return _rag_average(sp, pmap, "single" if variant == "ws_single" else "average")
-    g, ew = _pixel_graph(pmap)
-    if variant == "owt_average":
-        sp = hg.labelisation_watershed(g, ew)
-        return _rag_average(np.asarray(sp), pmap, "average")
-    fn = {"px_area": hg.watershed_hierarchy_by_area, "px_dynamics": hg.watershed_hierarchy_by_dynamics,
-          "px_volume": hg.watershed_hierarchy_by_volume}[variant]
-    tree, alt = fn(g, ew)
-    sal = hg.saliency(tree, alt)
-    khal = hg.graph_4_adjacency_2_khalimsky(g, sal)
-    ucm2 = ucm2_from_khalimsky(np.asarray(khal, dtype=np.float64))
-    m = ucm2.max()
-    return ucm2 / m if m > 0 else ucm2
+    # ------------------------------------------------------------------ steps
+    @torch.no_grad()
+    def boundary_map(self, model: torch.nn.Module, image: np.ndarray, device="cpu") -> np.ndarray:
+        """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image,
+        averaged over ``scales``."""
+        x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
+        h, w = x.shape[-2:]
+        acc = None
+        for s in self.scales:
+            xs = x if s == 1.0 else F.interpolate(x, scale_factor=s, mode="bilinear", align_corners=False,
+                                                  recompute_scale_factor=False)
+            p = torch.sigmoid(model(xs).float())
+            if p.shape[-2:] != (h, w):
+                p = F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False)
+            acc = p if acc is None else acc + p
+        return (acc / len(self.scales))[0, 0].cpu().numpy()
+
+    def make_superpixels(self, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> np.ndarray:
+        """Superpixel labels (H, W) of a boundary map (and the image, for ``color_watershed``)."""
+        b = np.asarray(boundary)
+        if b.ndim != 2 or b.size == 0:
+            raise PipelineError(f"boundary map must be a non-empty (H, W) array, got shape {b.shape}")
+        if image is not None and np.asarray(image).shape[:2] != b.shape:
+            raise PipelineError(f"image {np.asarray(image).shape[:2]} and boundary map {b.shape} differ in size")
+        if self.superpixels == "boundary_watershed":
+            return boundary_watershed(b, self.region_size, self.sigma)
+        if self.superpixels == "all_minima":
+            return _all_minima_watershed(b)
+        if image is None:
+            raise PipelineError("superpixels='color_watershed' needs the image")
+        from ..data.superpixels import Superpixels
+
+        return Superpixels(region_size=self.region_size)(image)
+
+    def edge_weights(self, rag: RegionAdjacencyGraph, boundary) -> tuple[torch.Tensor, np.ndarray]:
+        """Mean boundary along every frontier (float64 tensor) and the frontier lengths."""
+        b = boundary if isinstance(boundary, torch.Tensor) else torch.from_numpy(np.asarray(boundary, np.float64))
+        pa, pb, e = frontier_pixel_pairs(rag)
+        w = frontier_mean(b.to(torch.float64), torch.from_numpy(pa), torch.from_numpy(pb), torch.from_numpy(e),
+                          rag.graph.num_edges)
+        return w, rag.frontier_lengths().astype(np.float64)
+
+    def ultrametric(self, graph, weights: torch.Tensor, lengths=None):
+        """(u, hierarchy) of the configured linkage; differentiable in ``weights``."""
+        from ..ultrametric import average_linkage_ultrametric, subdominant_ultrametric
+
+        if self.linkage == "average":
+            return average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True)
+        return subdominant_ultrametric(graph, weights, return_hierarchy=True)
+
+    def hierarchy_of_map(self, boundary: np.ndarray, image: Optional[np.ndarray] = None):
+        """(rag, ultrametric ndarray, hierarchy) of a boundary map: the chain after the network."""
+        sp = self.make_superpixels(boundary, image)
+        rag = region_adjacency_graph(sp)
+        if rag.graph.num_vertices == 1:
+            return rag, np.zeros(0), None
+        w, ln = self.edge_weights(rag, boundary)
+        u, h = self.ultrametric(rag.graph, w, ln)
+        return rag, u.numpy(), h
