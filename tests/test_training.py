@@ -24,17 +24,42 @@ def batch():
     return collate_graph_batch([ds[i] for i in range(3)])
 
 
-def test_training_step_gradients(batch):
-    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+@pytest.mark.parametrize("linkage", ["average", "single"])
+def test_training_step_gradients(batch, linkage):
+    from hiseg.ultrametric import average_linkage_ultrametric
+
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8},
+                                       pipeline={"superpixels": "color_watershed", "linkage": linkage})
     out, u, h = m.compute_losses(batch)
     assert set(out) == {"closest", "triplet", "pixel", "loss"}
     assert torch.isfinite(out["loss"])
-    # the ultrametric is the layer's output on the pooled weights
+    # the ultrametric is the pipeline's linkage on the pooled weights (frontier lengths for average)
     w, _ = m.edge_weights(batch)
-    torch.testing.assert_close(u, subdominant_ultrametric(batch.graph, w))
+    lengths = np.concatenate([r.frontier_lengths() for r in batch.rags])
+    ref = (average_linkage_ultrametric(batch.graph, w, lengths) if linkage == "average"
+           else subdominant_ultrametric(batch.graph, w))
+    torch.testing.assert_close(u, ref)
     out["loss"].backward()
     grads = [p.grad for p in m.parameters() if p.requires_grad]
     assert all(g is not None for g in grads) and sum(float(g.abs().sum()) for g in grads) > 0
+
+
+def test_boundary_following_superpixels_are_rebuilt_in_the_step(batch):
+    """With the inference pipeline's superpixels, the losses see graphs built from the
+    network's own boundary map, the same as `hiseg predict` builds."""
+    from hiseg.segmentation import Pipeline
+
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8},
+                                       pipeline={"superpixels": "boundary_watershed", "region_size": 6.0})
+    out, u, h = m.compute_losses(batch)
+    used = m._last_batch
+    with torch.no_grad():
+        prob = torch.sigmoid(m(batch.images))[:, 0].numpy()
+    for b, rag in enumerate(used.rags):
+        hb, wb = batch.image_sizes[b]
+        np.testing.assert_array_equal(rag.labels, Pipeline(region_size=6.0).make_superpixels(prob[b, :hb, :wb]))
+    out["loss"].backward()
+    assert sum(float(p.grad.abs().sum()) for p in m.parameters() if p.grad is not None) > 0
 
 
 def test_ultrametric_terms_alone_train_the_network(batch):
