@@ -8,29 +8,10 @@ from scipy.cluster.hierarchy import cophenet, linkage
 from scipy.spatial.distance import pdist
 
 import hiseg
+from _graphs import complete_graph, random_connected_graph
 from hiseg import losses
 from hiseg.graph import EdgeList, batch_graphs
 from hiseg.ultrametric import average_linkage_ultrametric, build_average_linkage_hierarchy
-
-
-def complete_graph(n):
-    s, t = np.triu_indices(n, 1)
-    return EdgeList(s.astype(np.int64), t.astype(np.int64), n)
-
-
-def random_connected_graph(rng, n, extra):
-    perm = rng.permutation(n)
-    edges = set()
-    for i in range(1, n):
-        a, b = perm[i], perm[rng.integers(0, i)]
-        edges.add((min(a, b), max(a, b)))
-    for _ in range(extra):
-        a, b = rng.integers(0, n, 2)
-        if a != b:
-            edges.add((min(a, b), max(a, b)))
-    e = np.array(sorted(edges), dtype=np.int64).reshape(-1, 2)
-    e = e[rng.permutation(len(e))]
-    return EdgeList(e[:, 0], e[:, 1], n)
 
 
 def brute_average_linkage(g: EdgeList, w, lengths=None):

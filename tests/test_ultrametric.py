@@ -10,33 +10,12 @@ from scipy.cluster.hierarchy import cophenet, linkage
 from scipy.spatial.distance import squareform
 
 import hiseg
+from _graphs import complete_graph, random_connected_graph
 from hiseg.graph import EdgeList, batch_graphs, grid_graph
 from hiseg.ultrametric import build_hierarchy, canonical_edge_order, subdominant_ultrametric
 
 
 # ----------------------------------------------------------------------------- helpers
-def complete_graph(n):
-    s, t = np.triu_indices(n, 1)
-    return EdgeList(s.astype(np.int64), t.astype(np.int64), n)
-
-
-def random_connected_graph(rng, n, extra):
-    """A random spanning tree plus `extra` random non-duplicate edges."""
-    perm = rng.permutation(n)
-    edges = set()
-    for i in range(1, n):
-        j = rng.integers(0, i)
-        a, b = perm[i], perm[j]
-        edges.add((min(a, b), max(a, b)))
-    for _ in range(extra):
-        a, b = rng.integers(0, n, 2)
-        if a != b:
-            edges.add((min(a, b), max(a, b)))
-    e = np.array(sorted(edges), dtype=np.int64)
-    e = e[rng.permutation(len(e))]
-    return EdgeList(e[:, 0], e[:, 1], n)
-
-
 def brute_minmax(g: EdgeList, w: np.ndarray) -> np.ndarray:
     """min over paths of the max edge, by a Floyd-Warshall in the (min, max) semiring."""
     n = g.num_vertices
