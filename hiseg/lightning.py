@@ -139,7 +139,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         """RAG edge weights (E_total,) of a batch: mean boundary probability per frontier."""
         if logits is None:
             logits = self(batch.images)
-        prob = torch.sigmoid(logits[:, 0])
+        # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
+        prob = torch.sigmoid(logits[:, 0].float())
         return frontier_mean(prob, batch.frontier_pixels_a, batch.frontier_pixels_b,
                              batch.frontier_edge, batch.graph.num_edges), logits
 
@@ -185,7 +186,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                 out["triplet"] = L.triplet(h, w, trip, margin=hp.margin)
                 total = total + hp.triplet_weight * out["triplet"]
         if hp.pixel_weight:
-            out["pixel"] = balanced_bce(logits[:, 0], batch.boundary.to(logits.dtype))
+            out["pixel"] = balanced_bce(logits[:, 0].float(), batch.boundary.float())
             total = total + hp.pixel_weight * out["pixel"]
         out["loss"] = total
         if timings is not None:

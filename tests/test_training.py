@@ -62,6 +62,16 @@ def test_boundary_following_superpixels_are_rebuilt_in_the_step(batch):
     assert sum(float(p.grad.abs().sum()) for p in m.parameters() if p.grad is not None) > 0
 
 
+def test_bf16_logits_give_float32_pooling_trees_and_losses(batch):
+    """Under bf16-mixed the network's logits are bf16; pooling, trees and losses stay float32."""
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+    logits = m(batch.images).to(torch.bfloat16)
+    out, u, h = m.compute_losses(batch, logits=logits)
+    assert u.dtype == torch.float32 and all(v.dtype == torch.float32 for v in out.values())
+    ref, _ = m.compute_losses(batch, logits=logits.float())[0], None
+    torch.testing.assert_close(out["closest"], ref["closest"])
+
+
 def test_ultrametric_terms_alone_train_the_network(batch):
     """With the pixel term off, the gradient still reaches the network through the layer."""
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_weight=0.0)
