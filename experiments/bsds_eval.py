@@ -73,16 +73,12 @@ def main():
         d.mkdir(parents=True)
     for n in names:
         (gt / f"{n}.mat").symlink_to((root / "groundTruth" / "val" / f"{n}.mat").resolve())
-    import dataclasses
-
     from hiseg.metrics.bsds import load_ground_truth
     from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k
 
     seg = Segmenter.from_checkpoint(ckpt)
-    over = {k: v for k, v in (("scales", args.scales), ("linkage", args.linkage),
-                              ("superpixels", args.superpixels)) if v is not None}
-    if over:
-        seg.pipeline = dataclasses.replace(seg.pipeline, **over)
+    seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage,
+                                               superpixels=args.superpixels)
     print("pipeline:", seg.pipeline.to_dict())
     kcut = {"hiseg_exact": [0.0, 0.0], "hiseg": [0.0, 0.0], "gpb_owt_ucm": [0.0, 0.0]}
     ucm_dir = root.parent / "ucm2" / "val" if (root.parent / "ucm2").is_dir() else root / "ucm2" / "val"

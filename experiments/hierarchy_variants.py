@@ -16,6 +16,37 @@ import numpy as np
 import scipy.io
 import torch
 
+# RAG hierarchies go through hiseg's Pipeline; the pixel-graph watershed hierarchies are
+# higra's, kept here because only this comparison uses them.
+RAG_VARIANTS = {
+    "ws_single": dict(superpixels="boundary_watershed", linkage="single"),
+    "ws_average": dict(superpixels="boundary_watershed", linkage="average"),
+    "owt_average": dict(superpixels="all_minima", linkage="average"),
+}
+PIXEL_VARIANTS = ("px_area", "px_dynamics", "px_volume")
+VARIANTS = tuple(RAG_VARIANTS) + PIXEL_VARIANTS
+
+
+def hierarchy_ucm2(pmap, variant):
+    """BSDS ucm2 of one boundary map by one variant."""
+    import higra as hg
+
+    from hiseg.segmentation import Pipeline, ucm2_from_rag
+
+    if variant in RAG_VARIANTS:
+        rag, u, _ = Pipeline(**RAG_VARIANTS[variant]).hierarchy_of_map(pmap)
+        return ucm2_from_rag(rag, u)
+    g = hg.get_4_adjacency_graph(pmap.shape)
+    ew = hg.weight_graph(g, pmap.astype(np.float64), hg.WeightFunction.mean)
+    fn = {"px_area": hg.watershed_hierarchy_by_area, "px_dynamics": hg.watershed_hierarchy_by_dynamics,
+          "px_volume": hg.watershed_hierarchy_by_volume}[variant]
+    tree, alt = fn(g, ew)
+    khal = np.asarray(hg.graph_4_adjacency_2_khalimsky(g, hg.saliency(tree, alt)), dtype=np.float64)
+    ucm2 = np.zeros((khal.shape[0] + 2, khal.shape[1] + 2))   # (2H-1, 2W-1) -> (2H+1, 2W+1)
+    ucm2[1:-1, 1:-1] = khal
+    ucm2[1::2, 1::2] = 0.0
+    return ucm2 / ucm2.max() if ucm2.max() > 0 else ucm2
+
 
 def main():
     ap = argparse.ArgumentParser()
@@ -32,7 +63,6 @@ def main():
     from hiseg.data.folder import read_image
     from hiseg.metrics.bsds import evaluate
     from hiseg.models import load_model
-    from hiseg.segmentation.pipeline import VARIANTS, hierarchy_ucm2
 
     root = find_bsds_root(args.bsds)
     out = Path(args.out)

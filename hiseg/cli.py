@@ -57,12 +57,8 @@ def run_predict(args) -> int:
         raise ValueError(f"--regions must be >= 1, got {args.regions}")
     files = _collect_images(args.inputs)
     if args.checkpoint:
-        import dataclasses
-
         seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
-        over = {k: v for k, v in (("scales", args.scales), ("linkage", args.linkage)) if v is not None}
-        if over:
-            seg.pipeline = dataclasses.replace(seg.pipeline, **over)
+        seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage)
     else:
         seg = Segmenter(device=args.device)
     out = Path(args.out)

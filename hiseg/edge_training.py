@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import time
 from pathlib import Path
 from typing import Sequence
@@ -42,7 +41,6 @@ import torch
 import torch.nn.functional as F
 
 __all__ = [
-    "read_bsds_boundaries",
     "load_edge_dataset",
     "GPUAugmenter",
     "consensus_targets",
@@ -52,25 +50,6 @@ __all__ = [
 ]
 
 
-def read_bsds_boundaries(path) -> np.ndarray:
-    """Every annotator's ``Boundaries`` map of one BSDS500 ``.mat`` file, (K, H, W) bool."""
-    import scipy.io
-
-    from .data.folder import DataError
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"ground-truth file not found: {path}")
-    try:
-        gt = scipy.io.loadmat(str(path))["groundTruth"]
-        maps = [np.asarray(gt[0, k]["Boundaries"][0, 0]).astype(bool) for k in range(gt.shape[1])]
-    except Exception as e:  # noqa: BLE001
-        raise DataError(f"cannot read BSDS ground truth {path}: {type(e).__name__}: {e}") from e
-    if not maps:
-        raise DataError(f"BSDS ground truth {path} holds no annotator")
-    return np.stack(maps)
-
-
 def load_edge_dataset(root, split: str = "train", limit: int | None = None):
     """Images (uint8 (3, H, W)) and consensus maps (float32 (H, W), fraction of
     annotators marking each pixel) of a BSDS500 split; portrait images are transposed
@@ -78,13 +57,14 @@ def load_edge_dataset(root, split: str = "train", limit: int | None = None):
     """
     from .data.bsds import BSDS500
     from .data.folder import read_image
+    from .metrics.bsds import load_ground_truth
 
     ds = BSDS500(root, split)
     n = len(ds) if limit is None else min(limit, len(ds))
     images, cons = [], []
     for i in range(n):
         img = (read_image(ds.image_path(i)) * 255.0 + 0.5).astype(np.uint8)
-        b = read_bsds_boundaries(ds.groundtruth_path(i)).mean(axis=0).astype(np.float32)
+        b = np.mean(load_ground_truth(ds.groundtruth_path(i))[1], axis=0).astype(np.float32)
         if img.shape[0] > img.shape[1]:
             img, b = img.transpose(1, 0, 2), b.T
         images.append(np.ascontiguousarray(img.transpose(2, 0, 1)))
@@ -216,14 +196,9 @@ def _lr_at(step: int, total: int, base: float, warmup: int) -> float:
     return base * (0.02 + 0.98 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def _save_atomic(obj, path: Path) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
 def train_edges(args) -> dict:
     """Run (or resume) the pixel stage described in the module docstring; returns a summary."""
+    from .inference import atomic_write
     from .models import get_model, save_weights
 
     dev = torch.device(args.device)
@@ -247,6 +222,11 @@ def train_edges(args) -> dict:
         gen.set_state(st["gen"])
         step, total, log = int(st["step"]), int(st["total"]), list(st.get("log", []))
         print(f"resumed from {state_path} at step {step}/{total}", flush=True)
+    def save_state():
+        state = {"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
+                 "step": step, "total": total, "log": log}
+        atomic_write(out / "state.pt", lambda tmp: torch.save(state, tmp))
+
     use_bf16 = args.bf16 and dev.type == "cuda"
     model.train()
     t_start = time.time()
@@ -296,11 +276,9 @@ def train_edges(args) -> dict:
                 print(f"throughput {rate * args.batch_size:.0f} crops/s: step budget {total} "
                       f"for {args.plan_seconds} s", flush=True)
         if time.time() - t_save > args.save_every:
-            _save_atomic({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                          "step": step, "total": total, "log": log}, out / "state.pt")
+            save_state()
             t_save = time.time()
-    _save_atomic({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state(),
-                  "step": step, "total": total, "log": log}, out / "state.pt")
+    save_state()
     meta = {"recipe": "hiseg.edge_training", "steps": step, "total_steps": total, "batch_size": args.batch_size,
             "crop": args.crop, "image_passes": step * args.batch_size, "lr": args.lr}
     save_weights(model.float().cpu(), out / "weights.pt", metadata=meta)

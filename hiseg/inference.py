@@ -25,10 +25,9 @@ import torch
 
 from .fitting import fit_ultrametric
 from .graph import RegionAdjacencyGraph, region_adjacency_graph
-from .segmentation.pooling import frontier_mean, frontier_pixel_pairs
+from .segmentation.pooling import rag_frontier_mean
 from .segmentation.saliency import cut_at_threshold, cut_num_regions, ucm2_from_rag
 from .ultrametric import Hierarchy, build_hierarchy
-from .segmentation.pipeline import boundary_watershed as watershed_on_map  # noqa: F401  (old name)
 
 __all__ = ["Segmenter", "SegmentationResult", "write_outputs", "atomic_write"]
 
@@ -90,17 +89,18 @@ class Segmenter:
         Boundary network (logits); ``None`` selects the classical Sobel + fitting path.
     device : str or torch.device
     superpixels : callable image -> labels, optional
-        Default: the watershed superpixels the model was trained with (from the
-        checkpoint), else ``hiseg.data.superpixels.Superpixels()``.
-    on_boundary : bool
-        Build the superpixels by a watershed of the *predicted* boundary map (the
-        network's own contours) instead of the image gradient. Learned models only.
+        Classical path: the superpixels (default ``hiseg.data.superpixels.Superpixels()``).
     fit_iterations : int
         Classical path: iterations of closest-ultrametric fitting (0: subdominant only).
+    region_size : float
+        Classical path: size of the default superpixels.
+    pipeline : Pipeline or dict, optional
+        Learned path: the :class:`~hiseg.segmentation.Pipeline` from the boundary map to the
+        hierarchy (default ``Pipeline()``; :meth:`from_checkpoint` takes the checkpoint's).
     """
 
     def __init__(self, model: Optional[torch.nn.Module] = None, device: Union[str, torch.device] = "cpu",
-                 superpixels=None, on_boundary: bool = False, fit_iterations: int = 50,
+                 superpixels=None, fit_iterations: int = 50,
                  region_size: float = 8.0, pipeline=None):
         from .data.superpixels import Superpixels
         from .segmentation.pipeline import Pipeline
@@ -108,9 +108,7 @@ class Segmenter:
         self.device = torch.device(device)
         self.model = model.to(self.device).eval() if model is not None else None
         self.superpixels = superpixels or Superpixels(region_size=region_size)
-        self.on_boundary = bool(on_boundary)
         self.fit_iterations = int(fit_iterations)
-        self.region_size = float(region_size)
         if pipeline is None:
             pipeline = Pipeline()
         elif not isinstance(pipeline, Pipeline):
@@ -172,13 +170,11 @@ class Segmenter:
         t0 = time.perf_counter()
         sp = self.superpixels(img)
         rag = region_adjacency_graph(sp)
-        pa, pb, e = frontier_pixel_pairs(rag)
         t["superpixels"] = time.perf_counter() - t0
         if rag.graph.num_vertices == 1:
             return self._flat(rag, t)
         t0 = time.perf_counter()
-        w = frontier_mean(torch.from_numpy(pmap.astype(np.float64)), torch.from_numpy(pa), torch.from_numpy(pb),
-                          torch.from_numpy(e), rag.graph.num_edges)
+        w = rag_frontier_mean(rag, pmap)
         w = w / w.max().clamp_min(1e-12)
         if self.fit_iterations > 0:
             w = fit_ultrametric(rag.graph, w, max_iter=self.fit_iterations)

@@ -28,7 +28,6 @@ from . import losses as L
 from .models import get_model
 from .segmentation.pooling import frontier_mean
 from .segmentation.saliency import ucm2_from_rag
-from .ultrametric import build_hierarchy
 
 __all__ = ["HierarchicalSegmentationModule", "sample_batch_triplets", "balanced_bce"]
 
@@ -119,7 +118,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             pipeline = {"superpixels": "color_watershed", "linkage": "average"}
         self.pipeline = Pipeline.from_dict(pipeline, source="model.pipeline") if not isinstance(
             pipeline, Pipeline) else pipeline
-        pipeline = self.pipeline.to_dict()
+        pipeline = self.pipeline.to_dict()  # save_hyperparameters reads this local: the full settings
         self.save_hyperparameters()
         self.model = get_model(arch, **(arch_kwargs or {}))
         if init_from:
@@ -147,18 +146,11 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     def rebuild_graphs(self, batch, logits):
         """The batch with superpixels rebuilt from the predicted (detached) boundary maps,
         by the pipeline, as at inference; targets recomputed from the ground truths."""
-        from .data.collate import collate_graph_batch, make_graph_sample
+        from .data.collate import with_superpixels
 
         prob = torch.sigmoid(logits[:, 0].detach().float()).cpu().numpy()
-        imgs = batch.images.detach().cpu().numpy()
-        samples = []
-        for b, (hb, wb) in enumerate(batch.image_sizes):
-            sp = self.pipeline.make_superpixels(prob[b, :hb, :wb])
-            samples.append(make_graph_sample(
-                {"image": imgs[b, :, :hb, :wb].transpose(1, 2, 0), "segmentations": batch.segmentations[b],
-                 "name": batch.names[b] if batch.names else ""}, lambda _img, sp=sp: sp))
-        new = collate_graph_batch(samples)
-        return new.to(logits.device)
+        return with_superpixels(batch, [self.pipeline.make_superpixels(prob[b, :hb, :wb])
+                                        for b, (hb, wb) in enumerate(batch.image_sizes)])
 
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None):
         hp = self.hparams
@@ -166,12 +158,11 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if self.pipeline.superpixels != "color_watershed":
             if logits is None:
                 logits = self(batch.images)
-            images = batch.images
             batch = self.rebuild_graphs(batch, logits)
-            batch.images = images
         w, logits = self.edge_weights(batch, logits)
         t1 = time.perf_counter()
-        lengths = np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
+        lengths = (np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
+                   if self.pipeline.linkage == "average" else None)
         u, h = self.pipeline.ultrametric(batch.graph, w, lengths)
         t2 = time.perf_counter()
         out = {}

@@ -504,8 +504,8 @@ class AverageLinkageHierarchy(Hierarchy):
         ln = self._lengths(weights)
         num = weights.new_zeros(n_int).index_add(0, lca, ln * weights)
         den = weights.new_zeros(n_int).index_add(0, lca, ln)
-        virt = self._index("virtual_nodes", (self.mst_edge_map >= self.num_edges), weights.device)
-        if bool(virt.any()):
+        if self.batch is not None and self.batch.num_graphs > 1:  # virtual top nodes (known on the CPU)
+            virt = self._index("virtual_nodes", self.mst_edge_map >= self.num_edges, weights.device)
             top = weights.detach().max() + 1 if weights.numel() else weights.new_ones(())
             den = torch.where(virt, torch.ones_like(den), den)
             num = torch.where(virt, top.expand_as(num), num)
@@ -588,7 +588,9 @@ def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
     parents = np.asarray(tree.parents(), dtype=np.int64)
     if parents.size != 2 * N - 1:
         raise ValueError(_disconnected_message(el, batch))
+    # a bare Hierarchy lends its size / children / lca machinery for the lcas of all edges
     h0 = Hierarchy(el, parents, np.zeros(N - 1, np.int64), None, None, batch)
+    h0._tree = tree
     lca_all = _LeafLCA(h0.tree, parents, N, h0.sizes, h0.children(), transient=True)(s_all, t_all)
     nodes, first = np.unique(lca_all, return_index=True)  # first edge of every internal node
     if nodes.size != N - 1:  # pragma: no cover - every merge joins adjacent clusters

@@ -25,7 +25,7 @@ import torch
 
 from ..graph import BatchedGraph, RegionAdjacencyGraph, batch_graphs, region_adjacency_graph
 from .superpixels import Superpixels
-from .targets import compute_targets
+from .targets import compute_targets, edge_targets, superpixel_labels
 from .transforms import as_numpy_generator
 
 __all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "frontier_pixel_pairs", "make_graph_sample"]
@@ -263,6 +263,19 @@ def collate_graph_batch(samples: Sequence[dict]) -> GraphBatch:
             h, w = sizes[i]
             images[i, :, :h, :w] = _np(s["image"])
             boundary[i, :h, :w] = _np(s["boundary"])
+    return GraphBatch(
+        images=torch.from_numpy(images),
+        boundary=torch.from_numpy(boundary),
+        segmentations=[s["segmentations"] for s in samples],
+        names=[s["name"] for s in samples],
+        image_sizes=[tuple(int(x) for x in sz) for sz in sizes],
+        **_graph_fields(samples, sizes, hp, wp),
+    )
+
+
+def _graph_fields(samples: Sequence[dict], sizes, hp: int, wp: int) -> dict:
+    """The graph part of a batch (RAGs, frontier pixels, targets) from per-image items
+    holding ``rag``, ``sp_labels``, ``edge_target`` and optionally ``frontier``."""
     rags = [s["rag"] for s in samples]
     graph = batch_graphs([r.graph for r in rags])
     fa, fb, fe = [], [], []
@@ -286,18 +299,33 @@ def collate_graph_batch(samples: Sequence[dict]) -> GraphBatch:
         if lab.shape[0]:
             sp_labels[: lab.shape[0], v0:v1] = np.where(lab >= 0, lab + shift, lab)
             shift += int(lab.max()) + 1
-    return GraphBatch(
-        images=torch.from_numpy(images),
+    return dict(
         graph=graph,
         frontier_pixels_a=torch.from_numpy(np.concatenate(fa).astype(np.int64)),
         frontier_pixels_b=torch.from_numpy(np.concatenate(fb).astype(np.int64)),
         frontier_edge=torch.from_numpy(np.concatenate(fe).astype(np.int64)),
         edge_target=torch.from_numpy(np.concatenate([_np(s["edge_target"]) for s in samples])),
         sp_labels=torch.from_numpy(sp_labels),
-        boundary=torch.from_numpy(boundary),
-        segmentations=[s["segmentations"] for s in samples],
-        names=[s["name"] for s in samples],
         rags=rags,
-        image_sizes=[tuple(int(x) for x in sz) for sz in sizes],
         num_annotators=n_ann,
     )
+
+
+def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray]) -> GraphBatch:
+    """The batch with new superpixels: RAGs, frontiers and targets rebuilt from its ground
+    truths; images, boundary maps and ground truths kept as they are (on their device).
+
+    Cost: the RAG and targets of every image on the CPU (O(A H W) each), and the graph
+    tensors moved to the images' device; no image is copied.
+    """
+    if len(superpixels) != batch.batch_size:
+        raise ValueError(f"{len(superpixels)} superpixel maps for a batch of {batch.batch_size}")
+    items = []
+    for sp, seg in zip(superpixels, batch.segmentations):
+        rag = region_adjacency_graph(sp)
+        lab = superpixel_labels(rag.labels, seg, rag.num_regions)
+        items.append({"rag": rag, "sp_labels": lab, "edge_target": edge_targets(rag.graph, lab)})
+    hp, wp = batch.images.shape[-2:]
+    fields = _graph_fields(items, batch.image_sizes, int(hp), int(wp))
+    dev = batch.images.device
+    return replace(batch, **{k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})

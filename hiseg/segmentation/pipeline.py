@@ -31,7 +31,7 @@ region_size, sigma : floats
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 
 from ..graph import RegionAdjacencyGraph, region_adjacency_graph
-from .pooling import frontier_mean, frontier_pixel_pairs
+from .pooling import rag_frontier_mean
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "boundary_watershed"]
 
@@ -130,6 +130,11 @@ class Pipeline:
             raise PipelineError(f"{source}: unknown pipeline setting(s) {unknown}; known: {sorted(known)}")
         return cls(**dict(d))
 
+    def with_overrides(self, **settings) -> "Pipeline":
+        """A copy with the settings that are not ``None`` replaced (command-line overrides)."""
+        given = {k: v for k, v in settings.items() if v is not None}
+        return replace(self, **given) if given else self
+
     # ------------------------------------------------------------------ steps
     @torch.no_grad()
     def boundary_map(self, model: torch.nn.Module, image: np.ndarray, device="cpu") -> np.ndarray:
@@ -164,14 +169,6 @@ class Pipeline:
 
         return Superpixels(region_size=self.region_size)(image)
 
-    def edge_weights(self, rag: RegionAdjacencyGraph, boundary) -> tuple[torch.Tensor, np.ndarray]:
-        """Mean boundary along every frontier (float64 tensor) and the frontier lengths."""
-        b = boundary if isinstance(boundary, torch.Tensor) else torch.from_numpy(np.asarray(boundary, np.float64))
-        pa, pb, e = frontier_pixel_pairs(rag)
-        w = frontier_mean(b.to(torch.float64), torch.from_numpy(pa), torch.from_numpy(pb), torch.from_numpy(e),
-                          rag.graph.num_edges)
-        return w, rag.frontier_lengths().astype(np.float64)
-
     def ultrametric(self, graph, weights: torch.Tensor, lengths=None):
         """(u, hierarchy) of the configured linkage; differentiable in ``weights``."""
         from ..ultrametric import average_linkage_ultrametric, subdominant_ultrametric
@@ -186,6 +183,6 @@ class Pipeline:
         rag = region_adjacency_graph(sp)
         if rag.graph.num_vertices == 1:
             return rag, np.zeros(0), None
-        w, ln = self.edge_weights(rag, boundary)
-        u, h = self.ultrametric(rag.graph, w, ln)
+        w = rag_frontier_mean(rag, boundary)
+        u, h = self.ultrametric(rag.graph, w, rag.frontier_lengths().astype(np.float64))
         return rag, u.numpy(), h

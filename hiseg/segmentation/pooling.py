@@ -6,7 +6,7 @@ import torch
 
 from ..graph import RegionAdjacencyGraph, grid_graph
 
-__all__ = ["frontier_pixel_pairs", "frontier_mean"]
+__all__ = ["frontier_pixel_pairs", "frontier_mean", "rag_frontier_mean"]
 
 
 def frontier_pixel_pairs(rag: RegionAdjacencyGraph):
@@ -45,3 +45,11 @@ def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tens
     if bool((cnt == 0).any()):
         raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
     return s / cnt
+
+
+def rag_frontier_mean(rag: RegionAdjacencyGraph, boundary) -> torch.Tensor:
+    """:func:`frontier_mean` of one (H, W) map (array or tensor) on one RAG, in float64."""
+    b = boundary if isinstance(boundary, torch.Tensor) else torch.from_numpy(np.asarray(boundary))
+    pa, pb, e = frontier_pixel_pairs(rag)
+    return frontier_mean(b.to(torch.float64), torch.from_numpy(pa), torch.from_numpy(pb), torch.from_numpy(e),
+                         rag.graph.num_edges)
