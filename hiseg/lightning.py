@@ -32,6 +32,7 @@ from .segmentation.saliency import ucm2_from_rag
 __all__ = ["HierarchicalSegmentationModule", "sample_batch_triplets", "balanced_bce"]
 
 VAL_THRESHOLDS = np.linspace(0.1, 0.9, 9)
+PIXEL_LOSSES = ("balanced_bce", "edge")
 
 
 def sample_batch_triplets(sp_labels: np.ndarray, vertex_ptr: np.ndarray, per_image: int,
@@ -71,6 +72,21 @@ def balanced_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="mean")
 
 
+_POOL = None
+
+
+def _thread_pool():
+    """One process-wide thread pool for the per-image CPU work of a batch."""
+    global _POOL
+    if _POOL is None:
+        import os
+        from concurrent.futures import ThreadPoolExecutor
+
+        _POOL = ThreadPoolExecutor(max_workers=max(1, min(16, len(os.sched_getaffinity(0)))),
+                                   thread_name_prefix="hiseg-rebuild")
+    return _POOL
+
+
 class HierarchicalSegmentationModule(pl.LightningModule):
     """Learned hierarchical segmentation by ultrametric fitting.
 
@@ -103,6 +119,13 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         average linkage. With ``superpixels: boundary_watershed`` the superpixels of every
         training and validation image are rebuilt at each step from the network's
         current (detached) boundary map, exactly as at inference.
+    pixel_loss : ``"balanced_bce"`` (default) or ``"edge"``
+        The pixel term: ``balanced_bce`` is a class-balanced BCE of the fused logits
+        against the thick mean annotator boundary; ``edge`` is the pixel stage's own loss
+        (:func:`hiseg.edge_training.edge_loss`: consensus labels from one-pixel-wide
+        annotator boundaries, positive where >= 30% of annotators agree, ignored between,
+        balanced BCE on the fused and side outputs plus Dice), so that fine-tuning does
+        not pull the network away from the pixel stage's optimum.
     """
 
     def __init__(self, arch: str = "compact_boundary_net", arch_kwargs: Optional[dict] = None,
@@ -110,8 +133,10 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  triplet_weight: float = 0.5, pixel_weight: float = 0.1, margin: float = 0.2,
                  triplets_per_image: int = 2000, val_threshold: float = 0.5,
                  validate_at_start: bool = True, init_from: Optional[str] = None,
-                 pipeline: Optional[dict] = None):
+                 pipeline: Optional[dict] = None, pixel_loss: str = "balanced_bce"):
         super().__init__()
+        if pixel_loss not in PIXEL_LOSSES:
+            raise ValueError(f"model.pixel_loss must be one of {PIXEL_LOSSES}, got {pixel_loss!r}")
         from .segmentation.pipeline import Pipeline
 
         if pipeline is None:
@@ -145,16 +170,37 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
     def rebuild_graphs(self, batch, logits):
         """The batch with superpixels rebuilt from the predicted (detached) boundary maps,
-        by the pipeline, as at inference; targets recomputed from the ground truths."""
+        by the pipeline, as at inference; targets recomputed from the ground truths.
+        The images of the batch are processed by a thread pool (the watershed and the
+        RAG release the GIL for most of their work)."""
         from .data.collate import with_superpixels
 
         prob = torch.sigmoid(logits[:, 0].detach().float()).cpu().numpy()
-        return with_superpixels(batch, [self.pipeline.make_superpixels(prob[b, :hb, :wb])
-                                        for b, (hb, wb) in enumerate(batch.image_sizes)])
+        crops = [prob[b, :hb, :wb] for b, (hb, wb) in enumerate(batch.image_sizes)]
+        return with_superpixels(batch, list(_thread_pool().map(self.pipeline.make_superpixels, crops)),
+                                map_fn=_thread_pool().map)
+
+    def consensus_targets(self, batch):
+        """(pos, neg) masks (B, H, W) of the ``edge`` pixel loss on the batch's device:
+        one-pixel-wide annotator boundaries, positive where >= 30% of the annotators
+        mark a pixel, negative where none does; padding and the rest ignored."""
+        from .data.targets import mean_boundary
+        from .edge_training import consensus_targets
+
+        b, hp, wp = batch.boundary.shape
+        cons = np.full((b, hp, wp), -1.0, np.float32)
+        for i, (seg, (h, w)) in enumerate(zip(batch.segmentations, batch.image_sizes)):
+            if len(seg):
+                cons[i, :h, :w] = mean_boundary(seg, thick=False)
+        cons = torch.from_numpy(cons).to(batch.boundary.device, non_blocking=True)
+        return consensus_targets(cons, cons >= 0)
 
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None):
         hp = self.hparams
         t0 = time.perf_counter()
+        sides = []
+        if logits is None and hp.pixel_weight and hp.pixel_loss == "edge":
+            logits, sides = self.model(batch.images, return_side_outputs=True)
         if self.pipeline.superpixels != "color_watershed":
             if logits is None:
                 logits = self(batch.images)
@@ -176,7 +222,12 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             if trip is not None:
                 out["triplet"] = L.triplet(h, w, trip, margin=hp.margin)
                 total = total + hp.triplet_weight * out["triplet"]
-        if hp.pixel_weight:
+        if hp.pixel_weight and hp.pixel_loss == "edge":
+            from .edge_training import edge_loss
+
+            out["pixel"] = edge_loss(logits, sides, *self.consensus_targets(batch))
+            total = total + hp.pixel_weight * out["pixel"]
+        elif hp.pixel_weight:
             out["pixel"] = balanced_bce(logits[:, 0].float(), batch.boundary.float())
             total = total + hp.pixel_weight * out["pixel"]
         out["loss"] = total

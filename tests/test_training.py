@@ -62,6 +62,28 @@ def test_boundary_following_superpixels_are_rebuilt_in_the_step(batch):
     assert sum(float(p.grad.abs().sum()) for p in m.parameters() if p.grad is not None) > 0
 
 
+def test_edge_pixel_loss_is_the_pixel_stage_loss(batch):
+    """pixel_loss='edge': the pixel term equals edge_training.edge_loss on consensus labels
+    of one-pixel-wide annotator boundaries, with the side outputs supervised too."""
+    from hiseg.data.targets import mean_boundary
+    from hiseg.edge_training import edge_loss
+
+    torch.manual_seed(0)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_loss="edge",
+                                       closest_weight=0.0, triplet_weight=0.0, pixel_weight=1.0)
+    out, _, _ = m.compute_losses(batch)
+    fused, sides = m.model(batch.images, return_side_outputs=True)
+    cons = torch.from_numpy(np.stack([mean_boundary(s, thick=False) for s in batch.segmentations]))
+    # independent labels: >= 30% of annotators positive, none negative
+    ref = edge_loss(fused, sides, cons >= 0.3, cons == 0)
+    torch.testing.assert_close(out["pixel"], ref)
+    out["loss"].backward()
+    side_head = [p for n, p in m.model.named_parameters() if "side" in n or "head" in n]
+    assert side_head and any(float(p.grad.abs().sum()) > 0 for p in side_head if p.grad is not None)
+    with pytest.raises(ValueError, match="pixel_loss"):
+        HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_loss="dice")
+
+
 def test_bf16_logits_give_float32_pooling_trees_and_losses(batch):
     """Under bf16-mixed the network's logits are bf16; pooling, trees and losses stay float32."""
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})

@@ -311,20 +311,23 @@ def _graph_fields(samples: Sequence[dict], sizes, hp: int, wp: int) -> dict:
     )
 
 
-def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray]) -> GraphBatch:
+def _graph_item(sp: np.ndarray, seg) -> dict:
+    rag = region_adjacency_graph(sp)
+    lab = superpixel_labels(rag.labels, seg, rag.num_regions)
+    return {"rag": rag, "sp_labels": lab, "edge_target": edge_targets(rag.graph, lab)}
+
+
+def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_fn=map) -> GraphBatch:
     """The batch with new superpixels: RAGs, frontiers and targets rebuilt from its ground
     truths; images, boundary maps and ground truths kept as they are (on their device).
 
+    ``map_fn`` maps the per-image work (for example a thread pool's ``map``).
     Cost: the RAG and targets of every image on the CPU (O(A H W) each), and the graph
     tensors moved to the images' device; no image is copied.
     """
     if len(superpixels) != batch.batch_size:
         raise ValueError(f"{len(superpixels)} superpixel maps for a batch of {batch.batch_size}")
-    items = []
-    for sp, seg in zip(superpixels, batch.segmentations):
-        rag = region_adjacency_graph(sp)
-        lab = superpixel_labels(rag.labels, seg, rag.num_regions)
-        items.append({"rag": rag, "sp_labels": lab, "edge_target": edge_targets(rag.graph, lab)})
+    items = list(map_fn(_graph_item, superpixels, batch.segmentations))
     hp, wp = batch.images.shape[-2:]
     fields = _graph_fields(items, batch.image_sizes, int(hp), int(wp))
     dev = batch.images.device
