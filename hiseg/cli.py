@@ -29,6 +29,18 @@ def _collect_images(inputs: Sequence[str]) -> list[Path]:
     return files
 
 
+def _min_size(text: str):
+    if text == "auto":
+        return text
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {text!r}") from None
+    if not v >= 0 or v == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return v
+
+
 def add_predict_arguments(p: argparse.ArgumentParser):
     p.add_argument("inputs", nargs="+", help="images or folders of images")
     p.add_argument("--checkpoint", "-c", default=None,
@@ -36,6 +48,9 @@ def add_predict_arguments(p: argparse.ArgumentParser):
     p.add_argument("--out", "-o", required=True, help="output folder")
     p.add_argument("--regions", type=int, default=None, help="also write a segmentation with K regions")
     p.add_argument("--threshold", type=float, default=None, help="also write the segmentation at threshold T")
+    p.add_argument("--min-region-size", type=_min_size, default="auto", metavar="SIZE",
+                   help="with --regions: no region smaller than SIZE pixels (>= 1), SIZE of the image "
+                        "(< 1), or 'auto' (default: 0.05/K of the image); 0 for the plain cut")
     p.add_argument("--device", default="cpu", help="torch device of the network (cpu, cuda, cuda:1, ...)")
     p.add_argument("--scales", type=float, nargs="+", default=None,
                    help="multi-scale inference: average the boundary maps at these image scales "
@@ -65,7 +80,8 @@ def run_predict(args) -> int:
     for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
         img = read_image(f)
         res = seg.segment(img)
-        write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold)
+        write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold,
+                      min_size=args.min_region_size)
     print(f"wrote {len(files)} image(s) to {out}")
     return 0
 

@@ -55,12 +55,31 @@ class SegmentationResult:
         """(H, W) saliency map (``ucm2[2::2, 2::2]``, as the benchmark reads boundaries)."""
         return self.ucm2[2::2, 2::2]
 
-    def cut(self, n_regions: Optional[int] = None, threshold: Optional[float] = None) -> np.ndarray:
-        """Segmentation (H, W) int64: exactly ``n_regions`` regions, or merged below ``threshold``."""
+    def cut(self, n_regions: Optional[int] = None, threshold: Optional[float] = None,
+            min_size="auto") -> np.ndarray:
+        """Segmentation (H, W) int64: ``n_regions`` regions, or merged below ``threshold``.
+
+        A cut with ``n_regions`` is size-aware: no region is smaller than ``min_size``
+        (pixels if >= 1, a fraction of the image if < 1, ``"auto"``: a twentieth of an
+        even share, ``0.05 / n_regions`` of the image; 0 for the plain cut, which may split off
+        specks). A speck merged into a region stays with it. When the hierarchy has fewer
+        than ``n_regions`` regions of that size, the most it has are returned, with a
+        warning. ``min_size`` does not apply to ``threshold`` cuts.
+        """
         if (n_regions is None) == (threshold is None):
             raise ValueError("cut: give exactly one of n_regions or threshold")
         if n_regions is not None:
-            return cut_num_regions(self.rag, self.hierarchy, n_regions)
+            from .segmentation.saliency import resolve_min_size
+
+            px = resolve_min_size(min_size, n_regions, self.rag.labels.size)
+            labels = cut_num_regions(self.rag, self.hierarchy, n_regions, px)
+            got = int(labels.max()) + 1
+            if got < n_regions:
+                import warnings
+
+                warnings.warn(f"the hierarchy has only {got} regions of at least {px:.0f} pixels "
+                              f"(min_size={min_size!r}); returning {got}, not {n_regions}", stacklevel=2)
+            return labels
         return cut_at_threshold(self.rag, self.ultrametric, threshold)
 
 
@@ -236,12 +255,14 @@ def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 
 def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndarray,
-                  n_regions: Optional[int] = None, threshold: Optional[float] = None) -> list[Path]:
+                  n_regions: Optional[int] = None, threshold: Optional[float] = None,
+                  min_size="auto") -> list[Path]:
     """Write the files of one image into ``out_dir`` (atomically, one by one).
 
     ``{stem}_ucm.png`` (8-bit), ``{stem}_ucm16.png`` (16-bit), ``{stem}.mat`` (BSDS
     ``ucm2``, double), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
-    (uint16 labels) and ``{stem}_overlay.png``. Returns the written paths.
+    (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
+    :meth:`SegmentationResult.cut`). Returns the written paths.
     """
     from scipy.io import savemat
 
@@ -262,7 +283,8 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     if n_regions is not None or threshold is not None:
         if n_regions is not None:
             n_regions = min(int(n_regions), result.rag.num_regions)
-        labels = result.cut(n_regions=n_regions, threshold=threshold)
+        labels = (result.cut(n_regions=n_regions, min_size=min_size) if n_regions is not None
+                  else result.cut(threshold=threshold))
         p = out / f"{stem}_labels.png"
         atomic_write(p, _write_png(labels.astype(np.uint16)))
         paths.append(p)

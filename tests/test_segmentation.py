@@ -2,6 +2,8 @@
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy import ndimage
 from skimage.measure import label as cc_label
 
@@ -104,3 +106,98 @@ def test_ucm2_bad_length(rng):
     rag = region_adjacency_graph(lab)
     with pytest.raises(ValueError, match="one value per RAG edge"):
         ucm2_from_rag(rag, np.zeros(rag.graph.num_edges + 1))
+
+
+def _relevant_merges_brute_force(rag, h, min_size):
+    """Replay the hierarchy's merges with a union-find holding cluster areas: merge i is
+    relevant when both clusters it joins cover at least min_size pixels."""
+    area = np.bincount(rag.labels.ravel(), minlength=rag.num_regions).astype(float)
+    parent = list(range(rag.num_regions))
+
+    def find(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+    rel = []
+    for i, e in enumerate(h.mst_edge_map):
+        a, b = find(int(rag.graph.sources[e])), find(int(rag.graph.targets[e]))
+        assert a != b
+        rel.append(min(area[a], area[b]) >= min_size)
+        parent[a] = b
+        area[b] += area[a]
+    return np.array(rel)
+
+
+@pytest.mark.parametrize("linkage", ["single", "average"])
+@given(seed=st.integers(0, 10_000), frac=st.floats(0.0, 0.3))
+@settings(max_examples=25, deadline=None)
+def test_size_aware_cut_against_brute_force(linkage, seed, frac):
+    """Size-aware K cuts: the k-1 highest relevant merges undone (replayed independently),
+    every region >= min_size, connected, exactly min(k, 1 + #relevant) regions, nested in k."""
+    from hiseg.ultrametric import average_linkage_ultrametric
+
+    rng = np.random.default_rng(seed)
+    lab = voronoi_labels(rng, (18, 22), 14)
+    rag = region_adjacency_graph(lab)
+    w = torch.tensor(rng.random(rag.graph.num_edges))
+    if linkage == "single":
+        _, h = rag_hierarchy(rag, w)
+    else:
+        _, h = average_linkage_ultrametric(rag.graph, w, rag.frontier_lengths().astype(float), return_hierarchy=True)
+    min_size = frac * lab.size
+    rel = _relevant_merges_brute_force(rag, h, min_size)
+    prev = None
+    for k in range(1, rag.num_regions + 1):
+        cut = cut_num_regions(rag, h, k, min_size=min_size)
+        undo = np.flatnonzero(rel)[::-1][: k - 1]
+        keep = np.setdiff1d(np.arange(rag.num_regions - 1), undo)
+        merges = h.mst_edge_map[keep]
+        ref = cut_at_threshold(rag, np.where(np.isin(np.arange(rag.graph.num_edges), merges), 0.0, 1.0), 0.5)
+        assert same_partition(cut, ref)
+        n = len(np.unique(cut))
+        assert n == min(k, 1 + int(rel.sum()))
+        sizes = np.bincount(cut.ravel())
+        if n > 1:
+            assert sizes[sizes > 0].min() >= min_size
+        for r in np.unique(cut):
+            assert cc_label(cut == r, connectivity=1).max() == 1
+        if prev is not None:  # nested: every region of the finer cut lies in one coarser region
+            assert same_partition(np.stack([prev, cut]).reshape(2, -1).T @ [10**6, 1], cut)
+        prev = cut
+
+
+def test_size_aware_cut_of_a_ucm_equals_the_hierarchy_cut(rng):
+    """ucm2_size_aware_cut rebuilds the hierarchy from the map: the plain cut is the RAG
+    hierarchy's; with a minimum size, the same number of regions, none below it (a speck
+    may join either side of a split: the map does not say which frontier it merged by)."""
+    from hiseg.metrics.kcut import ucm2_size_aware_cut
+
+    lab = voronoi_labels(rng, (24, 30), 20)
+    rag = region_adjacency_graph(lab)
+    u, h = rag_hierarchy(rag, rng.random(rag.graph.num_edges) + 0.01)
+    ucm2 = ucm2_from_rag(rag, u)
+    for k in (2, 5, 9):
+        assert same_partition(ucm2_size_aware_cut(ucm2, k, 0.0), cut_num_regions(rag, h, k))
+        for ms in (30.0, 0.1):
+            px = ms * lab.size if ms < 1 else ms
+            a, b = ucm2_size_aware_cut(ucm2, k, ms), cut_num_regions(rag, h, k, min_size=px)
+            assert len(np.unique(a)) == len(np.unique(b))
+            assert np.bincount(a.ravel())[1:].min() >= px or len(np.unique(a)) == 1
+
+
+def test_size_aware_cut_bad_input(rng):
+    from hiseg.metrics.kcut import ucm2_size_aware_cut
+    from hiseg.segmentation.saliency import resolve_min_size
+
+    lab = voronoi_labels(rng, (10, 10), 5)
+    rag = region_adjacency_graph(lab)
+    _, h = rag_hierarchy(rag, rng.random(rag.graph.num_edges))
+    with pytest.raises(ValueError, match="min_size"):
+        cut_num_regions(rag, h, 2, min_size=-1)
+    with pytest.raises(ValueError, match="min_size"):
+        cut_num_regions(rag, h, 2, min_size=float("nan"))
+    with pytest.raises(ValueError, match="min_size"):
+        resolve_min_size("big", 3, 100)
+    with pytest.raises(ValueError, match="ucm2"):
+        ucm2_size_aware_cut(np.zeros((4, 5)), 2)
+    assert resolve_min_size(0.5, 4, 100) == 50 and resolve_min_size(7, 4, 100) == 7

@@ -20,7 +20,7 @@ import numpy as np
 
 from .region import covering_matches, ucm_to_labels
 
-__all__ = ["median_region_count", "ucm2_cut_k", "kcut_counts"]
+__all__ = ["median_region_count", "ucm2_cut_k", "ucm2_size_aware_cut", "kcut_counts"]
 
 
 def median_region_count(gt_segs: Sequence[np.ndarray]) -> int:
@@ -55,6 +55,39 @@ def ucm2_cut_k(ucm2: np.ndarray, k: int) -> np.ndarray:
         if abs(int(coarse.max()) - k) < abs(int(fine.max()) - k):
             return coarse
     return fine
+
+
+def ucm2_size_aware_cut(ucm2: np.ndarray, k: int, min_size="auto") -> np.ndarray:
+    """The size-aware cut with ``k`` regions of any UCM (labels (H, W) from 1), as
+    :func:`hiseg.segmentation.saliency.cut_num_regions` cuts hiseg's own hierarchies,
+    so that hiseg's and another method's UCMs (gPb-owt-ucm) are cut the same way.
+
+    The hierarchy is rebuilt from the map: the regions of its finest level, their
+    4-adjacency graph weighted by the UCM value on each frontier (max), single linkage
+    (which returns the UCM's own hierarchy, an ultrametric being its own subdominant).
+    ``min_size``: pixels, a fraction of the image, or "auto" (see ``resolve_min_size``).
+    """
+    from ..graph import region_adjacency_graph
+    from ..segmentation.saliency import cut_num_regions, resolve_min_size
+    from ..ultrametric import build_hierarchy
+
+    ucm2 = np.asarray(ucm2, dtype=np.float64)
+    if ucm2.ndim != 2 or ucm2.shape[0] % 2 == 0 or ucm2.shape[1] % 2 == 0:
+        raise ValueError(f"ucm2 must be a (2H+1, 2W+1) map, got shape {ucm2.shape}")
+    fine = ucm_to_labels(ucm2, float(ucm2.min()))
+    rag = region_adjacency_graph(fine)
+    n = rag.graph.num_vertices
+    if n == 1:
+        return np.ones(fine.shape, dtype=np.int64)
+    val = np.concatenate([ucm2[1::2, 2:-1:2].ravel(), ucm2[2:-1:2, 1::2].ravel()])
+    on = rag.pixel_edge_map >= 0
+    w = np.zeros(rag.graph.num_edges)
+    np.maximum.at(w, rag.pixel_edge_map[on], val[on])
+    import torch
+
+    h = build_hierarchy(rag.graph, torch.from_numpy(w))
+    px = resolve_min_size(min_size, k, fine.size)
+    return cut_num_regions(rag, h, min(int(k), n), px) + 1
 
 
 def kcut_counts(seg: np.ndarray, gt_segs: Sequence[np.ndarray]) -> tuple[float, float]:

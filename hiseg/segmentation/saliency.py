@@ -22,7 +22,8 @@ from scipy.sparse.csgraph import connected_components
 from ..graph import RegionAdjacencyGraph, grid_graph
 from ..ultrametric import Hierarchy, build_hierarchy
 
-__all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy"]
+__all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
+           "size_constrained_merges", "resolve_min_size"]
 
 
 def _np(x):
@@ -96,14 +97,74 @@ def cut_at_threshold(rag: RegionAdjacencyGraph, ultrametric, threshold: float) -
     return _components(rag, np.flatnonzero(u <= threshold))
 
 
-def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, k: int) -> np.ndarray:
-    """Horizontal cut of the hierarchy with exactly ``k`` regions (k-1 top merges undone).
+def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, k: int, min_size: float = 0) -> np.ndarray:
+    """Horizontal cut of the hierarchy with ``k`` regions (the k-1 top merges undone).
 
-    Ties between altitudes are broken by the canonical (Kruskal) order, so the result
-    always has exactly ``k`` regions. Raises ValueError for ``k`` outside ``1..R``.
+    Ties between altitudes are broken by the canonical (Kruskal) order, so with
+    ``min_size = 0`` the result always has exactly ``k`` regions.
+
+    ``min_size`` > 0 (pixels) makes the cut size-aware: only *relevant* merges (both
+    merging clusters hold at least ``min_size`` pixels) are undone, the k-1 highest of
+    them; a speck is never split off, it stays with the region it merged into. Every
+    region of the result then holds at least ``min_size`` pixels (k >= 2), cuts stay
+    nested in k, and there are ``min(k, 1 + number of relevant merges)`` regions (fewer
+    than k only when the hierarchy has no k regions of that size). Raises ValueError for
+    ``k`` outside ``1..R`` or a negative ``min_size``.
     """
     n = rag.graph.num_vertices
     if not 1 <= int(k) <= n:
         raise ValueError(f"k must be between 1 and the number of superpixels ({n}), got {k}")
-    merges = hierarchy.mst_edge_map[: n - int(k)]
-    return _components(rag, merges)
+    if not np.isfinite(min_size) or min_size < 0:
+        raise ValueError(f"min_size must be a finite number of pixels >= 0, got {min_size}")
+    if min_size == 0:
+        return _components(rag, hierarchy.mst_edge_map[: n - int(k)])
+    area = np.bincount(rag.labels.ravel(), minlength=n)
+    return _components(rag, size_constrained_merges(hierarchy.parents, hierarchy.mst_edge_map, area, k, min_size))
+
+
+def size_constrained_merges(parents, mst_edge_map, leaf_area, k: int, min_area: float) -> np.ndarray:
+    """The merges (edges of ``mst_edge_map``) kept by the size-aware cut with ``k`` regions.
+
+    ``parents``: a binary tree whose internal node ``N + i`` is built by merge ``i``
+    (``mst_edge_map[i]``), in increasing altitude order (canonical BPT or average
+    linkage). A merge is relevant when both of its children cover at least ``min_area``
+    (sum of ``leaf_area``); the k-1 relevant merges of highest index are undone, every
+    other merge is kept. Why no region is smaller than ``min_area``: take a region C and
+    the undone merge of lowest index on its border; C contains that merge's child on its
+    side whole (an undone edge inside it would have a lower index and border C, or cut a
+    path of the child's tree from C), and that child is at least ``min_area``. O(N log N).
+    """
+    import higra as hg
+
+    parents = np.asarray(parents, dtype=np.int64)
+    area_leaf = np.asarray(leaf_area, dtype=np.float64)
+    n = area_leaf.size
+    if parents.size != 2 * n - 1:
+        raise ValueError(f"parents has {parents.size} nodes, expected a binary tree on {n} leaves ({2 * n - 1})")
+    area = hg.accumulate_sequential(hg.Tree(parents), area_leaf, hg.Accumulators.sum)
+    child = np.argsort(parents[:-1], kind="stable").reshape(-1, 2)  # the two children of N, N+1, ...
+    relevant = np.minimum(area[child[:, 0]], area[child[:, 1]]) >= min_area
+    undo = np.flatnonzero(relevant)[::-1][: max(0, int(k) - 1)]
+    keep = np.ones(n - 1, dtype=bool)
+    keep[undo] = False
+    return np.asarray(mst_edge_map)[keep]
+
+
+def resolve_min_size(min_size, k: int, num_pixels: int) -> float:
+    """Pixels of a ``min_size`` setting: a number >= 1 is pixels, a number in [0, 1) a
+    fraction of the image, ``"auto"`` :data:`AUTO_MIN_FRACTION` / k of the image."""
+    if isinstance(min_size, str):
+        if min_size != "auto":
+            raise ValueError(f"min_size must be a number of pixels, a fraction of the image or 'auto', got {min_size!r}")
+        return AUTO_MIN_FRACTION * num_pixels / max(1, int(k))
+    v = float(min_size)
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"min_size must be >= 0, got {min_size!r}")
+    return v * num_pixels if v < 1 else v
+
+
+#: Default size-aware K-region cut: no region below this fraction of an even share
+#: (1/k of the image). Chosen on BSDS500 val (experiments/results/kcut_min_size.md): 0.02
+#: gives the best K-cut covering (.621), 0.05 keeps most of it (.611, plain cut .598)
+#: with 40% fewer regions under 0.5% of the image.
+AUTO_MIN_FRACTION = 0.05
