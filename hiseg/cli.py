@@ -57,6 +57,11 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                         "(e.g. 0.5 1 1.5; about sum(s^2) times the network's cost); default: the checkpoint's")
     p.add_argument("--linkage", choices=("average", "single"), default=None,
                    help="hierarchy of the region adjacency graph; default: the checkpoint's")
+    p.add_argument("--max-pixels", type=int, default=None, metavar="N",
+                   help="working resolution: larger images are processed at N pixels and their outputs "
+                        "drawn back at full size (default: the checkpoint's pipeline, 500000; 0: no limit)")
+    p.add_argument("--tile", type=int, default=512,
+                   help="the network runs in tiles of TILE x TILE pixels (bounded memory; 0: one pass)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
@@ -73,13 +78,17 @@ def run_predict(args) -> int:
     files = _collect_images(args.inputs)
     if args.checkpoint:
         seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
-        seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage)
+        seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage,
+                                                   max_pixels=args.max_pixels)
     else:
         seg = Segmenter(device=args.device)
+        seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
+    if args.tile < 0:
+        raise ValueError(f"--tile must be >= 0, got {args.tile}")
     out = Path(args.out)
     for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
         img = read_image(f)
-        res = seg.segment(img)
+        res = seg.segment(img, tile=args.tile)
         write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold,
                       min_size=args.min_region_size)
     print(f"wrote {len(files)} image(s) to {out}")

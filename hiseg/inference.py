@@ -26,15 +26,21 @@ import torch
 from .fitting import fit_ultrametric
 from .graph import RegionAdjacencyGraph, region_adjacency_graph
 from .segmentation.pooling import rag_frontier_mean
-from .segmentation.saliency import cut_at_threshold, cut_num_regions, ucm2_from_rag
+from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
+                                   upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
 
-__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "atomic_write"]
+__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "atomic_write", "write_ucm2_mat"]
 
 
 @dataclass
 class SegmentationResult:
-    """The hierarchy of one image and its views."""
+    """The hierarchy of one image and its views.
+
+    ``rag``, ``hierarchy`` and ``boundary`` are at the working resolution (see
+    ``Pipeline.max_pixels``); ``ucm2``, ``saliency`` and ``cut`` are at the image's own
+    resolution, ``shape`` (``output_shape``, when it differs from the working one).
+    """
 
     rag: RegionAdjacencyGraph
     ultrametric: np.ndarray
@@ -42,12 +48,26 @@ class SegmentationResult:
     boundary: Optional[np.ndarray] = None
     timings: dict = field(default_factory=dict)
     _ucm2: Optional[np.ndarray] = None
+    output_shape: Optional[tuple] = None
+
+    @property
+    def shape(self) -> tuple:
+        """(H, W) of the image, of the saliency map and of the cuts."""
+        return tuple(self.output_shape) if self.output_shape is not None else self.rag.labels.shape
+
+    @property
+    def upsampled(self) -> bool:
+        return self.shape != self.rag.labels.shape
 
     @property
     def ucm2(self) -> np.ndarray:
-        """BSDS ``ucm2`` map, (2H+1, 2W+1) float64 in [0, 1]."""
+        """BSDS ``ucm2`` map, (2H+1, 2W+1) float64 in [0, 1], at the image's resolution."""
         if self._ucm2 is None:
-            self._ucm2 = ucm2_from_rag(self.rag, self.ultrametric)
+            if self.upsampled:
+                self._ucm2 = ucm2_from_labels(upsample_labels(self.rag.labels, self.shape),
+                                              self.rag.graph, self.ultrametric)
+            else:
+                self._ucm2 = ucm2_from_rag(self.rag, self.ultrametric)
         return self._ucm2
 
     @property
@@ -71,7 +91,9 @@ class SegmentationResult:
         if n_regions is not None:
             from .segmentation.saliency import resolve_min_size
 
-            px = resolve_min_size(min_size, n_regions, self.rag.labels.size)
+            # pixels of the image -> pixels of the working resolution
+            px = resolve_min_size(min_size, n_regions, int(np.prod(self.shape))) * (
+                self.rag.labels.size / float(np.prod(self.shape)))
             labels = cut_num_regions(self.rag, self.hierarchy, n_regions, px)
             got = int(labels.max()) + 1
             if got < n_regions:
@@ -79,8 +101,9 @@ class SegmentationResult:
 
                 warnings.warn(f"the hierarchy has only {got} regions of at least {px:.0f} pixels "
                               f"(min_size={min_size!r}); returning {got}, not {n_regions}", stacklevel=2)
-            return labels
-        return cut_at_threshold(self.rag, self.ultrametric, threshold)
+        else:
+            labels = cut_at_threshold(self.rag, self.ultrametric, threshold)
+        return upsample_labels(labels, self.shape) if self.upsampled else labels
 
 
 def _as_image(image) -> np.ndarray:
@@ -165,23 +188,29 @@ class Segmenter:
             raise ValueError("boundary_map needs a model (this Segmenter is the classical path)")
         return self.pipeline.boundary_map(self.model, image, self.device)
 
-    def segment(self, image) -> SegmentationResult:
-        """Hierarchy of one image (array (H, W[, 3|4]) or path). See :class:`SegmentationResult`."""
+    def segment(self, image, tile: int = 512) -> SegmentationResult:
+        """Hierarchy of one image (array (H, W[, 3|4]) or path). See :class:`SegmentationResult`.
+
+        An image above the pipeline's ``max_pixels`` is processed at a reduced working
+        resolution and its outputs drawn back at full size; ``tile``: the network's tile
+        size (memory bound; 0 for one pass).
+        """
         from .data.superpixels import color_gradient
 
-        img = _as_image(image)
+        full = _as_image(image)
         t = {}
         t0 = time.perf_counter()
+        img, out_shape = self._working_image(full)
         if self.model is not None:
             # learned path: the pipeline stored with the network, end to end
-            pmap = self.boundary_map(img)
+            pmap = self.pipeline.boundary_map(self.model, img, self.device, tile=tile)
             t["network"] = time.perf_counter() - t0
             t0 = time.perf_counter()
             rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
             t["hierarchy"] = time.perf_counter() - t0
             if h is None:
-                return self._flat(rag, t)
-            return SegmentationResult(rag, u, h, pmap, t)
+                return self._flat(rag, t, out_shape)
+            return SegmentationResult(rag, u, h, pmap, t, output_shape=out_shape)
         # classical path: the colour gradient (Scharr derivatives of the smoothed Lab image)
         # pooled on colour-watershed superpixels, then the fitted closest ultrametric
         pmap = color_gradient(img, 1.0)
@@ -191,7 +220,7 @@ class Segmenter:
         rag = region_adjacency_graph(sp)
         t["superpixels"] = time.perf_counter() - t0
         if rag.graph.num_vertices == 1:
-            return self._flat(rag, t)
+            return self._flat(rag, t, out_shape)
         t0 = time.perf_counter()
         w = rag_frontier_mean(rag, pmap)
         w = w / w.max().clamp_min(1e-12)
@@ -200,11 +229,20 @@ class Segmenter:
         h = build_hierarchy(rag.graph, w)
         u = h.ultrametric(w).numpy()
         t["hierarchy"] = time.perf_counter() - t0
-        return SegmentationResult(rag, u, h, None, t)
+        return SegmentationResult(rag, u, h, None, t, output_shape=out_shape)
 
-    def _flat(self, rag, t):
+    def _working_image(self, img: np.ndarray):
+        """(image at the working resolution, full (H, W) or None when unchanged)."""
+        hw = self.pipeline.working_size(*img.shape[:2])
+        if hw == img.shape[:2]:
+            return img, None
+        import cv2
+
+        return cv2.resize(img, (hw[1], hw[0]), interpolation=cv2.INTER_AREA), img.shape[:2]
+
+    def _flat(self, rag, t, out_shape=None):
         h = build_hierarchy(rag.graph, torch.zeros(0, dtype=torch.float64))
-        return SegmentationResult(rag, np.zeros(0), h, None, t)
+        return SegmentationResult(rag, np.zeros(0), h, None, t, output_shape=out_shape)
 
     def saliency(self, image) -> np.ndarray:
         """(H, W) saliency map (UCM) of an image, in [0, 1]."""
@@ -223,11 +261,65 @@ def atomic_write(path: Path, write) -> None:
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual mode
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def write_ucm2_mat(path, ucm2: np.ndarray, name: str = "ucm2", level: int = 1) -> None:
+    """Write a 2-D float64 array as a compressed MATLAB (level 5) ``.mat`` variable,
+    streaming: column blocks go through zlib one at a time, so a photograph's ucm2
+    (48 M values for 4000x3000) needs no copy of the array in memory (scipy's
+    ``savemat`` holds two). ``scipy.io.loadmat(path)[name]`` returns the array. Raises
+    ValueError for a variable above the format's 4 GiB element limit.
+    """
+    import struct
+    import zlib
+
+    a = np.asarray(ucm2, dtype=np.float64)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
+    rows, cols = a.shape
+    nbytes = 8 * rows * cols
+    nm = name.encode("ascii")
+    if len(nm) > 4:
+        raise ValueError("variable names longer than 4 characters are not supported")
+    if nbytes + 48 >= 2 ** 32:
+        raise ValueError(f"{name} of shape {a.shape} exceeds the 4 GiB element limit of MAT version 5")
+    head = (struct.pack("<II", 14, 48 + nbytes)  # miMATRIX
+            + struct.pack("<IIII", 6, 8, 6, 0)  # array flags: mxDOUBLE_CLASS
+            + struct.pack("<IIii", 5, 8, rows, cols)  # dimensions
+            + struct.pack("<HH", 1, len(nm)) + nm.ljust(4, b"\0")  # name (small element)
+            + struct.pack("<II", 9, nbytes))  # miDOUBLE real part, column-major
+    with open(path, "wb") as f:
+        text = b"MATLAB 5.0 MAT-file, written by hiseg"
+        f.write(text.ljust(116, b" ") + b"\0" * 8 + struct.pack("<H", 0x0100) + b"IM")
+        pos = f.tell()
+        f.write(struct.pack("<II", 15, 0))  # miCOMPRESSED, size filled in below
+        z = zlib.compressobj(level)
+        size = f.write(z.compress(head))
+        step = max(1, (1 << 22) // max(rows, 1))  # ~32 MB blocks of columns
+        for c0 in range(0, cols, step):
+            size += f.write(z.compress(np.ascontiguousarray(a[:, c0:c0 + step].T).tobytes()))
+        size += f.write(z.flush())
+        f.seek(pos)
+        f.write(struct.pack("<II", 15, size))
+
+
+def _quantise(x: np.ndarray, top: int, dtype) -> np.ndarray:
+    """round(x * top) as ``dtype`` for x in [0, 1], with one float temporary."""
+    y = x * np.float32(top)
+    np.rint(y, out=y)
+    return y.astype(dtype)
 
 
 def _write_png(arr: np.ndarray):
@@ -240,18 +332,20 @@ def _write_png(arr: np.ndarray):
 
 
 def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Mean colour of each region, with region boundaries drawn in white (uint8 BGR)."""
+    """Mean colour of each region blended with the image, region boundaries in white
+    (uint8 BGR). uint8 arithmetic: a few bytes per pixel for a photograph."""
+    import cv2
+
     k = int(labels.max()) + 1
     flat = labels.ravel()
-    cnt = np.bincount(flat, minlength=k)[:, None]
-    mean = np.stack([np.bincount(flat, weights=image[..., c].ravel(), minlength=k) for c in range(3)], 1)
-    out = (mean / np.maximum(cnt, 1))[labels]
-    edge = np.zeros(labels.shape, bool)
-    edge[:, 1:] |= labels[:, 1:] != labels[:, :-1]
-    edge[1:, :] |= labels[1:, :] != labels[:-1, :]
-    out = 0.5 * out + 0.5 * image
-    out[edge] = 1.0
-    return (np.clip(out, 0, 1) * 255).round().astype(np.uint8)[..., ::-1]
+    cnt = np.maximum(np.bincount(flat, minlength=k), 1)
+    img8 = (np.clip(image[..., :3], 0, 1) * 255 + 0.5).astype(np.uint8)
+    mean = np.stack([np.bincount(flat, weights=img8[..., c].ravel(), minlength=k) for c in range(3)], 1)
+    lut = (mean / cnt[:, None] + 0.5).astype(np.uint8)
+    out = cv2.addWeighted(lut[labels], 0.5, img8, 0.5, 0)
+    out[:, 1:][labels[:, 1:] != labels[:, :-1]] = 255
+    out[1:][labels[1:] != labels[:-1]] = 255
+    return np.ascontiguousarray(out[..., ::-1])
 
 
 def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndarray,
@@ -264,22 +358,11 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
     :meth:`SegmentationResult.cut`). Returns the written paths.
     """
-    from scipy.io import savemat
-
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ucm2 = result.ucm2
-    sal = np.clip(ucm2[2::2, 2::2], 0, 1)
     paths = []
-    p = out / f"{stem}_ucm.png"
-    atomic_write(p, _write_png((sal * 255).round().astype(np.uint8)))
-    paths.append(p)
-    p = out / f"{stem}_ucm16.png"
-    atomic_write(p, _write_png((sal * 65535).round().astype(np.uint16)))
-    paths.append(p)
-    p = out / f"{stem}.mat"
-    atomic_write(p, lambda tmp: savemat(tmp, {"ucm2": ucm2.astype(np.float64)}, do_compression=True))
-    paths.append(p)
+    # the cut first, then the (large) ucm2 and its files: a photograph's full-size arrays
+    # are not all held at once
     if n_regions is not None or threshold is not None:
         if n_regions is not None:
             n_regions = min(int(n_regions), result.rag.num_regions)
@@ -291,4 +374,15 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
         p = out / f"{stem}_overlay.png"
         atomic_write(p, _write_png(_colour_overlay(image, labels)))
         paths.append(p)
+        del labels
+    ucm2 = result.ucm2
+    sal = np.clip(ucm2[2::2, 2::2], 0, 1).astype(np.float32)
+    p = out / f"{stem}_ucm.png"
+    atomic_write(p, _write_png(_quantise(sal, 255, np.uint8)))
+    p16 = out / f"{stem}_ucm16.png"
+    atomic_write(p16, _write_png(_quantise(sal, 65535, np.uint16)))
+    del sal
+    p_mat = out / f"{stem}.mat"
+    atomic_write(p_mat, lambda tmp: write_ucm2_mat(tmp, ucm2))
+    paths = [p, p16, p_mat] + paths
     return paths

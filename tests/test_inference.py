@@ -196,3 +196,94 @@ def test_multiscale_and_linkages_give_nested_ucms(ckpt):
                                    atol=1e-12)
         k = min(3, res.rag.num_regions)
         assert len(np.unique(res.cut(n_regions=k))) == k
+
+
+# ----------------------------------------------------------------------------- large images
+def test_tiled_forward_equals_the_whole_image_pass():
+    from hiseg.segmentation.pipeline import TILE_MARGIN, tiled_forward
+
+    torch.manual_seed(0)
+    m = get_model("compact_boundary_net", width=8).eval()
+    x = torch.rand(1, 3, 150, 211)
+    with torch.no_grad():
+        whole = m(x)
+        torch.testing.assert_close(tiled_forward(m, x, tile=0), whole)
+        tiled = tiled_forward(m, x, tile=64)
+    assert tiled.shape == whole.shape
+    # beyond the margin the network's influence is negligible (measured < 3e-6 for the shipped one)
+    assert float((torch.sigmoid(tiled) - torch.sigmoid(whole)).abs().max()) < 1e-3
+    assert TILE_MARGIN >= 32
+
+
+def test_ucm2_from_labels_equals_ucm2_from_rag_and_upsamples_the_cuts(rng):
+    from hiseg.graph import region_adjacency_graph
+    from hiseg.metrics.region import ucm_to_labels
+    from hiseg.segmentation.saliency import (cut_at_threshold, rag_hierarchy, ucm2_from_labels, ucm2_from_rag,
+                                             upsample_labels)
+    from tests.test_segmentation import same_partition, voronoi_labels
+
+    lab = voronoi_labels(rng, (20, 30), 15)
+    rag = region_adjacency_graph(lab)
+    u, _ = rag_hierarchy(rag, rng.random(rag.graph.num_edges) + 0.01)
+    np.testing.assert_array_equal(ucm2_from_labels(rag.labels, rag.graph, u), ucm2_from_rag(rag, u))
+    big = upsample_labels(rag.labels, (47, 71))
+    assert big.shape == (47, 71) and set(np.unique(big)) == set(np.unique(rag.labels))
+    ucm2 = ucm2_from_labels(big, rag.graph, u)
+    for t in np.quantile(u.numpy(), [0.2, 0.5, 0.8]):
+        # thresholding the full-size map = upsampling the cut
+        assert same_partition(ucm_to_labels(ucm2, t), upsample_labels(cut_at_threshold(rag, u, t), (47, 71)))
+    with pytest.raises(ValueError, match="not joined"):
+        ucm2_from_labels(np.array([[0, 1], [2, 2]]), rag.graph.__class__(np.array([0]), np.array([1]), 3),
+                         np.array([0.5]))
+
+
+def test_large_image_runs_at_the_working_resolution(ckpt):
+    from hiseg.segmentation import Pipeline
+
+    seg = Segmenter.from_checkpoint(ckpt)
+    seg.pipeline = Pipeline(region_size=6.0, max_pixels=4096)
+    img = cv2.resize(checker_image(), (160, 120), interpolation=cv2.INTER_NEAREST)
+    res = seg.segment(img, tile=32)
+    hb, wb = res.boundary.shape
+    assert hb * wb <= 4096 and abs(wb / hb - 160 / 120) < 0.05
+    assert res.shape == (120, 160) and res.saliency.shape == (120, 160) and res.ucm2.shape == (241, 321)
+    lab = res.cut(n_regions=3, min_size=0)
+    assert lab.shape == (120, 160) and len(np.unique(lab)) == 3
+    assert res.cut(threshold=0.5).shape == (120, 160)
+    # an image within the limit is untouched
+    small = seg.segment(checker_image())
+    assert small.shape == small.rag.labels.shape == (48, 64)
+
+
+def test_write_ucm2_mat_round_trip(tmp_path, rng):
+    from hiseg.inference import write_ucm2_mat
+
+    for shape in [(1, 1), (7, 9), (301, 481)]:
+        a = rng.random(shape) * (rng.random(shape) < 0.1)
+        write_ucm2_mat(tmp_path / "a.mat", a)
+        b = loadmat(tmp_path / "a.mat")["ucm2"]
+        assert b.dtype == np.float64 and np.array_equal(a, b)
+    with pytest.raises(ValueError, match="2-D"):
+        write_ucm2_mat(tmp_path / "b.mat", np.zeros(3))
+
+
+def test_output_files_follow_the_umask(tmp_path, ckpt):
+    import os
+
+    old = os.umask(0o022)
+    try:
+        paths = write_outputs(tmp_path, "x", Segmenter.from_checkpoint(ckpt).segment(checker_image()),
+                              checker_image(), n_regions=2)
+    finally:
+        os.umask(old)
+    assert all((p.stat().st_mode & 0o777) == 0o644 for p in paths)
+
+
+def test_max_pixels_bad_values():
+    from hiseg.segmentation import Pipeline, PipelineError
+
+    for bad in (-1, 100, 2.5, True, "big"):
+        with pytest.raises(PipelineError, match="max_pixels"):
+            Pipeline(max_pixels=bad)
+    assert Pipeline(max_pixels=0).working_size(5000, 5000) == (5000, 5000)
+    assert Pipeline().working_size(3000, 4000) == (612, 816)

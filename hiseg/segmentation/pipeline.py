@@ -28,6 +28,12 @@ scales : tuple of floats, default ``(1.0,)``
     image resized by each scale (bilinear), resized back. Cost grows with sum(scale^2).
 region_size, sigma : floats
     see ``superpixels``.
+max_pixels : int, default 500,000
+    working resolution: a larger image is resized (area interpolation, aspect kept) to
+    at most this many pixels before the network, and its saliency map and cuts are
+    brought back to the full resolution (nearest-neighbour labels: the UCM is drawn on
+    the full-resolution frontiers). The network was trained at BSDS scale (0.15 Mpx),
+    so this is also closer to its training distribution. 0: no limit.
 """
 from __future__ import annotations
 
@@ -41,7 +47,7 @@ import torch.nn.functional as F
 from ..graph import RegionAdjacencyGraph, region_adjacency_graph
 from .pooling import rag_frontier_mean
 
-__all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "boundary_watershed"]
+__all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "boundary_watershed", "tiled_forward"]
 
 SUPERPIXEL_METHODS = ("boundary_watershed", "all_minima", "color_watershed")
 LINKAGES = ("average", "single")
@@ -72,6 +78,30 @@ def boundary_watershed(boundary: np.ndarray, region_size: float = 8.0, sigma: fl
     return make_connected(watershed(b, markers, connectivity=1))
 
 
+#: Context around each tile of :meth:`Pipeline.boundary_map` (pixels).
+TILE_MARGIN = 48
+
+
+def tiled_forward(model: torch.nn.Module, x: torch.Tensor, tile: int = 512, margin: int = TILE_MARGIN) -> torch.Tensor:
+    """``model(x)`` computed tile by tile (``tile`` x ``tile`` outputs, each from its tile
+    plus ``margin`` pixels of context): peak memory of one tile, output equal to the
+    whole-image pass up to the influence of pixels beyond the margin. ``tile`` 0 or an
+    input no larger than one tile: one pass."""
+    hh, ww = x.shape[-2:]
+    if tile <= 0 or (hh <= tile and ww <= tile):
+        return model(x)
+    out = None
+    for y0 in range(0, hh, tile):
+        for x0 in range(0, ww, tile):
+            y1, x1 = min(y0 + tile, hh), min(x0 + tile, ww)
+            ya, xa = max(0, y0 - margin), max(0, x0 - margin)
+            o = model(x[..., ya:min(hh, y1 + margin), xa:min(ww, x1 + margin)])
+            if out is None:
+                out = o.new_empty(x.shape[0], o.shape[1], hh, ww)
+            out[..., y0:y1, x0:x1] = o[..., y0 - ya:y1 - ya, x0 - xa:x1 - xa]
+    return out
+
+
 def _all_minima_watershed(boundary: np.ndarray) -> np.ndarray:
     import higra as hg
 
@@ -90,6 +120,7 @@ class Pipeline:
     region_size: float = 8.0
     sigma: float = 1.0
     scales: tuple = field(default=(1.0,))
+    max_pixels: int = 500_000
 
     def __post_init__(self):
         if self.superpixels not in SUPERPIXEL_METHODS:
@@ -103,6 +134,10 @@ class Pipeline:
         if not scales or not all(np.isfinite(s) and 0.1 <= s <= 4 for s in scales):
             raise PipelineError(f"scales must be non-empty, each in [0.1, 4], got {self.scales!r}")
         object.__setattr__(self, "scales", scales)
+        mp = self.max_pixels
+        if isinstance(mp, bool) or not isinstance(mp, (int, np.integer)) or not (mp == 0 or mp >= 4096):
+            raise PipelineError(f"max_pixels must be an integer >= 4096, or 0 for no limit, got {mp!r}")
+        object.__setattr__(self, "max_pixels", int(mp))
         for name in ("region_size", "sigma"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0 or (name == "region_size" and v < 2):
@@ -136,17 +171,27 @@ class Pipeline:
         return replace(self, **given) if given else self
 
     # ------------------------------------------------------------------ steps
+    def working_size(self, height: int, width: int) -> tuple[int, int]:
+        """The (H, W) the chain runs at for an image of ``height`` x ``width`` (see ``max_pixels``)."""
+        if self.max_pixels == 0 or height * width <= self.max_pixels:
+            return int(height), int(width)
+        f = (self.max_pixels / float(height * width)) ** 0.5
+        return max(1, int(height * f)), max(1, int(width * f))
+
     @torch.no_grad()
-    def boundary_map(self, model: torch.nn.Module, image: np.ndarray, device="cpu") -> np.ndarray:
+    def boundary_map(self, model: torch.nn.Module, image: np.ndarray, device="cpu", tile: int = 512) -> np.ndarray:
         """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image,
-        averaged over ``scales``."""
+        averaged over ``scales``. Inputs larger than ``tile`` x ``tile`` go through the
+        network in tiles with a margin of :data:`TILE_MARGIN` pixels (the network's
+        effective receptive field: a pixel further away changes the output by < 3e-6), so
+        memory stays bounded whatever the image size; 0 disables tiling."""
         x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
         h, w = x.shape[-2:]
         acc = None
         for s in self.scales:
             xs = x if s == 1.0 else F.interpolate(x, scale_factor=s, mode="bilinear", align_corners=False,
                                                   recompute_scale_factor=False)
-            p = torch.sigmoid(model(xs).float())
+            p = torch.sigmoid(tiled_forward(model, xs, tile).float())
             if p.shape[-2:] != (h, w):
                 p = F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False)
             acc = p if acc is None else acc + p

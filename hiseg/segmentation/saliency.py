@@ -23,7 +23,7 @@ from ..graph import RegionAdjacencyGraph, grid_graph
 from ..ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
-           "size_constrained_merges", "resolve_min_size"]
+           "size_constrained_merges", "resolve_min_size", "upsample_labels", "ucm2_from_labels"]
 
 
 def _np(x):
@@ -51,6 +51,63 @@ def ucm2_from_rag(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
     # corners: max of the incident edges
     ucm[::2, ::2] = np.maximum(_corner_from_rows(ucm), _corner_from_cols(ucm))
     return ucm
+
+
+def upsample_labels(labels: np.ndarray, shape) -> np.ndarray:
+    """Nearest-neighbour resize of a label image to ``shape`` (H, W): every output pixel
+    takes the label under its centre. Upsampling keeps the 4-adjacency of regions."""
+    lab = np.asarray(labels)
+    h, w = lab.shape
+    oh, ow = int(shape[0]), int(shape[1])
+    r = np.minimum(((np.arange(oh) + 0.5) * h / oh).astype(np.int64), h - 1)
+    c = np.minimum(((np.arange(ow) + 0.5) * w / ow).astype(np.int64), w - 1)
+    if lab.dtype.itemsize > 4 and lab.size and lab.min() >= 0 and lab.max() < 2 ** 31:
+        lab = lab.astype(np.int32)  # half the memory of a photograph-size label image
+    return lab[r[:, None], c[None, :]]
+
+
+def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
+    """BSDS ``ucm2`` (2H+1, 2W+1) of an ultrametric on the edges of ``graph`` (a RAG of
+    regions ``0..R-1``) drawn on a label image of those regions, e.g. the superpixels
+    upsampled to a photograph's full resolution (:func:`upsample_labels`). Every pair of
+    4-neighbours with different labels must be an edge of the graph (ValueError if not).
+    O(H W + B log E) for B frontier pixel pairs; the map is the only full-size float array.
+    """
+    lab = np.asarray(labels)
+    u = _np(ultrametric).astype(np.float64)
+    n = int(graph.num_vertices)
+    src, dst = np.asarray(graph.sources, np.int64), np.asarray(graph.targets, np.int64)
+    key = np.minimum(src, dst) * n + np.maximum(src, dst)
+    order = np.argsort(key)
+    skey = key[order]
+    h, w = lab.shape
+    ucm = np.zeros((2 * h + 1, 2 * w + 1))
+
+    def draw(view, a, b):
+        rr, cc = np.nonzero(a != b)
+        la, lb = a[rr, cc].astype(np.int64), b[rr, cc].astype(np.int64)
+        k = np.minimum(la, lb) * n + np.maximum(la, lb)
+        pos = np.minimum(np.searchsorted(skey, k), max(skey.size - 1, 0))
+        if k.size and (skey.size == 0 or np.any(skey[pos] != k)):
+            raise ValueError("labels have neighbouring regions that are not joined by an edge of the graph")
+        view[rr, cc] = u[order[pos]]
+
+    draw(ucm[1::2, 2:-1:2], lab[:, :-1], lab[:, 1:])  # horizontal neighbours
+    draw(ucm[2:-1:2, 1::2], lab[:-1], lab[1:])  # vertical neighbours
+    _corners_in_place(ucm)
+    return ucm
+
+
+def _corners_in_place(ucm):
+    """Each grid corner (even, even) := max of its incident edge entries, without
+    full-size temporaries (the corners start at 0 and no edge entry is a corner)."""
+    c = ucm[::2, ::2]
+    v = ucm[1::2, ::2]  # entries above / below each corner
+    np.maximum(c[:-1], v, out=c[:-1])
+    np.maximum(c[1:], v, out=c[1:])
+    hrow = ucm[::2, 1::2]  # entries left / right of each corner
+    np.maximum(c[:, :-1], hrow, out=c[:, :-1])
+    np.maximum(c[:, 1:], hrow, out=c[:, 1:])
 
 
 def _corner_from_rows(ucm):

@@ -1,0 +1,83 @@
+"""Time and peak memory of ``hiseg predict`` on a 4000x3000 photograph (the issue's target:
+under 15 s and 2 GB), against a floor measured in the same run.
+
+The photograph: scikit-image's ``coffee`` (600x400) upscaled to 4000x3000 (bicubic) with
+sensor-like noise (sigma 1%), saved as a quality-92 JPEG. Each configuration runs the
+``hiseg predict`` command in a fresh process (imports, checkpoint, reading, segmenting,
+writing the five outputs with ``--regions 8``); wall time and the process's peak RSS.
+The floor is a process that imports hiseg (torch), reads the JPEG and writes one 8-bit
+PNG of that size: what any tool in this stack pays before doing anything.
+
+Usage: ``python benchmarks/bench_large.py [--checkpoint CKPT] [--full] [--threads 2]``
+(``--full`` adds ``--max-pixels 0``, the whole image at full resolution: minutes, GBs).
+"""
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOOR = ("import sys, cv2, hiseg.inference; from hiseg.data.folder import read_image; "
+         "im = read_image(sys.argv[1]); cv2.imwrite(sys.argv[2], (im[..., 0] * 255).astype('uint8'))")
+
+
+def photograph(path: Path):
+    import cv2
+    import skimage.data
+    from skimage.transform import resize
+
+    big = resize(skimage.data.coffee(), (3000, 4000), order=3, anti_aliasing=False)
+    big = np.clip(big + np.random.default_rng(0).normal(0, 0.01, big.shape), 0, 1)
+    cv2.imwrite(str(path), (big[..., ::-1] * 255).round().astype(np.uint8), [cv2.IMWRITE_JPEG_QUALITY, 92])
+
+
+WRAP = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "r = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True); "
+        "print(r.stderr[-2000:], file=sys.stderr); "
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, r.returncode)")
+
+
+def measure(cmd, env):
+    """(wall seconds, peak RSS in MB) of one child process, measured by a wrapper process
+    (its RUSAGE_CHILDREN peak is this child's alone)."""
+    r = subprocess.run([sys.executable, "-c", WRAP] + cmd, env=env, capture_output=True, text=True)
+    wall, rss, rc = r.stdout.split()
+    if int(rc):
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{r.stderr}")
+    return float(wall), int(rss) / 1024
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--checkpoint", default=str(ROOT / "models" / "hiseg_bsds500.ckpt"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--full", action="store_true")
+    args = ap.parse_args()
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        photo = tmp / "photo.jpg"
+        photograph(photo)
+        hiseg = [sys.executable, "-m", "hiseg.cli"]
+        configs = [("floor: import + read + write one PNG", [sys.executable, "-c", FLOOR, str(photo), str(tmp / "f.png")])]
+        for mp in ([500_000, 1_000_000] + ([0] if args.full else [])):
+            configs.append((f"hiseg predict --regions 8, max_pixels {mp:,}" + (" (default)" if mp == 500_000 else ""),
+                            hiseg + ["predict", str(photo), "-c", args.checkpoint, "-o", str(tmp / f"o{mp}"),
+                                     "--regions", "8", "--max-pixels", str(mp)]))
+        rows = [(name,) + measure(cmd, env) for name, cmd in configs]
+    floor_t, floor_m = rows[0][1], rows[0][2]
+    print(f"# hiseg predict on a 4000x3000 photograph ({Path(args.checkpoint).name}, {args.threads} threads)\n")
+    print("| run | seconds | x floor | peak RSS (MB) | x floor | target 15 s / 2048 MB |")
+    print("|---|---:|---:|---:|---:|---|")
+    for name, t, m in rows:
+        ok = "" if name.startswith("floor") else ("met" if t < 15 and m < 2048 else "missed")
+        print(f"| {name} | {t:.1f} | {t / floor_t:.2f} | {m:.0f} | {m / floor_m:.2f} | {ok} |")
+
+
+if __name__ == "__main__":
+    main()
