@@ -16,7 +16,9 @@ One training step on a :class:`~hiseg.data.collate.GraphBatch` of B images:
 from __future__ import annotations
 
 import math
+import random
 import time
+import warnings
 from typing import Any, Optional
 
 import numpy as np
@@ -29,10 +31,11 @@ from .models import get_model
 from .segmentation.pooling import frontier_mean
 from .segmentation.saliency import ucm2_from_rag
 
-__all__ = ["HierarchicalSegmentationModule", "sample_batch_triplets", "balanced_bce"]
+__all__ = ["HierarchicalSegmentationModule", "LastCheckpoint", "CSVLogger", "sample_batch_triplets", "balanced_bce"]
 
 VAL_THRESHOLDS = np.linspace(0.1, 0.9, 9)
 PIXEL_LOSSES = ("balanced_bce", "edge")
+LOSS_KEYS = ("closest", "triplet", "pixel", "loss")
 
 
 def sample_batch_triplets(sp_labels: np.ndarray, vertex_ptr: np.ndarray, per_image: int,
@@ -126,6 +129,17 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         annotator boundaries, positive where >= 30% of annotators agree, ignored between,
         balanced BCE on the fused and side outputs plus Dice), so that fine-tuning does
         not pull the network away from the pixel stage's optimum.
+
+    Randomness and resume: the triplets of a training step are drawn from
+    ``default_rng([seed, 0, rank, global_step, batch_idx])`` (validation / test:
+    ``[seed, 1 or 2, rank, batch_idx]``), with ``seed`` the run's seed
+    (:func:`hiseg.data.datamodule.run_seed`), so a resumed run draws what the
+    uninterrupted run drew. Checkpoints hold ``checkpoint["hiseg"]``: that seed, the
+    torch (CPU and CUDA), numpy and Python global generator states (restored when a fit
+    resumes) and the loggers' versions (``train.py`` resumes into the same log folders).
+    Validation and test metrics are computed from boundary counts and loss sums summed
+    over all processes (DDP), so every process logs, and ``ModelCheckpoint`` selects on,
+    the F-measure of the whole set.
     """
 
     def __init__(self, arch: str = "compact_boundary_net", arch_kwargs: Optional[dict] = None,
@@ -151,8 +165,70 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
             load_weights(self.model, init_from)
         self._rng = np.random.default_rng(0)
+        self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
         self._val = []
         self.timings = {}
+
+    # ------------------------------------------------------------------ randomness, checkpoints
+    @property
+    def seed(self) -> int:
+        """The run's seed: the checkpoint's when resumed, else ``seed_everything``'s."""
+        from .data.datamodule import run_seed
+
+        return run_seed() if self._seed is None else self._seed
+
+    def _rank(self) -> int:
+        return self.global_rank if self._trainer is not None else 0
+
+    def on_train_batch_start(self, batch, batch_idx):
+        self._rng = np.random.default_rng([self.seed, 0, self._rank(), self.global_step, batch_idx])
+
+    def on_validation_batch_start(self, batch, batch_idx, dataloader_idx=0):
+        self._rng = np.random.default_rng([self.seed, 1, self._rank(), batch_idx])
+
+    def on_test_batch_start(self, batch, batch_idx, dataloader_idx=0):
+        self._rng = np.random.default_rng([self.seed, 2, self._rank(), batch_idx])
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        """Add ``checkpoint["hiseg"]``: the seed, the global generators, the loggers' versions
+        (plain types and tensors only: the checkpoint loads with ``weights_only=True``)."""
+        np_state = np.random.get_state(legacy=False)
+        rng = {"torch": torch.get_rng_state(),
+               "numpy": {"state": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                                   for k, v in np_state["state"].items()},
+                         **{k: v for k, v in np_state.items() if k != "state"}},
+               "python": random.getstate()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        loggers = [{"class": type(lg).__name__, "name": lg.name, "version": lg.version}
+                   for lg in (self.loggers if self._trainer is not None else [])]
+        checkpoint["hiseg"] = {"seed": self.seed, "rng": rng, "loggers": loggers}
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        """Restore the seed, and the global generators when a fit resumes (not when a model
+        is only loaded). A checkpoint written before they were saved still loads: the run's
+        seed is used and a warning says the resumed run is not the original one."""
+        state = checkpoint.get("hiseg")
+        fitting = self._trainer is not None and self.trainer.state.fn == "fit"
+        if state is None:
+            if fitting:
+                warnings.warn("the checkpoint holds no random generator states (written by an older "
+                              "hiseg): the run resumes with this run's seed, and is not exactly the "
+                              "run that was interrupted", stacklevel=2)
+            return
+        self._seed = int(state["seed"])
+        if not fitting:
+            return
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np_state = dict(rng["numpy"])
+        np_state["state"] = {k: (np.asarray(v, dtype=np.uint32) if isinstance(v, list) else v)
+                             for k, v in np_state["state"].items()}
+        np.random.set_state(np_state)
+        py = rng["python"]
+        random.setstate((py[0], tuple(py[1]), py[2]))
+        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])
 
     # ------------------------------------------------------------------ core step
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -277,11 +353,40 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         res, counts = self._evaluate_batch(batch)
         self._val.append((res, counts, batch.batch_size))
 
+    def on_test_epoch_start(self):
+        self._val = []
+
+    def test_step(self, batch, batch_idx):
+        """The validation metrics on the test set (``train.py test``), logged as ``test/...``."""
+        self.validation_step(batch, batch_idx)
+
+    def _totals(self, items):
+        """(images, loss sums, number of images with each loss, boundary counts (10, 4)) of
+        this process's ``items``, summed over all processes when there are several."""
+        n_keys = len(LOSS_KEYS)
+        vec = np.zeros(1 + 2 * n_keys + (1 + VAL_THRESHOLDS.size) * 4, dtype=np.float64)
+        for r, cnt, bs in items:
+            vec[0] += bs
+            for i, k in enumerate(LOSS_KEYS):
+                if k in r:
+                    vec[1 + i] += r[k] * bs
+                    vec[1 + n_keys + i] += bs
+            vec[1 + 2 * n_keys:] += np.asarray(cnt, dtype=np.float64).ravel()
+        if self._trainer is not None and self.trainer.world_size > 1:
+            # one all-reduce; float64 holds the integer counts exactly
+            t = self.trainer.strategy.reduce(torch.from_numpy(vec).to(self.device), reduce_op="sum")
+            vec = t.cpu().numpy()
+        return vec[0], vec[1:1 + n_keys], vec[1 + n_keys:1 + 2 * n_keys], vec[1 + 2 * n_keys:].reshape(-1, 4)
+
     def _summarise(self, items):
-        n = sum(bs for _, _, bs in items)
-        keys = set().union(*(r.keys() for r, _, _ in items))
-        summ = {k: sum(r.get(k, 0.0) * bs for r, _, bs in items) / n for k in keys}
-        c = sum(cnt for _, cnt, _ in items).astype(np.float64)
+        """Losses (mean per image) and boundary precision / recall / F of the whole set:
+        F of the summed counts (under DDP, summed over processes; every process must call
+        this). Empty dict when no process had an item."""
+        n, sums, seen, c = self._totals(items)
+        if n == 0:
+            return {}
+        # a loss missing from some images (no triplet) counts as 0 there, as in the step
+        summ = {k: float(sums[i] / n) for i, k in enumerate(LOSS_KEYS) if seen[i] > 0}
         rec = c[:, 0] / np.maximum(c[:, 1], 1)
         prec = c[:, 2] / np.maximum(c[:, 3], 1)
         f = np.where(prec + rec > 0, 2 * prec * rec / np.maximum(prec + rec, 1e-12), 0.0)
@@ -290,12 +395,18 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         summ["boundary_f_ods"] = float(f[1:].max())  # best of 9 thresholds over the set
         return summ
 
-    def on_validation_epoch_end(self):
-        if not self._val:
-            return
+    def _log_summary(self, prefix: str):
         summ = self._summarise(self._val)
         for k, v in summ.items():
-            self.log(f"val/{k}", float(v), prog_bar=(k in ("boundary_f", "boundary_f_ods", "loss")), batch_size=1)
+            # the values are already global (equal on every process): sync_dist's mean keeps them
+            self.log(f"{prefix}/{k}", float(v), prog_bar=(k in ("boundary_f", "boundary_f_ods", "loss")),
+                     batch_size=1, sync_dist=True)
+
+    def on_validation_epoch_end(self):
+        self._log_summary("val")
+
+    def on_test_epoch_end(self):
+        self._log_summary("test")
 
     def on_fit_start(self):
         if not self.hparams.validate_at_start or self.trainer.datamodule is None:
@@ -305,19 +416,22 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         dm = self.trainer.datamodule
         try:
             dm.setup("validate")
-            loader = dm.val_dataloader()
+            loader = dm.val_dataloader()  # this process's share of the images under DDP
         except Exception:  # pragma: no cover - datamodules without validation
             return
         was_training = self.training
         self.eval()
         items = []
         with torch.no_grad():
-            for batch in loader:
+            for batch_idx, batch in enumerate(loader):
                 batch = batch.to(self.device)
+                self.on_validation_batch_start(batch, batch_idx)
                 res, counts = self._evaluate_batch(batch)
                 items.append((res, counts, batch.batch_size))
         self.train(was_training)
         summ = self._summarise(items)
+        if not summ:
+            return
         self.initial_validation = summ
         for lg in self.loggers:
             lg.log_metrics({f"val_start/{k}": float(v) for k, v in summ.items()}, step=0)
@@ -350,3 +464,61 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if hasattr(batch, "rags") else super().transfer_batch_to_device(
             batch, device, dataloader_idx)
+
+
+# ---------------------------------------------------------------------- runs that survive a resume
+class LastCheckpoint(pl.callbacks.ModelCheckpoint):
+    """``last.ckpt``, rewritten at every epoch end (after its validation), every
+    ``every_n_train_steps`` training steps (0: never) and when training ends, whatever any
+    monitor: the checkpoint to resume from (``--ckpt_path .../last.ckpt``).
+
+    ``save_last`` on a monitored ``ModelCheckpoint`` only rewrites ``last.ckpt`` when the
+    monitored value improves (a 4-epoch run ended at step 24 with ``last.ckpt`` at step 6),
+    so the configs leave ``save_last`` to this callback. ``dirpath`` defaults to
+    ModelCheckpoint's (``<log dir>/checkpoints``); the file is overwritten in place.
+    """
+
+    def __init__(self, dirpath: Optional[str] = None, every_n_train_steps: int = 100):
+        if every_n_train_steps < 0:
+            raise ValueError(f"LastCheckpoint.every_n_train_steps must be >= 0, got {every_n_train_steps}")
+        super().__init__(dirpath=dirpath, save_last=True, save_top_k=0, enable_version_counter=False,
+                         every_n_train_steps=every_n_train_steps)
+
+    def _save_last_now(self, trainer) -> None:
+        if trainer.fast_dev_run or trainer.sanity_checking or trainer.state.fn != "fit":
+            return
+        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        self._save_last_now(trainer)
+
+    def on_validation_end(self, trainer, pl_module) -> None:
+        pass  # the epoch end follows its validation; mid-epoch: every_n_train_steps
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self._last_global_step_saved != trainer.global_step:  # e.g. max_steps mid-epoch
+            self._save_last_now(trainer)
+
+
+class _AppendingCSVWriter(pl.loggers.csv_logs.ExperimentWriter):
+    """Lightning's CSV writer, except that an existing ``metrics.csv`` is kept and appended to."""
+
+    def _check_log_dir_exists(self) -> None:  # Lightning's deletes metrics.csv here
+        if self._fs.isfile(self.metrics_file_path):
+            import csv
+
+            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
+                self.metrics_keys = sorted(csv.DictReader(f).fieldnames or [])
+
+
+class CSVLogger(pl.loggers.CSVLogger):
+    """Lightning's ``CSVLogger``, except that a run resumed into its version folder
+    (``train.py fit --ckpt_path``) appends to ``metrics.csv`` instead of deleting it."""
+
+    @property
+    @pl.loggers.logger.rank_zero_experiment
+    def experiment(self):
+        if self._experiment is None:
+            self._fs.makedirs(self.root_dir, exist_ok=True)
+            self._experiment = _AppendingCSVWriter(log_dir=self.log_dir)
+        return self._experiment

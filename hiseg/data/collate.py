@@ -82,6 +82,11 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
         at every epoch). An int: item ``i`` always gets ``default_rng([seed, i])``
         (same augmentation every epoch, whatever the workers).
 
+    An item may also be asked for as ``ds[(i, key)]`` with ``key`` a tuple of ints (what
+    :class:`hiseg.data.datamodule.SeededSampler` yields, ``(seed, epoch)``): item ``i``
+    is then augmented with ``default_rng([*key, i])``, a function of the run's seed and
+    the epoch only (not of the loader workers, not of what ran before: exact resume).
+
     Items
     -----
     dict with ``image`` float32 tensor (3, H, W); ``superpixels`` int64 numpy (H, W);
@@ -110,9 +115,14 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
             return as_numpy_generator(None)
         return np.random.default_rng([int(self.seed), int(index)])
 
-    def __getitem__(self, index: int) -> dict:
+    def __getitem__(self, index) -> dict:
+        if isinstance(index, tuple):
+            index, key = index
+            rng = np.random.default_rng([*(int(k) for k in key), int(index)])
+        else:
+            rng = self._rng(index) if self.transform is not None else None
         raw = self.raw[index]
-        sample = self.transform(raw, self._rng(index)) if self.transform is not None else raw
+        sample = self.transform(raw, rng) if self.transform is not None else raw
         return make_graph_sample(sample, self.superpixel_fn)
 
 

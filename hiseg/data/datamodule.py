@@ -13,17 +13,30 @@ flips (and rescaling for real images); validation uses whole images, no augmenta
 zero-padded, see :class:`hiseg.data.collate.GraphBatch`). Batches are
 :class:`~hiseg.data.collate.GraphBatch` objects.
 
+Exact resume: the training order and every sample's augmentation are functions of the
+run's seed and the epoch (:class:`SeededSampler`), and the data module's ``state_dict``
+(saved in Lightning checkpoints) holds the sampler's epoch and position, so a run resumed
+at an epoch end or mid-epoch sees the samples the uninterrupted run would have seen.
+Under DDP each process gets its shard of the training set (the sampler is a
+``DistributedSampler``) and of the validation / test sets (no sample repeated, so
+metrics summed over processes count every image once).
+
 Superpixels are set by ``superpixel_method`` ("watershed" or "slic"),
 ``superpixel_size`` (approximate side in pixels) and ``superpixel_compactness``
 (``None``: the method's default); see :mod:`hiseg.data.superpixels`.
 """
 from __future__ import annotations
 
+import os
+import warnings
 from typing import Optional
 
 import numpy as np
 import pytorch_lightning as pl
-from torch.utils.data import DataLoader
+import torch
+from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
+from pytorch_lightning.trainer.states import TrainerFn
+from torch.utils.data import DataLoader, DistributedSampler
 
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
 from .collate import SegmentationGraphDataset, collate_graph_batch
@@ -32,7 +45,39 @@ from .superpixels import Superpixels
 from .synthetic import SyntheticSegmentation
 from .transforms import Compose, RandomCrop, RandomFlip, RandomRescale
 
-__all__ = ["SyntheticDataModule", "BSDS500DataModule", "FolderDataModule", "worker_init"]
+__all__ = ["SyntheticDataModule", "BSDS500DataModule", "FolderDataModule", "SeededSampler", "run_seed",
+           "worker_init"]
+
+
+def run_seed() -> int:
+    """The run's seed: the one ``seed_everything`` exported (``PL_GLOBAL_SEED``; LightningCLI
+    calls it with the config's ``seed_everything``), else 0."""
+    return int(os.environ.get("PL_GLOBAL_SEED", 0))
+
+
+class SeededSampler(DistributedSampler):
+    """Training order and augmentation as functions of ``(seed, epoch)``, this process's shard.
+
+    Yields ``(index, (seed, epoch))``: the order is ``DistributedSampler``'s permutation
+    seeded with ``seed + epoch`` (Lightning calls :meth:`set_epoch` every epoch), and
+    :class:`~hiseg.data.collate.SegmentationGraphDataset` augments item ``index`` with
+    ``default_rng([seed, epoch, index])``. Nothing depends on the loader workers or on
+    what ran before, so a resumed run draws what the uninterrupted run drew. ``skip``
+    samples of the first iteration are left out (a run resumed mid-epoch); ``len`` stays
+    the full epoch's, as Lightning counts the epoch's batches from it. Being a
+    ``DistributedSampler``, Lightning keeps it under DDP instead of wrapping it.
+    """
+
+    def __init__(self, dataset, seed: int, epoch: int = 0, skip: int = 0, num_replicas: int = 1,
+                 rank: int = 0, shuffle: bool = True):
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=int(seed))
+        self.epoch, self.skip = int(epoch), int(skip)
+
+    def __iter__(self):
+        order = list(super().__iter__())
+        start, self.skip = self.skip, 0
+        key = (self.seed, self.epoch)
+        return iter([(i, key) for i in order[start:]])
 
 
 def worker_init(worker_id: int) -> None:
@@ -46,6 +91,22 @@ def worker_init(worker_id: int) -> None:
 
     cv2.setNumThreads(1)
     torch.set_num_threads(1)
+
+
+class _TrainLoader(DataLoader):
+    """The training loader. Its state is the sampler's position (the data module's
+    ``state_dict``, which also covers runs resumed at an epoch end); Lightning saves it and
+    restores it when a run resumes mid-epoch (and so knows the loader resumes there)."""
+
+    datamodule = None
+
+    def state_dict(self) -> dict:
+        return self.datamodule.state_dict().get("train_sampler", {}) if self.datamodule is not None else {}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        if state_dict:
+            self.sampler.epoch = int(state_dict["epoch"])
+            self.sampler.skip = int(state_dict["batches_done"]) * self.batch_size
 
 
 class _GraphDataModule(pl.LightningDataModule):
@@ -64,28 +125,78 @@ class _GraphDataModule(pl.LightningDataModule):
         self.superpixel_fn = Superpixels(method=superpixel_method, region_size=float(superpixel_size),
                                          compactness=superpixel_compactness)
         self.train_set = self.val_set = self.test_set = None
+        self._train_sampler: Optional[SeededSampler] = None
+        self._resume: Optional[dict] = None
 
-    def _loader(self, dataset, *, shuffle: bool, batch_size: int, drop_last: bool = False) -> DataLoader:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=shuffle, drop_last=drop_last,
+    def _loader(self, dataset, *, sampler, batch_size: int, drop_last: bool = False,
+                generator: Optional[torch.Generator] = None, cls=DataLoader) -> DataLoader:
+        return cls(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
                           num_workers=self.num_workers, collate_fn=collate_graph_batch,
                           pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0,
-                          worker_init_fn=worker_init if self.num_workers > 0 else None)
+                          worker_init_fn=worker_init if self.num_workers > 0 else None, generator=generator)
 
     def _need(self, name: str, stage: str):
         if getattr(self, name) is None:
             self.setup(stage)
         return getattr(self, name)
 
+    def _ranks(self) -> tuple[int, int]:
+        t = self.trainer
+        return (t.world_size, t.global_rank) if t is not None else (1, 0)
+
     def train_dataloader(self) -> DataLoader:
         ds = self._need("train_set", "fit")
-        return self._loader(ds, shuffle=True, batch_size=self.batch_size,
-                            drop_last=len(ds) > self.batch_size)
+        world, rank = self._ranks()
+        state, self._resume = self._resume, None
+        if state is None:  # a new run, or reloaded dataloaders: the trainer's epoch
+            state = {"seed": run_seed(), "epoch": self.trainer.current_epoch if self.trainer else 0,
+                     "batches_done": 0}
+        self._train_sampler = SeededSampler(ds, state["seed"], state["epoch"],
+                                            state["batches_done"] * self.batch_size, world, rank)
+        # the generator seeds the workers: the global torch generator is left alone
+        loader = self._loader(ds, sampler=self._train_sampler, batch_size=self.batch_size,
+                              drop_last=self._train_sampler.num_samples > self.batch_size,
+                              generator=torch.Generator().manual_seed(int(state["seed"])), cls=_TrainLoader)
+        loader.datamodule = self
+        return loader
+
+    def _eval_loader(self, dataset) -> DataLoader:
+        world, rank = self._ranks()
+        # under DDP every process evaluates its own images, none twice (metrics are summed)
+        sampler = UnrepeatedDistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=False) \
+            if world > 1 else None
+        return self._loader(dataset, sampler=sampler, batch_size=self.val_batch_size)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._need("val_set", "validate"), shuffle=False, batch_size=self.val_batch_size)
+        return self._eval_loader(self._need("val_set", "validate"))
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._need("test_set", "test"), shuffle=False, batch_size=self.val_batch_size)
+        return self._eval_loader(self._need("test_set", "test"))
+
+    def state_dict(self) -> dict:
+        """The training sampler's position (seed, the epoch to run, batches of it done),
+        saved in Lightning checkpoints; empty outside training."""
+        t, s = self.trainer, self._train_sampler
+        if t is None or s is None or t.state.fn != TrainerFn.FITTING:
+            return {}
+        done, epoch = int(t.fit_loop.epoch_loop.batch_progress.current.processed), s.epoch
+        if done >= t.num_training_batches:  # the epoch is over: the next one starts afresh
+            epoch, done = epoch + 1, 0
+        return {"train_sampler": {"seed": int(s.seed), "epoch": int(epoch), "batches_done": done}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore :meth:`state_dict`; a checkpoint without it (older runs) resumes with the
+        run's seed at the trainer's epoch (the order of that epoch is then not the original)."""
+        state = state_dict.get("train_sampler")
+        if state is None:
+            return
+        missing = {"seed", "epoch", "batches_done"} - set(state)
+        if missing:
+            raise ValueError(f"the checkpoint's data module state lacks {sorted(missing)}: {state}")
+        if int(state["seed"]) != run_seed():
+            warnings.warn(f"resuming with the checkpoint's seed {state['seed']} for the data order and "
+                          f"augmentation (this run's seed_everything is {run_seed()})", stacklevel=2)
+        self._resume = dict(state)
 
 
 class SyntheticDataModule(_GraphDataModule):

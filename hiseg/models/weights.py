@@ -58,6 +58,7 @@ __all__ = [
     "list_weights",
     "get_weights",
     "load_checkpoint_file",
+    "refuse_remote_checkpoint",
     "extract_state_dict",
     "load_state_dict_checked",
     "load_weights",
@@ -280,6 +281,21 @@ def get_weights(name: str) -> ModelWeights:
 
 
 # --------------------------------------------------------------------------- file loading
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def refuse_remote_checkpoint(path: Any, what: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointError` when ``path`` is a URL (``http://``, ``s3://``, ...).
+
+    A checkpoint is unpickled; one fetched from a URL is not a file anyone has checked, and
+    Lightning loads URLs with ``weights_only=False`` (it runs what the file pickles).
+    """
+    if path is not None and _URL.match(str(path)):
+        raise CheckpointError(
+            f"{what} {path}: remote checkpoints are refused (a checkpoint is unpickled, and one "
+            f"from a URL can run code). Download it, check where it comes from, and pass the local file.")
+
+
 def load_checkpoint_file(path: PathLike, map_location: Any = "cpu") -> Any:
     """Read a checkpoint with ``torch.load(..., weights_only=True)``.
 
@@ -302,9 +318,11 @@ def load_checkpoint_file(path: PathLike, map_location: Any = "cpu") -> Any:
     FileNotFoundError
         No such file (the message gives the absolute path).
     CheckpointError
-        The file is not a torch checkpoint (truncated, corrupted, another format), or it
+        ``path`` is a URL (see :func:`refuse_remote_checkpoint`); the file is not a torch
+        checkpoint (truncated, corrupted, another format), or it
         needs classes that ``weights_only`` loading refuses to import.
     """
+    refuse_remote_checkpoint(path)
     p = Path(path).expanduser()
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {p.resolve()}")
@@ -502,6 +520,7 @@ def _as_weights(weights: Any, builder: str | None) -> ModelWeights:
     if isinstance(weights, str) and weights in _WEIGHTS:
         return _WEIGHTS[weights]
     if isinstance(weights, (str, os.PathLike)):
+        refuse_remote_checkpoint(weights, "weights")
         p = Path(weights).expanduser()
         looks_like_path = p.suffix in {".pt", ".pth", ".ckpt", ".bin"} or os.sep in str(weights) or p.exists()
         if looks_like_path:

@@ -1,0 +1,124 @@
+"""Exact resume: a run resumed from a checkpoint written at an epoch end or mid-epoch ends
+with the weights of the run done in one go, and logs into the same folders; last.ckpt is
+written at every epoch end and every N steps whatever the monitor."""
+import numpy as np
+import pytorch_lightning as pl
+import torch
+from _train import csv_rows, load_ckpt, run_train
+
+from hiseg.data.collate import SegmentationGraphDataset
+from hiseg.data.datamodule import SeededSampler
+from hiseg.data.superpixels import Superpixels
+from hiseg.data.synthetic import SyntheticSegmentation
+from hiseg.data.transforms import Compose, RandomFlip
+from hiseg.lightning import LastCheckpoint
+
+# 24 images, batches of 4: 6 steps per epoch, 12 in all
+RUN = ("--data.init_args.n_train", "24", "--trainer.max_epochs", "2")
+# keep every checkpoint of the run in one go: the end of epoch 0 (step 6, after its
+# validation) and step 10 (4 batches into epoch 1)
+KEEP = ("--trainer.callbacks+=pytorch_lightning.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.init_args.dirpath", "keep", "--trainer.callbacks.init_args.save_top_k", "-1",
+        "--trainer.callbacks.init_args.filename", "end-{step}",
+        "--trainer.callbacks+=pytorch_lightning.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.init_args.dirpath", "keep", "--trainer.callbacks.init_args.save_top_k", "-1",
+        "--trainer.callbacks.init_args.every_n_train_steps", "10", "--trainer.callbacks.init_args.filename", "{step}")
+LAST = "runs/synthetic/tensorboard/version_0/checkpoints/last.ckpt"
+
+
+def test_resumed_runs_end_with_the_weights_of_the_run_in_one_go(tmp_path):
+    r = run_train(tmp_path, *RUN, *KEEP)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = load_ckpt(tmp_path / LAST)
+    assert (ref["epoch"], ref["global_step"]) == (1, 12)  # last.ckpt is the final state
+    at_epoch_end, mid_epoch = tmp_path / "keep/end-step=6.ckpt", tmp_path / "keep/step=10.ckpt"
+    assert load_ckpt(at_epoch_end)["SyntheticDataModule"]["train_sampler"] == {
+        "seed": 0, "epoch": 1, "batches_done": 0}
+    assert load_ckpt(mid_epoch)["SyntheticDataModule"]["train_sampler"] == {
+        "seed": 0, "epoch": 1, "batches_done": 4}
+    for ckpt in (at_epoch_end, mid_epoch):  # stopped there, resumed to the end
+        r = run_train(tmp_path, *RUN, "--ckpt_path", str(ckpt))
+        assert r.returncode == 0, r.stderr[-3000:]
+        out = load_ckpt(tmp_path / LAST)
+        assert (out["epoch"], out["global_step"]) == (1, 12), ckpt.name
+        assert ref["state_dict"].keys() == out["state_dict"].keys()
+        for k, v in ref["state_dict"].items():
+            torch.testing.assert_close(out["state_dict"][k], v, rtol=0, atol=1e-6, msg=f"{ckpt.name}: {k}")
+    # the resumed runs logged into the first run's folders, and metrics.csv kept its rows
+    assert [p.name for p in (tmp_path / "runs/synthetic/csv").iterdir()] == ["version_0"]
+    assert [p.name for p in (tmp_path / "runs/synthetic/tensorboard").iterdir()] == ["version_0"]
+    rows = csv_rows(tmp_path / "runs/synthetic/csv/version_0/metrics.csv")
+    assert sum(bool(r.get("val_start/boundary_f")) for r in rows) == 1  # the first run's only
+    val_epochs = [int(r["epoch"]) for r in rows if r.get("val/boundary_f")]
+    assert sorted(val_epochs) == [0, 1, 1, 1]  # run in one go: 0, 1; each resumed run: 1
+
+
+class _Tiny(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def training_step(self, batch, batch_idx):
+        return self.layer(batch[0]).pow(2).mean()
+
+    def validation_step(self, batch, batch_idx):
+        self.log("score", -float(self.current_epoch))  # never improves after epoch 0
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+class _Spy(pl.Callback):
+    """Records last.ckpt's step before every epoch and step, and when training ends."""
+
+    def __init__(self, path):
+        self.path, self.seen = path, []
+
+    def _look(self, trainer, when):
+        step = load_ckpt(self.path)["global_step"] if self.path.exists() else None
+        self.seen.append((when, trainer.global_step, step))
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._look(trainer, "epoch")
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._look(trainer, "batch")
+
+    def on_fit_end(self, trainer, pl_module):
+        self._look(trainer, "end")
+
+
+def test_last_checkpoint_is_written_at_every_epoch_end_and_every_n_steps(tmp_path):
+    data = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(12, 2)), batch_size=4)
+    spy = _Spy(tmp_path / "ck" / "last.ckpt")
+    monitored = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ck", monitor="score", mode="max")
+    trainer = pl.Trainer(max_epochs=3, logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         callbacks=[spy, monitored, LastCheckpoint(dirpath=tmp_path / "ck", every_n_train_steps=2)])
+    trainer.fit(_Tiny(), data, data)
+    # 3 steps per epoch: written at steps 2, 3 (epoch end), 4, 6 (both), 8, 9 (epoch end)
+    expect = {0: None, 1: None, 2: 2, 3: 3, 4: 4, 5: 4, 6: 6, 7: 6, 8: 8}
+    assert [(w, g, s) for w, g, s in spy.seen if w == "batch"] == [("batch", g, expect[g]) for g in range(9)]
+    assert [(g, s) for w, g, s in spy.seen if w == "epoch"] == [(0, None), (3, 3), (6, 6)]
+    assert spy.seen[-1] == ("end", 9, 9)
+    assert monitored.best_model_path.endswith("epoch=0-step=3.ckpt")  # the monitor stayed at epoch 0
+
+
+def test_seeded_sampler_and_augmentation_depend_on_seed_and_epoch_only():
+    ds = SegmentationGraphDataset(SyntheticSegmentation(6, size=32, seed=3), Compose([RandomFlip(0.5, 0.5)]),
+                                  Superpixels(region_size=6.0))
+    a = list(SeededSampler(ds, seed=5, epoch=2))
+    assert a == list(SeededSampler(ds, seed=5, epoch=2))
+    assert sorted(i for i, _ in a) == list(range(6)) and {k for _, k in a} == {(5, 2)}
+    assert [i for i, _ in SeededSampler(ds, seed=5, epoch=3)] != [i for i, _ in a]
+    # resuming 4 samples into the epoch: the rest of the same order, once; len stays the epoch's
+    s = SeededSampler(ds, seed=5, epoch=2, skip=4)
+    assert len(s) == 6 and list(s) == a[4:] and list(s) == a
+    # two DDP ranks: disjoint shards of the same permutation
+    shards = [list(SeededSampler(ds, seed=5, epoch=2, num_replicas=2, rank=r)) for r in (0, 1)]
+    assert sorted(i for sh in shards for i, _ in sh) == list(range(6))
+    # an item's augmentation is a function of (seed, epoch, index), whatever was drawn before
+    first = ds[a[0]]["image"]
+    for key in a[1:]:
+        ds[key]
+    np.testing.assert_array_equal(ds[a[0]]["image"], first)
+    assert len({ds[(0, (5, e))]["image"].numpy().tobytes() for e in range(8)}) > 1  # and with the epoch
