@@ -29,6 +29,29 @@ def _collect_images(inputs: Sequence[str]) -> list[Path]:
     return files
 
 
+OUTPUT_SUFFIXES = ("_ucm.png", "_ucm16.png", ".mat", "_labels.png", "_overlay.png")
+
+
+def _check_no_collision(files: Sequence[Path], out: Path) -> None:
+    """Refuse (before anything is written) when an output would replace an input."""
+    inputs = {f.resolve() for f in files}
+    hit = sorted(str(out / f"{f.stem}{s}") for f in files for s in OUTPUT_SUFFIXES
+                 if (out / f"{f.stem}{s}").resolve() in inputs)
+    if hit:
+        raise ValueError(f"output file(s) {hit[:3]} would overwrite input images: choose another --out "
+                         "folder (or move the inputs)")
+
+
+def _threshold(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= v <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be in [0, 1] (the UCM's range), got {text!r}")
+    return v
+
+
 def _min_size(text: str):
     if text == "auto":
         return text
@@ -42,12 +65,16 @@ def _min_size(text: str):
 
 
 def add_predict_arguments(p: argparse.ArgumentParser):
+    p.description = ("Segment images into hierarchies: write each image's saliency map (ultrametric "
+                     "contour map) as 8- and 16-bit PNGs, its BSDS ucm2 .mat file and, with --regions "
+                     "or --threshold, a label image and a coloured overlay, into --out.")
     p.add_argument("inputs", nargs="+", help="images or folders of images")
     p.add_argument("--checkpoint", "-c", default=None,
                    help="trained checkpoint (.ckpt); without it, the classical colour-gradient + ultrametric-fitting path")
     p.add_argument("--out", "-o", required=True, help="output folder")
     p.add_argument("--regions", type=int, default=None, help="also write a segmentation with K regions")
-    p.add_argument("--threshold", type=float, default=None, help="also write the segmentation at threshold T")
+    p.add_argument("--threshold", type=_threshold, default=None,
+                   help="also write the segmentation at UCM threshold T, in [0, 1]")
     p.add_argument("--min-region-size", type=_min_size, default="auto", metavar="SIZE",
                    help="with --regions: no region smaller than SIZE pixels (>= 1), SIZE of the image "
                         "(< 1), or 'auto' (default: 0.05/K of the image); 0 for the plain cut")
@@ -62,7 +89,7 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                         "drawn back at full size (default: the checkpoint's pipeline, 500000; 0: no limit)")
     p.add_argument("--tile", type=int, default=512,
                    help="the network runs in tiles of TILE x TILE pixels (bounded memory; 0: one pass)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
 
 
 def run_predict(args) -> int:
@@ -86,6 +113,7 @@ def run_predict(args) -> int:
     if args.tile < 0:
         raise ValueError(f"--tile must be >= 0, got {args.tile}")
     out = Path(args.out)
+    _check_no_collision(files, out)
     for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
         img = read_image(f)
         res = seg.segment(img, tile=args.tile)

@@ -102,6 +102,8 @@ class SegmentationResult:
                 warnings.warn(f"the hierarchy has only {got} regions of at least {px:.0f} pixels "
                               f"(min_size={min_size!r}); returning {got}, not {n_regions}", stacklevel=2)
         else:
+            if not 0.0 <= float(threshold) <= 1.0:  # also refuses nan
+                raise ValueError(f"threshold must be in [0, 1] (the UCM's range), got {threshold!r}")
             labels = cut_at_threshold(self.rag, self.ultrametric, threshold)
         return upsample_labels(labels, self.shape) if self.upsampled else labels
 
@@ -119,7 +121,11 @@ def _as_image(image) -> np.ndarray:
     a = a[..., :3]
     if np.issubdtype(a.dtype, np.integer):
         a = a.astype(np.float32) / np.iinfo(a.dtype).max
-    return a.astype(np.float32)
+    a = a.astype(np.float32)
+    if not np.isfinite(a).all():
+        raise ValueError(f"image has {int((~np.isfinite(a)).sum())} NaN or infinite values: "
+                         "give a finite image (float in [0, 1] or integers)")
+    return a
 
 
 class Segmenter:

@@ -35,7 +35,7 @@ def test_classical_path_finds_the_quadrants():
     assert len(np.unique(lab)) == 3
     # the strongest boundaries are the colour edges: 3 regions = the coloured quadrants (+ black merged)
     assert len(np.unique(lab[:24, :32])) == 1 and len(np.unique(lab[24:, 32:])) == 1
-    assert len(np.unique(res.cut(threshold=2.0))) == 1
+    assert len(np.unique(res.cut(threshold=1.0))) == 1
 
 
 def test_checkpoint_path(ckpt):
@@ -287,3 +287,36 @@ def test_max_pixels_bad_values():
             Pipeline(max_pixels=bad)
     assert Pipeline(max_pixels=0).working_size(5000, 5000) == (5000, 5000)
     assert Pipeline().working_size(3000, 4000) == (612, 816)
+
+
+def test_predict_never_overwrites_an_input(tmp_path, capsys):
+    """cat.jpg and cat_ucm.png in one folder, --out that folder: refused, nothing written."""
+    d = tmp_path / "photos"
+    d.mkdir()
+    cv2.imwrite(str(d / "cat.png"), (checker_image() * 255).astype(np.uint8))
+    cv2.imwrite(str(d / "cat_ucm.png"), np.full((48, 64), 7, np.uint8))
+    before = {p.name: p.read_bytes() for p in d.iterdir()}
+    assert cli_main(["predict", str(d), "--out", str(d), "--no-progress"]) == 2
+    assert "would overwrite input" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in d.iterdir()} == before
+
+
+@pytest.mark.parametrize("value", ["nan", "-0.1", "1.5", "abc"])
+def test_predict_refuses_bad_thresholds(tmp_path, capsys, value):
+    img = tmp_path / "a.png"
+    cv2.imwrite(str(img), (checker_image() * 255).astype(np.uint8))
+    with pytest.raises(SystemExit):
+        cli_main(["predict", str(img), "--out", str(tmp_path / "o"), "--threshold", value])
+    assert "--threshold" in capsys.readouterr().err and not (tmp_path / "o").exists()
+
+
+def test_nan_images_and_thresholds_are_refused(ckpt):
+    img = checker_image()
+    img[3, 4, 1] = np.nan
+    for seg in (Segmenter(region_size=6.0, fit_iterations=0), Segmenter.from_checkpoint(ckpt)):
+        with pytest.raises(ValueError, match="NaN or infinite"):
+            seg.segment(img)
+    res = Segmenter(region_size=6.0, fit_iterations=0).segment(checker_image())
+    for t in (float("nan"), -0.5, 2.0):
+        with pytest.raises(ValueError, match="threshold must be in"):
+            res.cut(threshold=t)

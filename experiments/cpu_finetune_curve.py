@@ -1,0 +1,54 @@
+"""Collect the background CPU fine-tuning's curve (experiments/cpu_finetune.sh) from its
+Lightning CSV logs into a small CSV kept in the repository.
+
+    python experiments/cpu_finetune_curve.py [--runs runs/cpu_finetune] [--out experiments/results/cpu_finetune_curve.csv]
+
+One row per validation (20 val images, every 100 steps): step, boundary F of the UCM at
+threshold 0.5 and at the best of 9 thresholds, validation losses, and the mean training
+loss over the steps since the previous row. Runs resumed in later sessions (new
+``version_N`` folders) are merged by step.
+"""
+import argparse
+import csv
+from pathlib import Path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", default="runs/cpu_finetune")
+    ap.add_argument("--out", default="experiments/results/cpu_finetune_curve.csv")
+    ap.add_argument("--step0-log", default="runs/cpu_finetune_step0.log",
+                    help="output of `train.py validate` on the initial weights (same configs), the step-0 row")
+    a = ap.parse_args()
+    train, val = {}, {}
+    if Path(a.step0_log).is_file():  # the table Lightning prints: "val/boundary_f   0.5281..."
+        import re
+
+        found = dict(re.findall(r"(val/\w+)\s+([0-9.eE+-]+)", Path(a.step0_log).read_text()))
+        if found:
+            val[0] = found
+    for f in sorted(Path(a.runs).glob("csv/version_*/metrics.csv")):
+        for r in csv.DictReader(open(f)):
+            step = int(r["step"])
+            if r.get("train/loss"):
+                train[step] = float(r["train/loss"])
+            if r.get("val/boundary_f_ods"):
+                val[step] = r
+    keys = ["val/boundary_f", "val/boundary_f_ods", "val/loss", "val/closest", "val/triplet", "val/pixel"]
+    rows, prev = [], -1
+    for step in sorted(val):
+        tl = [v for s, v in train.items() if prev < s <= step]
+        rows.append([step] + [f"{float(val[step][k]):.4f}" if val[step].get(k) else "" for k in keys]
+                    + [f"{sum(tl) / len(tl):.4f}" if tl else ""])
+        prev = step
+    with open(a.out, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["step"] + [k.replace("/", "_") for k in keys] + ["train_loss_mean"])
+        w.writerows(rows)
+    print(f"{len(rows)} validation rows -> {a.out}")
+    for r in rows:
+        print(r)
+
+
+if __name__ == "__main__":
+    main()
