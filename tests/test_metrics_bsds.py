@@ -510,3 +510,15 @@ def test_atomic_write_failure_leaves_nothing(tmp_path):
     with pytest.raises(OSError):
         bsds.atomic_write_files(out, {"a.txt": "fine", "b.bin": Boom()})
     assert list(out.iterdir()) == []
+
+
+@pytest.mark.parametrize("scale, shift", [(255.0, 0.0), (1.0, -0.5)])
+def test_ucm2_outside_0_1_is_refused(tmp_path, scale, shift):
+    """A ucm2 in [0, 255] would be scored at thresholds in [0, 1] (silently wrong): refused."""
+    ucm = np.zeros((7, 9))
+    ucm[3, :] = 0.6
+    savemat(tmp_path / "a.mat", {"ucm2": ucm * scale + shift})
+    with pytest.raises(ValueError, match=r"rescale the map to \[0, 1\]"):
+        bsds.load_prediction(tmp_path / "a.mat")
+    savemat(tmp_path / "b.mat", {"ucm2": ucm})
+    assert bsds.load_prediction(tmp_path / "b.mat").kind == "ucm2"

@@ -272,6 +272,10 @@ def load_prediction(path, kind: str = "auto") -> Prediction:
                 raise ValueError(f"{path}: 'ucm2' must be (2H+1)x(2W+1), got shape {ucm.shape}")
             if not np.all(np.isfinite(ucm)):
                 raise ValueError(f"{path}: 'ucm2' has non-finite values")
+            lo, hi = float(ucm.min()), float(ucm.max())
+            if lo < 0 or hi > 1:
+                raise ValueError(f"{path}: 'ucm2' values span [{lo:g}, {hi:g}], but the benchmark thresholds "
+                                 "[0, 1]: rescale the map to [0, 1] (e.g. divide an 8-bit map by 255)")
             return Prediction("ucm2", ucm, str(path))
         if kind in ("auto", "segs") and "segs" in m:
             cell = np.asarray(m["segs"], dtype=object).ravel()
