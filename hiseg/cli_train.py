@@ -31,8 +31,14 @@ class HisegCLI(LightningCLI):
     def subcommands() -> dict[str, set[str]]:
         return {k: v for k, v in LightningCLI.subcommands().items() if k in SUBCOMMANDS}
 
-    def before_instantiate_classes(self) -> None:
-        cfg = self.config[self.subcommand]
+    def parse_arguments(self, parser, args) -> None:
+        """Parse, then check the checkpoints before anything reads them (Lightning reads a
+        local ``ckpt_path``'s hyper-parameters right after parsing)."""
+        super().parse_arguments(parser, args)
+        sub = self.config.get("subcommand")
+        if sub is None:
+            return
+        cfg = self.config[sub]
         refuse_remote_checkpoint(cfg["model"].get("init_from"), "--model.init_from")
         ckpt = cfg.get("ckpt_path")
         if ckpt is None or str(ckpt) in _CKPT_KEYWORDS or str(ckpt).startswith("registry:"):
@@ -42,7 +48,7 @@ class HisegCLI(LightningCLI):
             return  # the user vouches for this local file
         cfg["weights_only"] = True
         checkpoint = load_checkpoint_file(ckpt)  # clear errors for a missing, corrupt or unsafe file
-        if self.subcommand == "fit":
+        if sub == "fit":
             _resume_log_versions(cfg["trainer"], checkpoint)
 
 
