@@ -1,8 +1,10 @@
 """LightningModule, train.py (LightningCLI), checkpoints, resume, DDP on CPU."""
+import json
+
 import numpy as np
 import pytest
 import torch
-from _train import load_ckpt, run_train
+from _train import csv_rows, load_ckpt, run_train
 
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
 from hiseg.data.superpixels import Superpixels
@@ -118,6 +120,25 @@ def test_validation_metrics(batch):
     assert 0 <= summ["boundary_f"] <= 1 and 0 <= summ["boundary_f_ods"] <= 1
 
 
+def test_test_step_logs_the_validation_metrics_as_test(tmp_path):
+    """``train.py test``: the same evaluation as validation, logged under test/."""
+    import pytorch_lightning as pl
+
+    from hiseg.data import SyntheticDataModule
+
+    dm = SyntheticDataModule(n_train=2, n_val=3, size=48, val_batch_size=2, superpixel_size=6.0)
+    dm.setup("validate")
+    dm.test_set = dm.val_set
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, val_threshold=0.45)
+    trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
+                         default_root_dir=tmp_path)
+    (val,) = trainer.validate(m, dm, verbose=False)
+    (test,) = trainer.test(m, dm, verbose=False)
+    assert val["val/boundary_f"] > 0.2
+    for k in ("boundary_f", "boundary_f_ods", "boundary_precision", "boundary_recall", "closest", "pixel"):
+        assert test[f"test/{k}"] == val[f"val/{k}"], k
+
+
 def test_nan_loss_is_a_clear_error(batch):
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
     with torch.no_grad():
@@ -160,8 +181,39 @@ def test_train_py_checkpoints_and_resume(tmp_path):
 
 @pytest.mark.slow
 def test_ddp_two_cpu_processes(tmp_path):
+    """fit under DDP (gloo): 3 validation images shared 2 + 1, the ranks' counts summed."""
     r = run_train(tmp_path, "--trainer.max_steps", "2", "--trainer.accelerator", "cpu",
                   "--trainer.devices", "2", "--trainer.strategy", "ddp",
-                  "--trainer.limit_val_batches", "1", "--model.validate_at_start", "false")
+                  "--data.init_args.n_val", "3", "--data.init_args.val_batch_size", "1",
+                  "--model.validate_at_start", "false")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "GLOBAL_RANK: 1" in r.stderr + r.stdout or "ddp" in (r.stderr + r.stdout).lower()
+    # 4 training images per rank: one step per epoch, a validation after each
+    rows = csv_rows(next(tmp_path.glob("runs/synthetic/csv/*/metrics.csv")))
+    f = [float(row["val/boundary_f"]) for row in rows if row.get("val/boundary_f")]
+    callbacks = load_ckpt(next(tmp_path.glob("runs/**/last.ckpt")))["callbacks"]
+    best = next(v for k, v in callbacks.items() if "val/boundary_f" in k)["best_model_score"]
+    assert len(f) == 2 and float(best) == pytest.approx(max(f))  # ModelCheckpoint selects on the logged F
+
+
+@pytest.mark.slow
+def test_ddp_validation_f_is_the_single_process_f(tmp_path):
+    """Two CPU processes (gloo, DDP) validate their shares of 5 images (3 and 2, batches of
+    2: uneven); the logged boundary F / precision / recall are those of the counts summed
+    over the ranks, equal to one process's on all 5 images (the same seeded weights)."""
+    common = ("--data.init_args.n_val", "5", "--data.init_args.val_batch_size", "2",
+              "--model.val_threshold", "0.45", "--trainer.accelerator", "cpu")
+    res = {}
+    for devices, extra in (("1", ()), ("2", ("--trainer.strategy", "ddp"))):
+        logger = json.dumps({"class_path": "hiseg.lightning.CSVLogger",
+                             "init_args": {"save_dir": str(tmp_path), "name": f"devices{devices}"}})
+        r = run_train(tmp_path, *common, "--trainer.devices", devices, *extra, "--trainer.logger", logger,
+                      sub="validate")
+        assert r.returncode == 0, r.stderr[-3000:]
+        (row,) = csv_rows(tmp_path / f"devices{devices}/version_0/metrics.csv")
+        res[devices] = {k: float(v) for k, v in row.items() if k.startswith("val/")}
+    one, two = res["1"], res["2"]
+    assert one["val/boundary_f"] > 0.2 and one["val/boundary_f_ods"] > 0.2
+    # (the losses are means over batches, which differ: not compared)
+    for k in ("boundary_f", "boundary_f_ods", "boundary_precision", "boundary_recall"):
+        assert two[f"val/{k}"] == pytest.approx(one[f"val/{k}"], rel=1e-6), k
