@@ -70,7 +70,8 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                      "or --threshold, a label image and a coloured overlay, into --out.")
     p.add_argument("inputs", nargs="+", help="images or folders of images")
     p.add_argument("--checkpoint", "-c", default=None,
-                   help="trained checkpoint (.ckpt); without it, the classical colour-gradient + ultrametric-fitting path")
+                   help="trained checkpoint (.ckpt) or a shipped model's name (bsds500); without it, "
+                        "the classical colour-gradient + ultrametric-fitting path")
     p.add_argument("--out", "-o", required=True, help="output folder")
     p.add_argument("--regions", type=int, default=None, help="also write a segmentation with K regions")
     p.add_argument("--threshold", type=_threshold, default=None,
@@ -104,7 +105,12 @@ def run_predict(args) -> int:
         raise ValueError(f"--regions must be >= 1, got {args.regions}")
     files = _collect_images(args.inputs)
     if args.checkpoint:
-        seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
+        from .pretrained import PRETRAINED
+
+        if args.checkpoint in PRETRAINED and not Path(args.checkpoint).exists():
+            seg = Segmenter.from_pretrained(args.checkpoint, device=args.device)
+        else:
+            seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
         seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage,
                                                    max_pixels=args.max_pixels)
     else:

@@ -186,6 +186,14 @@ class Segmenter:
             kwargs["pipeline"] = Pipeline.from_dict(stored, source=f"checkpoint {path}")
         return cls(model, device=device, **kwargs)
 
+    @classmethod
+    def from_pretrained(cls, name: str = "bsds500", device: Union[str, torch.device] = "cpu",
+                        **kwargs) -> "Segmenter":
+        """A shipped model by name (``hiseg.pretrained.PRETRAINED``), from any folder; no download."""
+        from .pretrained import pretrained_path
+
+        return cls.from_checkpoint(pretrained_path(name), device=device, **kwargs)
+
     # ------------------------------------------------------------------ steps
     @torch.no_grad()
     def boundary_map(self, image: np.ndarray) -> np.ndarray:
