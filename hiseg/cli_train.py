@@ -9,7 +9,9 @@ versions) the checkpoint was written from.
 """
 from __future__ import annotations
 
+import importlib
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -52,9 +54,25 @@ class HisegCLI(LightningCLI):
             _resume_log_versions(cfg["trainer"], checkpoint)
 
 
+def _appends_on_resume(class_path: str) -> bool:
+    """Loggers that keep what a folder holds: TensorBoard (a new events file) and
+    :class:`hiseg.lightning.CSVLogger`; Lightning's own CSVLogger deletes ``metrics.csv``."""
+    from pytorch_lightning.loggers import TensorBoardLogger
+
+    from .lightning import CSVLogger
+
+    module, _, name = str(class_path).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, (TensorBoardLogger, CSVLogger))
+
+
 def _resume_log_versions(trainer_cfg, checkpoint) -> None:
     """Give each configured logger without a ``version`` the version the checkpoint's run
-    logged to (matched by position, class and name), so the resumed run logs there."""
+    logged to (matched by position, class and name), so the resumed run logs there; only
+    for loggers that append (:func:`_appends_on_resume`), the others start a new version."""
     saved = (checkpoint.get("hiseg") or {}).get("loggers") or [] if isinstance(checkpoint, dict) else []
     entries = trainer_cfg.get("logger")
     entries = entries if isinstance(entries, list) else [entries]
@@ -62,8 +80,14 @@ def _resume_log_versions(trainer_cfg, checkpoint) -> None:
         init_args = getattr(entry, "init_args", None)
         if init_args is None or str(entry.class_path).rsplit(".", 1)[-1] != old["class"]:
             continue
-        if init_args.get("name") == old["name"] and init_args.get("version") is None:
+        if init_args.get("name") != old["name"] or init_args.get("version") is not None:
+            continue
+        if _appends_on_resume(entry.class_path):
             init_args["version"] = old["version"]
+        else:
+            warnings.warn(f"{entry.class_path} would delete the logs of {old['name']} version {old['version']!r} "
+                          f"if resumed there: it logs to a new version (hiseg.lightning.CSVLogger appends)",
+                          stacklevel=2)
 
 
 def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):

@@ -2,10 +2,13 @@
 with the weights of the run done in one go, and logs into the same folders; last.ckpt is
 written at every epoch end and every N steps whatever the monitor."""
 import numpy as np
+import pytest
 import pytorch_lightning as pl
 import torch
 from _train import csv_rows, load_ckpt, run_train
+from jsonargparse import Namespace
 
+from hiseg.cli_train import _resume_log_versions
 from hiseg.data.collate import SegmentationGraphDataset
 from hiseg.data.datamodule import SeededSampler
 from hiseg.data.superpixels import Superpixels
@@ -51,6 +54,19 @@ def test_resumed_runs_end_with_the_weights_of_the_run_in_one_go(tmp_path):
     assert sum(bool(r.get("val_start/boundary_f")) for r in rows) == 1  # the first run's only
     val_epochs = [int(r["epoch"]) for r in rows if r.get("val/boundary_f")]
     assert sorted(val_epochs) == [0, 1, 1, 1]  # run in one go: 0, 1; each resumed run: 1
+
+
+def test_resume_reuses_the_log_versions_of_loggers_that_append():
+    """Lightning's CSVLogger deletes metrics.csv in a folder it resumes into: it gets a new version."""
+    paths = ("pytorch_lightning.loggers.TensorBoardLogger", "pytorch_lightning.loggers.CSVLogger",
+             "hiseg.lightning.CSVLogger", "hiseg.lightning.CSVLogger")
+    cfg = Namespace(logger=[Namespace(class_path=p, init_args=Namespace(name=f"n{i}", version=None))
+                            for i, p in enumerate(paths)])
+    cfg.logger[3].init_args.version = "mine"  # set by the user: kept
+    saved = [{"class": p.rsplit(".", 1)[1], "name": f"n{i}", "version": 3} for i, p in enumerate(paths)]
+    with pytest.warns(UserWarning, match="CSVLogger would delete the logs of n1 version 3"):
+        _resume_log_versions(cfg, {"hiseg": {"loggers": saved}})
+    assert [e.init_args.version for e in cfg.logger] == [3, None, 3, "mine"]
 
 
 class _Tiny(pl.LightningModule):
