@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
-from .lightning import HierarchicalSegmentationModule
+from .lightning import VAL_THRESHOLDS, HierarchicalSegmentationModule
 from .models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
 
 SUBCOMMANDS = ("fit", "validate", "test")
@@ -52,6 +52,46 @@ class HisegCLI(LightningCLI):
         checkpoint = load_checkpoint_file(ckpt)  # clear errors for a missing, corrupt or unsafe file
         if sub == "fit":
             _resume_log_versions(cfg["trainer"], checkpoint)
+
+
+    def after_fit(self) -> None:
+        """What the run made: validation F before and after, the checkpoints, the next command."""
+        trainer, model = self.trainer, self.model
+        if not trainer.is_global_zero:
+            return
+        print(fit_summary(trainer, model))
+
+
+def fit_summary(trainer, model) -> str:
+    """The closing summary of a fit (see :meth:`HisegCLI.after_fit`)."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    lines = ["", "[hiseg] training finished: "
+             f"{trainer.current_epoch} epoch(s), {trainer.global_step} step(s)"]
+    before = getattr(model, "initial_validation", None) or {}
+    after = {k[len("val/"):]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+
+    def f(d):
+        if "boundary_f" not in d:
+            return "not measured"
+        return f"{d['boundary_f']:.4f} (best of {len(VAL_THRESHOLDS)} thresholds {d.get('boundary_f_ods', float('nan')):.4f})"
+    lines.append(f"  validation boundary F before: {f(before)}")
+    lines.append(f"  validation boundary F after:  {f(after)}")
+    best = last = None
+    for cb in trainer.callbacks:
+        if isinstance(cb, ModelCheckpoint) and cb.monitor and cb.best_model_path:
+            best = best or (cb.best_model_path, cb.monitor, cb.best_model_score)
+        if getattr(cb, "last_model_path", None):
+            last = last or cb.last_model_path
+    if best:
+        score = f"{float(best[2]):.4f}" if best[2] is not None else "?"
+        lines.append(f"  best checkpoint ({best[1]} = {score}): {best[0]}")
+    if last:
+        lines.append(f"  last checkpoint (resume with --ckpt_path): {last}")
+    ck = best[0] if best else last
+    if ck:
+        lines.append(f"  next: hiseg predict IMAGE --checkpoint {ck} --out predictions/")
+    return "\n".join(lines)
 
 
 def _appends_on_resume(class_path: str) -> bool:
@@ -90,8 +130,27 @@ def _resume_log_versions(trainer_cfg, checkpoint) -> None:
                           stacklevel=2)
 
 
+def _quiet_lightning() -> None:
+    """Silence, at their source, the start-up messages that are not the user's business:
+    Lightning's promotional tip and internal deprecation / by-design notices."""
+    import logging
+
+    class _NoTip(logging.Filter):
+        def filter(self, record):
+            return "litlogger" not in record.getMessage() and "Tip:" not in record.getMessage()
+
+    for name in ("pytorch_lightning.trainer.connectors.logger_connector.logger_connector",
+                 "pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
+        logging.getLogger(name).addFilter(_NoTip())
+    # Lightning internals calling a deprecated torch API (not hiseg's code)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
+    # hiseg's module moves its GraphBatch itself, by design
+    warnings.filterwarnings("ignore", message=r"You have overridden `transfer_batch_to_device`")
+
+
 def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):
     """Run the CLI. With no subcommand, ``fit`` is implied; the default config applies to ``fit``."""
+    from_command_line = argv is None or list(argv) == sys.argv[1:]
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
@@ -101,6 +160,13 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     parser_kwargs = {}
     if default_config is not None and Path(default_config).is_file():
         parser_kwargs = {sub: {"default_config_files": [str(default_config)]} for sub in SUBCOMMANDS}
+        parser_kwargs["description"] = (
+            "Train hiseg's boundary network through the differentiable ultrametric layer. With no "
+            f"arguments: fit on the embedded synthetic dataset ({Path(default_config).name}), on the CPU. "
+            "Subcommands: fit (default), validate, test; `python train.py fit --help` lists every option.")
+    _quiet_lightning()
+    if from_command_line:
+        sys.argv = sys.argv[:1] + argv
     try:
         return HisegCLI(
             HierarchicalSegmentationModule,
@@ -109,7 +175,8 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
             parser_kwargs=parser_kwargs,
-            args=argv,
+            # from the command line, LightningCLI reads sys.argv itself (passing args too warns)
+            args=None if from_command_line else argv,
             run=run,
         )
     except (CheckpointError, FileNotFoundError) as e:

@@ -436,8 +436,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         for lg in self.loggers:
             lg.log_metrics({f"val_start/{k}": float(v) for k, v in summ.items()}, step=0)
         if self.trainer.is_global_zero:
-            print(f"[hiseg] validation before training: boundary F {summ['boundary_f']:.4f} "
-                  f"(best threshold: {summ['boundary_f_ods']:.4f}), loss {summ['loss']:.4f}")
+            print(f"[hiseg] validation before training: boundary F {summ['boundary_f']:.4f} at threshold "
+                  f"{self.hparams.val_threshold:g} ({summ['boundary_f_ods']:.4f} at the best of "
+                  f"{len(VAL_THRESHOLDS)} thresholds), loss {summ['loss']:.4f}")
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):

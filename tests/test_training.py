@@ -217,3 +217,29 @@ def test_ddp_validation_f_is_the_single_process_f(tmp_path):
     # (the losses are means over batches, which differ: not compared)
     for k in ("boundary_f", "boundary_f_ods", "boundary_precision", "boundary_recall"):
         assert two[f"val/{k}"] == pytest.approx(one[f"val/{k}"], rel=1e-6), k
+
+
+def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
+    """No promotional or contradictory start-up messages; a closing summary with F before
+    and after, the best checkpoint (which exists) and the next command."""
+    import os
+    import subprocess
+    import sys
+
+    from _train import ROOT, TINY
+
+    cmd = [sys.executable, str(ROOT / "train.py"), "--trainer.default_root_dir", str(tmp_path), *TINY,
+           "--trainer.max_epochs", "1"]
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    for noise in ("Tip:", "litlogger", "args parameter is intended", "ckpt_path=None", "no last checkpoint",
+                  "LeafSpec", "transfer_batch_to_device", "(best threshold:"):
+        assert noise not in out, noise
+    assert "validation boundary F before:" in out and "validation boundary F after:" in out
+    best = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("best checkpoint")]
+    assert best and (tmp_path / best[0]).is_file()
+    assert f"next: hiseg predict IMAGE --checkpoint {best[0]}" in r.stdout
+    h = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True)
+    assert "With no arguments: fit on the embedded synthetic dataset" in h.stdout
