@@ -220,7 +220,7 @@ def test_ucm2_from_labels_equals_ucm2_from_rag_and_upsamples_the_cuts(rng):
     from hiseg.metrics.region import ucm_to_labels
     from hiseg.segmentation.saliency import (cut_at_threshold, rag_hierarchy, ucm2_from_labels, ucm2_from_rag,
                                              upsample_labels)
-    from tests.test_segmentation import same_partition, voronoi_labels
+    from test_segmentation import same_partition, voronoi_labels
 
     lab = voronoi_labels(rng, (20, 30), 15)
     rag = region_adjacency_graph(lab)
