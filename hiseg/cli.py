@@ -130,7 +130,9 @@ def run_predict(args) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="hiseg", description=__doc__)
+    parser = argparse.ArgumentParser(prog="hiseg", description=(
+        "hiseg: hierarchical image segmentation. `hiseg predict` writes saliency maps (ultrametric "
+        "contour maps), ucm2 .mat files and cuts of images; `hiseg evaluate` runs the BSDS500 benchmark."))
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="saliency maps (UCM), ucm2 .mat files and cuts of images")
     add_predict_arguments(p)
@@ -140,7 +142,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ImportError:  # pragma: no cover
         evaluate_cli = None
     if evaluate_cli is not None:
-        e = sub.add_parser("evaluate", help="BSDS500 benchmark of predictions against ground truth")
+        e = sub.add_parser("evaluate", help="BSDS500 benchmark of predictions against ground truth",
+                           description="Score predictions (ucm2 .mat, segmentation .mat, boundary or label "
+                                       "PNGs) against BSDS-format ground truth: boundary ODS/OIS/AP, covering, "
+                                       "PRI and VI, as the official BSDS500 benchmark computes them.")
         evaluate_cli.add_arguments(e)
         e.set_defaults(func=evaluate_cli.run)
     args = parser.parse_args(argv)

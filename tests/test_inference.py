@@ -320,3 +320,21 @@ def test_nan_images_and_thresholds_are_refused(ckpt):
     for t in (float("nan"), -0.5, 2.0):
         with pytest.raises(ValueError, match="threshold must be in"):
             res.cut(threshold=t)
+
+
+def test_every_cli_option_has_help(capsys):
+    import argparse
+
+    from hiseg.cli import add_predict_arguments
+    from hiseg.metrics import evaluate_cli
+
+    for add in (add_predict_arguments, evaluate_cli.add_arguments):
+        p = argparse.ArgumentParser()
+        add(p)
+        missing = [a.option_strings or a.dest for a in p._actions if not a.help]
+        assert not missing, f"{add.__name__}: options without help {missing}"
+    for sub in ("predict", "evaluate"):
+        with pytest.raises(SystemExit):
+            cli_main([sub, "--help"])
+        out = capsys.readouterr().out
+        assert len(out.split("options:")[0]) > 200  # a description, not just the usage line
