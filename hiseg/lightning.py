@@ -159,6 +159,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             pipeline, Pipeline) else pipeline
         pipeline = self.pipeline.to_dict()  # save_hyperparameters reads this local: the full settings
         self.save_hyperparameters()
+        # LightningCLI records the parsed config instead of the locals (pipeline: None when the
+        # config leaves it out): store the settings actually used, which `hiseg predict` reads
+        self.hparams["pipeline"] = pipeline
         self.model = get_model(arch, **(arch_kwargs or {}))
         if init_from:
             from .models.weights import load_weights

@@ -241,5 +241,11 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     best = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("best checkpoint")]
     assert best and (tmp_path / best[0]).is_file()
     assert f"next: hiseg predict IMAGE --checkpoint {best[0]}" in r.stdout
+    # and that next command works: the checkpoint carries its segmentation pipeline
+    from hiseg.inference import Segmenter
+
+    seg = Segmenter.from_checkpoint(tmp_path / best[0])
+    assert seg.pipeline.superpixels == "color_watershed" and seg.pipeline.linkage == "average"
+    assert seg.segment(np.random.default_rng(0).random((40, 50, 3))).saliency.shape == (40, 50)
     h = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True)
     assert "With no arguments: fit on the embedded synthetic dataset" in h.stdout
