@@ -35,3 +35,21 @@ def fmt(values, digits=3):
     if v.size == 1:
         return f"{v[0]:.{digits}f}"
     return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}"
+
+
+def emit(lines, out=None):
+    """Print a markdown table (a list of lines) and write it to ``out`` when given."""
+    from pathlib import Path
+
+    text = "\n".join(lines)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+
+
+def region_shares(labels):
+    """Fraction of the image covered by each (non-empty) region of a label image."""
+    import numpy as np
+
+    area = np.bincount(np.asarray(labels).ravel())
+    return area[area > 0] / np.asarray(labels).size

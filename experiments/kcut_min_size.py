@@ -13,9 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
 import scipy.io
 
+from common import emit, region_shares
 from hiseg.data.bsds import find_bsds_root
 from hiseg.metrics.bsds import load_ground_truth
 from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k, ucm2_size_aware_cut
@@ -45,8 +45,7 @@ def main(argv=None):
             for setting, lab in cuts.items():
                 r = rows.setdefault((method, setting), [0.0, 0.0, 0, 0, 0])
                 c, t = kcut_counts(lab, segs)
-                area = np.bincount(lab.ravel())[1:] if lab.min() >= 1 else np.bincount(lab.ravel())
-                area = area[area > 0] / lab.size
+                area = region_shares(lab)
                 r[0] += c
                 r[1] += t
                 r[2] += int((area < a.speck).sum())
@@ -58,10 +57,7 @@ def main(argv=None):
              "|---|---|---|---|---|---|"]
     for (method, setting), (c, t, sp, nr, ex) in rows.items():
         lines.append(f"| {method} | {setting} | {c / t:.4f} | {sp / len(names):.2f} | {nr / len(names):.1f} | {ex} |")
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit(lines, a.out)
 
 
 if __name__ == "__main__":

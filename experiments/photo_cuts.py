@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import skimage.data
 
+from common import emit, region_shares
 from hiseg.inference import Segmenter
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,14 +32,10 @@ def main():
         res = seg.segment(im.astype(np.float32) / 255.0)
         for label, ms in (("plain (min_size 0)", 0), ("size-aware (auto)", "auto")):
             lab = res.cut(n_regions=a.k, min_size=ms)
-            share = np.bincount(lab.ravel()) / lab.size
-            share = share[share > 0]
+            share = region_shares(lab)
             lines.append(f"| {name} | {im.shape[1]}x{im.shape[0]} | {label} | {share.size} | {share.max():.1%} | "
                          f"{share.min():.2%} | {(share < 0.01).sum()} |")
-    text = "\n".join(lines)
-    print(text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit(lines, a.out)
 
 
 if __name__ == "__main__":

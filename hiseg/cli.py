@@ -29,14 +29,12 @@ def _collect_images(inputs: Sequence[str]) -> list[Path]:
     return files
 
 
-OUTPUT_SUFFIXES = ("_ucm.png", "_ucm16.png", ".mat", "_labels.png", "_overlay.png")
-
-
 def _check_no_collision(files: Sequence[Path], out: Path) -> None:
     """Refuse (before anything is written) when an output would replace an input."""
+    from .inference import output_paths
+
     inputs = {f.resolve() for f in files}
-    hit = sorted(str(out / f"{f.stem}{s}") for f in files for s in OUTPUT_SUFFIXES
-                 if (out / f"{f.stem}{s}").resolve() in inputs)
+    hit = sorted(str(p) for f in files for p in output_paths(out, f.stem).values() if p.resolve() in inputs)
     if hit:
         raise ValueError(f"output file(s) {hit[:3]} would overwrite input images: choose another --out "
                          "folder (or move the inputs)")
@@ -53,14 +51,13 @@ def _threshold(text: str) -> float:
 
 
 def _min_size(text: str):
-    if text == "auto":
-        return text
+    from .segmentation.saliency import resolve_min_size
+
     try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected 'auto' or a number, got {text!r}") from None
-    if not v >= 0 or v == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+        v = text if text == "auto" else float(text)
+        resolve_min_size(v, 1, 1)  # the one check of the setting
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number >= 0, got {text!r} ({e})") from None
     return v
 
 

@@ -30,7 +30,7 @@ from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from
                                    upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
 
-__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "atomic_write", "write_ucm2_mat"]
+__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "atomic_write", "write_ucm2_mat"]
 
 
 @dataclass
@@ -374,29 +374,28 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
+    names = output_paths(out, stem)
+    cut = n_regions is not None or threshold is not None
     # the cut first, then the (large) ucm2 and its files: a photograph's full-size arrays
     # are not all held at once
-    if n_regions is not None or threshold is not None:
+    if cut:
         if n_regions is not None:
             n_regions = min(int(n_regions), result.rag.num_regions)
         labels = (result.cut(n_regions=n_regions, min_size=min_size) if n_regions is not None
                   else result.cut(threshold=threshold))
-        p = out / f"{stem}_labels.png"
-        atomic_write(p, _write_png(labels.astype(np.uint16)))
-        paths.append(p)
-        p = out / f"{stem}_overlay.png"
-        atomic_write(p, _write_png(_colour_overlay(image, labels)))
-        paths.append(p)
+        atomic_write(names["labels"], _write_png(labels.astype(np.uint16)))
+        atomic_write(names["overlay"], _write_png(_colour_overlay(image, labels)))
         del labels
-    ucm2 = result.ucm2
-    sal = np.clip(ucm2[2::2, 2::2], 0, 1).astype(np.float32)
-    p = out / f"{stem}_ucm.png"
-    atomic_write(p, _write_png(_quantise(sal, 255, np.uint8)))
-    p16 = out / f"{stem}_ucm16.png"
-    atomic_write(p16, _write_png(_quantise(sal, 65535, np.uint16)))
+    sal = np.clip(result.saliency, 0, 1).astype(np.float32)
+    atomic_write(names["ucm"], _write_png(_quantise(sal, 255, np.uint8)))
+    atomic_write(names["ucm16"], _write_png(_quantise(sal, 65535, np.uint16)))
     del sal
-    p_mat = out / f"{stem}.mat"
-    atomic_write(p_mat, lambda tmp: write_ucm2_mat(tmp, ucm2))
-    paths = [p, p16, p_mat] + paths
-    return paths
+    atomic_write(names["mat"], lambda tmp: write_ucm2_mat(tmp, result.ucm2))
+    return [names[k] for k in ("ucm", "ucm16", "mat") + (("labels", "overlay") if cut else ())]
+
+
+def output_paths(out_dir, stem: str) -> dict:
+    """The files :func:`write_outputs` may write for image ``stem``, by kind."""
+    out = Path(out_dir)
+    return {"ucm": out / f"{stem}_ucm.png", "ucm16": out / f"{stem}_ucm16.png", "mat": out / f"{stem}.mat",
+            "labels": out / f"{stem}_labels.png", "overlay": out / f"{stem}_overlay.png"}

@@ -68,7 +68,7 @@ def ucm2_size_aware_cut(ucm2: np.ndarray, k: int, min_size="auto") -> np.ndarray
     ``min_size``: pixels, a fraction of the image, or "auto" (see ``resolve_min_size``).
     """
     from ..graph import region_adjacency_graph
-    from ..segmentation.saliency import cut_num_regions, resolve_min_size
+    from ..segmentation.saliency import cut_num_regions, resolve_min_size, ucm2_edge_views
     from ..ultrametric import build_hierarchy
 
     ucm2 = np.asarray(ucm2, dtype=np.float64)
@@ -79,7 +79,7 @@ def ucm2_size_aware_cut(ucm2: np.ndarray, k: int, min_size="auto") -> np.ndarray
     n = rag.graph.num_vertices
     if n == 1:
         return np.ones(fine.shape, dtype=np.int64)
-    val = np.concatenate([ucm2[1::2, 2:-1:2].ravel(), ucm2[2:-1:2, 1::2].ravel()])
+    val = np.concatenate([v.ravel() for v in ucm2_edge_views(ucm2)])
     on = rag.pixel_edge_map >= 0
     w = np.zeros(rag.graph.num_edges)
     np.maximum.at(w, rag.pixel_edge_map[on], val[on])

@@ -23,7 +23,8 @@ from ..graph import RegionAdjacencyGraph, grid_graph
 from ..ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
-           "size_constrained_merges", "resolve_min_size", "upsample_labels", "ucm2_from_labels"]
+           "size_constrained_merges", "resolve_min_size", "upsample_labels", "ucm2_from_labels",
+           "ucm2_edge_views"]
 
 
 def _np(x):
@@ -45,12 +46,18 @@ def ucm2_from_rag(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
     on = rag.pixel_edge_map >= 0
     val[on] = u[rag.pixel_edge_map[on]]
     ucm = np.zeros((2 * h + 1, 2 * w + 1))
-    nh = h * (w - 1)
-    ucm[1::2, 2:-1:2] = val[:nh].reshape(h, w - 1)  # horizontal neighbours
-    ucm[2:-1:2, 1::2] = val[nh:].reshape(h - 1, w)  # vertical neighbours
-    # corners: max of the incident edges
-    ucm[::2, ::2] = np.maximum(_corner_from_rows(ucm), _corner_from_cols(ucm))
+    horizontal, vertical = ucm2_edge_views(ucm)
+    horizontal[:] = val[: h * (w - 1)].reshape(h, w - 1)  # grid_graph's order: horizontal first
+    vertical[:] = val[h * (w - 1):].reshape(h - 1, w)
+    _corners_in_place(ucm)
     return ucm
+
+
+def ucm2_edge_views(ucm2: np.ndarray):
+    """Views of a ucm2's pixel-edge entries: (H, W-1) between horizontal neighbours
+    ``(i, j), (i, j+1)`` at ``(2i+1, 2j+2)`` and (H-1, W) between vertical neighbours at
+    ``(2i+2, 2j+1)``; raveled and concatenated, they follow ``grid_graph``'s edge order."""
+    return ucm2[1::2, 2:-1:2], ucm2[2:-1:2, 1::2]
 
 
 def upsample_labels(labels: np.ndarray, shape) -> np.ndarray:
@@ -92,8 +99,9 @@ def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
             raise ValueError("labels have neighbouring regions that are not joined by an edge of the graph")
         view[rr, cc] = u[order[pos]]
 
-    draw(ucm[1::2, 2:-1:2], lab[:, :-1], lab[:, 1:])  # horizontal neighbours
-    draw(ucm[2:-1:2, 1::2], lab[:-1], lab[1:])  # vertical neighbours
+    horizontal, vertical = ucm2_edge_views(ucm)
+    draw(horizontal, lab[:, :-1], lab[:, 1:])
+    draw(vertical, lab[:-1], lab[1:])
     _corners_in_place(ucm)
     return ucm
 
@@ -108,24 +116,6 @@ def _corners_in_place(ucm):
     hrow = ucm[::2, 1::2]  # entries left / right of each corner
     np.maximum(c[:, :-1], hrow, out=c[:, :-1])
     np.maximum(c[:, 1:], hrow, out=c[:, 1:])
-
-
-def _corner_from_rows(ucm):
-    """For each corner (2i, 2j): max of the vertical-edge entries above and below it."""
-    v = ucm[1::2, ::2]  # (H, W+1): entries at odd rows, even columns = vertical edges' rows
-    out = np.zeros((v.shape[0] + 1, v.shape[1]))
-    out[:-1] = np.maximum(out[:-1], v)
-    out[1:] = np.maximum(out[1:], v)
-    return out
-
-
-def _corner_from_cols(ucm):
-    """For each corner (2i, 2j): max of the entries left and right of it on its row."""
-    hrow = ucm[::2, 1::2]  # (H+1, W)
-    out = np.zeros((hrow.shape[0], hrow.shape[1] + 1))
-    out[:, :-1] = np.maximum(out[:, :-1], hrow)
-    out[:, 1:] = np.maximum(out[:, 1:], hrow)
-    return out
 
 
 def saliency_from_ucm2(ucm2: np.ndarray) -> np.ndarray:
