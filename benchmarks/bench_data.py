@@ -26,10 +26,10 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hiseg.data import (BSDS500, Compose, RandomCrop, RandomFlip, RandomRescale, Superpixels,  # noqa: E402
-                        SyntheticSegmentation, achievable_segmentation_accuracy, boundary_recall,
-                        collate_graph_batch, compute_targets, frontier_pixel_pairs, make_graph_sample,
-                        slic_superpixels, watershed_superpixels)
+from hiseg.data import (BSDS500, Compose, RandomCrop, RandomFlip, RandomRescale,  # noqa: E402
+                        SyntheticSegmentation, collate_graph_batch, compute_targets, make_graph_sample)
+from hiseg.segmentation import (Superpixels, achievable_segmentation_accuracy, boundary_recall,  # noqa: E402
+                                frontier_pixel_pairs, slic_superpixels, watershed_superpixels)
 from hiseg.graph import region_adjacency_graph  # noqa: E402
 
 SHARED_BSDS = ROOT.parent / "shared" / "data" / "BSDS500"

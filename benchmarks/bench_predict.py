@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def images(args):
     if args.images:
-        from hiseg.data.folder import read_image
+        from hiseg.io import read_image
 
         files = sorted(Path(args.images).glob("*.jpg"))[: args.n]
         return [(f.stem, read_image(f)) for f in files]

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
-from hiseg.data.superpixels import Superpixels
+from hiseg.segmentation.superpixels import Superpixels
 from hiseg.lightning import HierarchicalSegmentationModule
 from hiseg.ultrametric import build_hierarchy
 

@@ -54,7 +54,7 @@ def main():
     torch.set_num_threads(2)
 
     from hiseg.data.bsds import find_bsds_root
-    from hiseg.data.folder import read_image
+    from hiseg.io import read_image
     from hiseg.inference import Segmenter, write_outputs
     from hiseg.metrics.bsds import evaluate
 
@@ -73,7 +73,7 @@ def main():
         d.mkdir(parents=True)
     for n in names:
         (gt / f"{n}.mat").symlink_to((root / "groundTruth" / "val" / f"{n}.mat").resolve())
-    from hiseg.metrics.bsds import load_ground_truth
+    from hiseg.io import load_ground_truth
     from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k
 
     seg = Segmenter.from_checkpoint(ckpt)

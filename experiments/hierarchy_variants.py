@@ -60,7 +60,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(2)
     from hiseg.data.bsds import find_bsds_root
-    from hiseg.data.folder import read_image
+    from hiseg.io import read_image
     from hiseg.metrics.bsds import evaluate
     from hiseg.models import load_model
 

@@ -17,7 +17,7 @@ import scipy.io
 
 from common import emit, region_shares
 from hiseg.data.bsds import find_bsds_root
-from hiseg.metrics.bsds import load_ground_truth
+from hiseg.io import load_ground_truth
 from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k, ucm2_size_aware_cut
 
 

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png", ".tif", ".tiff", ".bmp", ".ppm", ".pgm", ".webp"}
+from .io import IMAGE_EXTENSIONS
 
 
 def _collect_images(inputs: Sequence[str]) -> list[Path]:
@@ -14,9 +14,9 @@ def _collect_images(inputs: Sequence[str]) -> list[Path]:
     for x in inputs:
         p = Path(x)
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_SUFFIXES)
+            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTENSIONS)
             if not found:
-                raise FileNotFoundError(f"no image files ({', '.join(sorted(IMAGE_SUFFIXES))}) in folder {p}")
+                raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in folder {p}")
             files.extend(found)
         elif p.is_file():
             files.append(p)
@@ -93,7 +93,7 @@ def add_predict_arguments(p: argparse.ArgumentParser):
 def run_predict(args) -> int:
     from tqdm import tqdm
 
-    from .data.folder import read_image
+    from .io import read_image
     from .inference import Segmenter, write_outputs
 
     if args.regions is not None and args.threshold is not None:

@@ -56,8 +56,7 @@ def load_edge_dataset(root, split: str = "train", limit: int | None = None):
     to landscape so that all share one size (rotation augmentation covers orientation).
     """
     from .data.bsds import BSDS500
-    from .data.folder import read_image
-    from .metrics.bsds import load_ground_truth
+    from .io import load_ground_truth, read_image
 
     ds = BSDS500(root, split)
     n = len(ds) if limit is None else min(limit, len(ds))
@@ -198,7 +197,7 @@ def _lr_at(step: int, total: int, base: float, warmup: int) -> float:
 
 def train_edges(args) -> dict:
     """Run (or resume) the pixel stage described in the module docstring; returns a summary."""
-    from .inference import atomic_write
+    from .io import atomic_write
     from .models import get_model, save_weights
 
     dev = torch.device(args.device)

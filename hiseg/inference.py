@@ -14,7 +14,6 @@ derivatives of the smoothed Lab image) pooled along superpixel frontiers, then t
 from __future__ import annotations
 
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,12 +24,13 @@ import torch
 
 from .fitting import fit_ultrametric
 from .graph import RegionAdjacencyGraph, region_adjacency_graph
+from .io import atomic_write, read_image, to_float_rgb, write_png, write_ucm2_mat
 from .segmentation.pooling import rag_frontier_mean
 from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
                                    upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
 
-__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "atomic_write", "write_ucm2_mat"]
+__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths"]
 
 
 @dataclass
@@ -109,23 +109,10 @@ class SegmentationResult:
 
 
 def _as_image(image) -> np.ndarray:
+    """A path or an (H, W[, 1-4]) array as float32 RGB in [0, 1] (rules: :mod:`hiseg.io`)."""
     if isinstance(image, (str, os.PathLike)):
-        from .data.folder import read_image
-
         return read_image(image)
-    a = np.asarray(image)
-    if a.ndim == 2:
-        a = np.repeat(a[..., None], 3, axis=2)
-    if a.ndim != 3 or a.shape[2] not in (3, 4):
-        raise ValueError(f"image must be (H, W), (H, W, 3) or (H, W, 4), got shape {a.shape}")
-    a = a[..., :3]
-    if np.issubdtype(a.dtype, np.integer):
-        a = a.astype(np.float32) / np.iinfo(a.dtype).max
-    a = a.astype(np.float32)
-    if not np.isfinite(a).all():
-        raise ValueError(f"image has {int((~np.isfinite(a)).sum())} NaN or infinite values: "
-                         "give a finite image (float in [0, 1] or integers)")
-    return a
+    return to_float_rgb(image)
 
 
 class Segmenter:
@@ -137,7 +124,7 @@ class Segmenter:
         Boundary network (logits); ``None`` selects the classical Sobel + fitting path.
     device : str or torch.device
     superpixels : callable image -> labels, optional
-        Classical path: the superpixels (default ``hiseg.data.superpixels.Superpixels()``).
+        Classical path: the superpixels (default ``hiseg.segmentation.superpixels.Superpixels()``).
     fit_iterations : int
         Classical path: iterations of closest-ultrametric fitting (0: subdominant only).
     region_size : float
@@ -150,7 +137,7 @@ class Segmenter:
     def __init__(self, model: Optional[torch.nn.Module] = None, device: Union[str, torch.device] = "cpu",
                  superpixels=None, fit_iterations: int = 50,
                  region_size: float = 8.0, pipeline=None):
-        from .data.superpixels import Superpixels
+        from .segmentation.superpixels import Superpixels
         from .segmentation.pipeline import Pipeline
 
         self.device = torch.device(device)
@@ -209,7 +196,7 @@ class Segmenter:
         resolution and its outputs drawn back at full size; ``tile``: the network's tile
         size (memory bound; 0 for one pass).
         """
-        from .data.superpixels import color_gradient
+        from .segmentation.superpixels import color_gradient
 
         full = _as_image(image)
         t = {}
@@ -263,86 +250,11 @@ class Segmenter:
         return self.segment(image).saliency
 
 
-# ----------------------------------------------------------------------------- files
-def atomic_write(path: Path, write) -> None:
-    """Write a file through a temporary file in the same folder, then rename it.
-
-    ``write(tmp_path)`` writes the content. A killed run leaves either the complete
-    file or none (plus at most a stray ``.tmp`` file, never under the final name).
-    """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a written file gets the usual mode
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def _umask() -> int:
-    m = os.umask(0)
-    os.umask(m)
-    return m
-
-
-def write_ucm2_mat(path, ucm2: np.ndarray, name: str = "ucm2", level: int = 1) -> None:
-    """Write a 2-D float64 array as a compressed MATLAB (level 5) ``.mat`` variable,
-    streaming: column blocks go through zlib one at a time, so a photograph's ucm2
-    (48 M values for 4000x3000) needs no copy of the array in memory (scipy's
-    ``savemat`` holds two). ``scipy.io.loadmat(path)[name]`` returns the array. Raises
-    ValueError for a variable above the format's 4 GiB element limit.
-    """
-    import struct
-    import zlib
-
-    a = np.asarray(ucm2, dtype=np.float64)
-    if a.ndim != 2:
-        raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
-    rows, cols = a.shape
-    nbytes = 8 * rows * cols
-    nm = name.encode("ascii")
-    if len(nm) > 4:
-        raise ValueError("variable names longer than 4 characters are not supported")
-    if nbytes + 48 >= 2 ** 32:
-        raise ValueError(f"{name} of shape {a.shape} exceeds the 4 GiB element limit of MAT version 5")
-    head = (struct.pack("<II", 14, 48 + nbytes)  # miMATRIX
-            + struct.pack("<IIII", 6, 8, 6, 0)  # array flags: mxDOUBLE_CLASS
-            + struct.pack("<IIii", 5, 8, rows, cols)  # dimensions
-            + struct.pack("<HH", 1, len(nm)) + nm.ljust(4, b"\0")  # name (small element)
-            + struct.pack("<II", 9, nbytes))  # miDOUBLE real part, column-major
-    with open(path, "wb") as f:
-        text = b"MATLAB 5.0 MAT-file, written by hiseg"
-        f.write(text.ljust(116, b" ") + b"\0" * 8 + struct.pack("<H", 0x0100) + b"IM")
-        pos = f.tell()
-        f.write(struct.pack("<II", 15, 0))  # miCOMPRESSED, size filled in below
-        z = zlib.compressobj(level)
-        size = f.write(z.compress(head))
-        step = max(1, (1 << 22) // max(rows, 1))  # ~32 MB blocks of columns
-        for c0 in range(0, cols, step):
-            size += f.write(z.compress(np.ascontiguousarray(a[:, c0:c0 + step].T).tobytes()))
-        size += f.write(z.flush())
-        f.seek(pos)
-        f.write(struct.pack("<II", 15, size))
-
-
 def _quantise(x: np.ndarray, top: int, dtype) -> np.ndarray:
     """round(x * top) as ``dtype`` for x in [0, 1], with one float temporary."""
     y = x * np.float32(top)
     np.rint(y, out=y)
     return y.astype(dtype)
-
-
-def _write_png(arr: np.ndarray):
-    import cv2
-
-    def w(tmp):
-        if not cv2.imwrite(tmp, arr):
-            raise OSError(f"could not write PNG {tmp}")
-    return w
 
 
 def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
@@ -383,12 +295,12 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
             n_regions = min(int(n_regions), result.rag.num_regions)
         labels = (result.cut(n_regions=n_regions, min_size=min_size) if n_regions is not None
                   else result.cut(threshold=threshold))
-        atomic_write(names["labels"], _write_png(labels.astype(np.uint16)))
-        atomic_write(names["overlay"], _write_png(_colour_overlay(image, labels)))
+        atomic_write(names["labels"], write_png(labels.astype(np.uint16)))
+        atomic_write(names["overlay"], write_png(_colour_overlay(image, labels)))
         del labels
     sal = np.clip(result.saliency, 0, 1).astype(np.float32)
-    atomic_write(names["ucm"], _write_png(_quantise(sal, 255, np.uint8)))
-    atomic_write(names["ucm16"], _write_png(_quantise(sal, 65535, np.uint16)))
+    atomic_write(names["ucm"], write_png(_quantise(sal, 255, np.uint8)))
+    atomic_write(names["ucm16"], write_png(_quantise(sal, 65535, np.uint16)))
     del sal
     atomic_write(names["mat"], lambda tmp: write_ucm2_mat(tmp, result.ucm2))
     return [names[k] for k in ("ucm", "ucm16", "mat") + (("labels", "overlay") if cut else ())]

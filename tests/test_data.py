@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from hiseg.data import (BSDS500, CenterCrop, Compose, DataError, FolderSegmentation, RandomCrop, RandomFlip,
-                        RandomRescale, SegmentationGraphDataset, Superpixels, SyntheticSegmentation,
-                        boundary_maps, boundary_recall, collate_graph_batch, crop_sample, edge_targets,
-                        flip_sample, make_graph_sample, mean_boundary, read_image, resize_sample,
+from hiseg.data import (BSDS500, CenterCrop, Compose, FolderSegmentation, RandomCrop, RandomFlip, RandomRescale,
+                        SegmentationGraphDataset, SyntheticSegmentation, boundary_maps, collate_graph_batch,
+                        crop_sample, edge_targets, flip_sample, make_graph_sample, mean_boundary, resize_sample,
                         superpixel_labels)
-from hiseg.data.superpixels import make_connected
+from hiseg.io import DataError, read_image
+from hiseg.segmentation.superpixels import Superpixels, boundary_recall, make_connected
 from hiseg.graph import region_adjacency_graph
 
 def _bsds_root() -> Path:

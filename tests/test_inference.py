@@ -6,7 +6,8 @@ from scipy.io import loadmat
 
 import cv2
 from hiseg.cli import main as cli_main
-from hiseg.inference import Segmenter, atomic_write, write_outputs
+from hiseg.inference import Segmenter, write_outputs
+from hiseg.io import atomic_write
 from hiseg.models import get_model
 from hiseg.models.weights import save_weights
 
@@ -256,7 +257,7 @@ def test_large_image_runs_at_the_working_resolution(ckpt):
 
 
 def test_write_ucm2_mat_round_trip(tmp_path, rng):
-    from hiseg.inference import write_ucm2_mat
+    from hiseg.io import write_ucm2_mat
 
     for shape in [(1, 1), (7, 9), (301, 481)]:
         a = rng.random(shape) * (rng.random(shape) < 0.1)

@@ -23,6 +23,7 @@ import pytest
 from scipy.io import savemat
 from scipy.optimize import linear_sum_assignment
 
+from hiseg.io import atomic_write_files
 from hiseg.metrics import boundary as bd
 from hiseg.metrics import bsds, evaluate_cli
 from hiseg.metrics import region as rg
@@ -508,7 +509,7 @@ def test_atomic_write_failure_leaves_nothing(tmp_path):
 
     out = tmp_path / "o"
     with pytest.raises(OSError):
-        bsds.atomic_write_files(out, {"a.txt": "fine", "b.bin": Boom()})
+        atomic_write_files(out, {"a.txt": "fine", "b.bin": Boom()})
     assert list(out.iterdir()) == []
 
 

@@ -11,7 +11,7 @@ from jsonargparse import Namespace
 from hiseg.cli_train import _resume_log_versions
 from hiseg.data.collate import SegmentationGraphDataset
 from hiseg.data.datamodule import SeededSampler
-from hiseg.data.superpixels import Superpixels
+from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation
 from hiseg.data.transforms import Compose, RandomFlip
 from hiseg.lightning import LastCheckpoint

@@ -7,7 +7,7 @@ import torch
 from _train import csv_rows, load_ckpt, run_train
 
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
-from hiseg.data.superpixels import Superpixels
+from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation
 from hiseg.lightning import HierarchicalSegmentationModule, sample_batch_triplets
 from hiseg.ultrametric import subdominant_ultrametric

@@ -1,4 +1,4 @@
-"""Data layer of the segmentation framework: data sets, augmentation, superpixels, targets, batches.
+"""Data layer of the segmentation framework: data sets, augmentation, targets, batches.
 
 Raw data sets (items: ``image`` float32 (H, W, 3) in [0, 1], ``segmentations`` int
 (A, H, W), ``name``):
@@ -9,19 +9,16 @@ Raw data sets (items: ``image`` float32 (H, W, 3) in [0, 1], ``segmentations`` i
 - :class:`FolderSegmentation` — a user's ``images/`` + ``labels/`` folder.
 
 Per-image processing (in loader workers): :mod:`~hiseg.data.transforms` (joint flips,
-rescale, crops), :mod:`~hiseg.data.superpixels` (gradient watershed / SLIC),
+rescale, crops), superpixels (:mod:`hiseg.segmentation.superpixels`),
 :mod:`~hiseg.data.targets` (majority labels, edge targets, boundary maps), all tied
 together by :class:`SegmentationGraphDataset`; :func:`collate_graph_batch` makes a
 :class:`GraphBatch`. LightningDataModules: :class:`SyntheticDataModule`,
 :class:`BSDS500DataModule`, :class:`FolderDataModule` (imported lazily, as they pull in
 Lightning).
 """
-from .bsds import BSDS500, find_bsds_root, read_bsds_groundtruth
-from .collate import (GraphBatch, SegmentationGraphDataset, collate_graph_batch, frontier_pixel_pairs,
-                      make_graph_sample)
-from .folder import DataError, FolderSegmentation, read_image, read_labels, to_float_rgb
-from .superpixels import (Superpixels, achievable_segmentation_accuracy, boundary_recall, label_boundaries,
-                          slic_superpixels, superpixels, watershed_superpixels)
+from .bsds import BSDS500, find_bsds_root
+from .collate import GraphBatch, SegmentationGraphDataset, collate_graph_batch, make_graph_sample
+from .folder import FolderSegmentation, read_labels
 from .synthetic import SyntheticSegmentation, make_synthetic_sample
 from .targets import boundary_maps, compute_targets, edge_targets, mean_boundary, superpixel_labels
 from .transforms import (CenterCrop, Compose, RandomCrop, RandomFlip, RandomRescale, crop_sample, flip_sample,
@@ -30,11 +27,9 @@ from .transforms import (CenterCrop, Compose, RandomCrop, RandomFlip, RandomResc
 _LAZY = {"SyntheticDataModule", "BSDS500DataModule", "FolderDataModule"}
 
 __all__ = [
-    "BSDS500", "find_bsds_root", "read_bsds_groundtruth",
-    "GraphBatch", "SegmentationGraphDataset", "collate_graph_batch", "frontier_pixel_pairs", "make_graph_sample",
-    "DataError", "FolderSegmentation", "read_image", "read_labels", "to_float_rgb",
-    "Superpixels", "superpixels", "watershed_superpixels", "slic_superpixels", "boundary_recall",
-    "achievable_segmentation_accuracy", "label_boundaries",
+    "BSDS500", "find_bsds_root",
+    "GraphBatch", "SegmentationGraphDataset", "collate_graph_batch", "make_graph_sample",
+    "FolderSegmentation", "read_labels",
     "SyntheticSegmentation", "make_synthetic_sample",
     "boundary_maps", "compute_targets", "edge_targets", "mean_boundary", "superpixel_labels",
     "CenterCrop", "Compose", "RandomCrop", "RandomFlip", "RandomRescale", "crop_sample", "flip_sample",

@@ -20,9 +20,9 @@ from typing import Sequence
 
 import numpy as np
 
-from .folder import DataError, read_image
+from ..io import DataError, load_ground_truth, read_image
 
-__all__ = ["BSDS500", "find_bsds_root", "read_bsds_groundtruth", "DEFAULT_BSDS_ROOT"]
+__all__ = ["BSDS500", "find_bsds_root", "DEFAULT_BSDS_ROOT"]
 
 DEFAULT_BSDS_ROOT = "datasets/BSDS500"
 
@@ -55,37 +55,6 @@ def find_bsds_root(root) -> Path:
                                         f"is missing; {_LAYOUT}")
             return cand
     raise FileNotFoundError(f"no BSDS500 images folder under {root}; {_LAYOUT}")
-
-
-def read_bsds_groundtruth(path) -> np.ndarray:
-    """All annotators' segmentations of one BSDS500 ``.mat`` file.
-
-    Returns
-    -------
-    int32 array (K, H, W): the ``Segmentation`` of each annotator (labels 1..n).
-
-    Raises
-    ------
-    FileNotFoundError
-        Missing file.
-    DataError
-        Unreadable file, no ``groundTruth`` variable, annotators of different sizes.
-    """
-    import scipy.io
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"ground-truth file not found: {path}")
-    try:
-        gt = scipy.io.loadmat(str(path))["groundTruth"]
-        segs = [np.asarray(gt[0, k]["Segmentation"][0, 0]) for k in range(gt.shape[1])]
-    except Exception as e:  # noqa: BLE001 - any parse failure is a corrupt file for the user
-        raise DataError(f"cannot read BSDS ground truth {path}: {type(e).__name__}: {e}") from e
-    if not segs:
-        raise DataError(f"BSDS ground truth {path} holds no annotator")
-    if len({s.shape for s in segs}) != 1:
-        raise DataError(f"BSDS ground truth {path}: annotators differ in size {[s.shape for s in segs]}")
-    return np.stack(segs).astype(np.int32)
 
 
 class BSDS500:
@@ -162,7 +131,7 @@ class BSDS500:
                              f"({len(self)} images)")
         name, ipath, gpath = self._items[index]
         image = read_image(ipath)
-        seg = read_bsds_groundtruth(gpath)
+        seg = np.stack(load_ground_truth(gpath)[0]).astype(np.int32)
         if seg.shape[1:] != image.shape[:2]:
             raise DataError(f"BSDS500 {name}: image {ipath} is {image.shape[:2]} but its ground truth "
                             f"{gpath} is {seg.shape[1:]}")

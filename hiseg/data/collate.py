@@ -24,42 +24,12 @@ import numpy as np
 import torch
 
 from ..graph import BatchedGraph, RegionAdjacencyGraph, batch_graphs, region_adjacency_graph
-from .superpixels import Superpixels
+from ..segmentation.pooling import frontier_pixel_pairs
+from ..segmentation.superpixels import Superpixels
 from .targets import compute_targets, edge_targets, superpixel_labels
 from .transforms import as_numpy_generator
 
-__all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "frontier_pixel_pairs", "make_graph_sample"]
-
-
-def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The two pixels of every frontier pixel-edge of a RAG, grouped by RAG edge.
-
-    Parameters
-    ----------
-    rag : RegionAdjacencyGraph
-        Its ``frontier_edges`` are ids of edges of ``grid_graph(labels.shape)``
-        (horizontal edges in raster order, then vertical edges in raster order).
-
-    Returns
-    -------
-    pix_a, pix_b : int64 arrays (P,)
-        Flat pixel indices (``row * W + col``) of the two end pixels of each frontier
-        pixel-edge: ``pix_a`` is the left / upper pixel, ``pix_b`` the right / lower.
-    edge : int64 array (P,)
-        The RAG edge each pixel-edge lies on (non-decreasing, CSR order).
-
-    Cost O(P).
-    """
-    h, w = rag.labels.shape
-    fe = rag.frontier_edges.astype(np.int64)
-    n_h = h * (w - 1)
-    horiz = fe < n_h
-    row = np.where(horiz, fe // max(w - 1, 1), 0)
-    col = np.where(horiz, fe % max(w - 1, 1), 0)
-    pa = np.where(horiz, row * w + col, fe - n_h)
-    pb = np.where(horiz, pa + 1, fe - n_h + w)
-    edge = np.repeat(np.arange(rag.graph.num_edges, dtype=np.int64), np.diff(rag.frontier_ptr))
-    return pa, pb, edge
+__all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "make_graph_sample"]
 
 
 class SegmentationGraphDataset(torch.utils.data.Dataset):

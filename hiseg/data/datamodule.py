@@ -23,7 +23,7 @@ metrics summed over processes count every image once).
 
 Superpixels are set by ``superpixel_method`` ("watershed" or "slic"),
 ``superpixel_size`` (approximate side in pixels) and ``superpixel_compactness``
-(``None``: the method's default); see :mod:`hiseg.data.superpixels`.
+(``None``: the method's default); see :mod:`hiseg.segmentation.superpixels`.
 """
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ from torch.utils.data import DataLoader, DistributedSampler
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
 from .collate import SegmentationGraphDataset, collate_graph_batch
 from .folder import FolderSegmentation
-from .superpixels import Superpixels
+from ..segmentation.superpixels import Superpixels
 from .synthetic import SyntheticSegmentation
 from .transforms import Compose, RandomCrop, RandomFlip, RandomRescale
 

@@ -1,4 +1,4 @@
-"""A user's own images and label images as a segmentation dataset; image reading helpers.
+"""A user's own images and label images as a segmentation dataset.
 
 Layout of a folder dataset (``root`` is any directory)::
 
@@ -8,16 +8,10 @@ Layout of a folder dataset (``root`` is any directory)::
     root/labels/NAME_0.png          several annotators, one file each (``NAME_*.png`` /
     root/labels/NAME_1.png          ``NAME_*.npy``, in sorted order of the suffix)
 
-Image conversion (:func:`read_image`), always to float32 RGB in [0, 1], shape (H, W, 3):
-
-- 8-bit: divided by 255; 16-bit: divided by 65535 (the dtype's range, not the image's
-  maximum); float images are clipped to [0, 1]; boolean images give 0 / 1;
-- grayscale (H, W) or (H, W, 1): replicated to three channels; gray + alpha: the
-  gray channel replicated; RGBA: the alpha channel is dropped (no compositing).
-
-Label images (:func:`read_labels`): a single-channel PNG (8 or 16 bit) is used as is;
-a colour PNG (3 or 4 channels) is turned into labels by giving each distinct colour
-its own id (alpha ignored). Every pixel is a labelled pixel (0 is an ordinary label).
+Images are read by :func:`hiseg.io.read_image` (float32 RGB in [0, 1]). Label images
+(:func:`read_labels`): a single-channel PNG (8 or 16 bit) is used as is; a colour PNG
+(3 or 4 channels) is turned into labels by giving each distinct colour its own id
+(alpha ignored). Every pixel is a labelled pixel (0 is an ordinary label).
 """
 from __future__ import annotations
 
@@ -26,111 +20,11 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = [
-    "IMAGE_EXTENSIONS",
-    "DataError",
-    "read_image",
-    "to_float_rgb",
-    "read_labels",
-    "FolderSegmentation",
-]
+from ..io import IMAGE_EXTENSIONS, DataError, decode_image, read_image
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+__all__ = ["read_labels", "FolderSegmentation"]
+
 LABEL_EXTENSIONS = (".png", ".npy", ".tif", ".tiff", ".pgm", ".bmp")
-
-
-class DataError(ValueError):
-    """A data file exists but cannot be used (unreadable, corrupt, inconsistent shapes)."""
-
-
-def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
-    """Convert a decoded image array to float32 RGB in [0, 1], shape (H, W, 3).
-
-    Parameters
-    ----------
-    arr : array (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4)
-        uint8, uint16 (or other integer), float or bool.
-    bgr : bool
-        Channels are in OpenCV's BGR(A) order.
-    name : str
-        Used in error messages.
-
-    Returns
-    -------
-    float32 array (H, W, 3). Cost O(H W).
-
-    Raises
-    ------
-    DataError
-        Unsupported shape or dtype.
-    """
-    a = np.asarray(arr)
-    if a.ndim == 2:
-        a = a[:, :, None]
-    if a.ndim != 3 or a.shape[2] not in (1, 2, 3, 4) or a.shape[0] == 0 or a.shape[1] == 0:
-        raise DataError(f"{name}: unsupported image shape {np.asarray(arr).shape} "
-                        "(expected (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4))")
-    c = a.shape[2]
-    if c in (1, 2):  # gray, gray + alpha
-        a = np.repeat(a[:, :, :1], 3, axis=2)
-    elif c == 4:  # drop alpha
-        a = a[:, :, :3]
-    if bgr and c >= 3:
-        a = a[:, :, ::-1]
-    if a.dtype == np.bool_:
-        out = a.astype(np.float32)
-    elif np.issubdtype(a.dtype, np.integer):
-        info = np.iinfo(a.dtype)
-        if info.min < 0:
-            raise DataError(f"{name}: signed integer images ({a.dtype}) are not supported")
-        out = a.astype(np.float32) / np.float32(info.max)
-    elif np.issubdtype(a.dtype, np.floating):
-        out = np.clip(a.astype(np.float32), 0.0, 1.0)
-    else:
-        raise DataError(f"{name}: unsupported image dtype {a.dtype}")
-    return np.ascontiguousarray(out)
-
-
-def _decode(path: Path) -> np.ndarray | None:
-    """Decode with OpenCV (unchanged depth/channels, BGR); None when it cannot."""
-    import cv2
-
-    buf = np.fromfile(str(path), dtype=np.uint8)  # works with non-ASCII paths too
-    if buf.size == 0:
-        return None
-    return cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
-
-
-def read_image(path) -> np.ndarray:
-    """Read an image file as float32 RGB in [0, 1], shape (H, W, 3).
-
-    OpenCV decodes it (8/16-bit, gray, RGB, RGBA); files OpenCV cannot decode are
-    tried with ``skimage.io.imread``. Conversion rules: see :func:`to_float_rgb`.
-
-    Raises
-    ------
-    FileNotFoundError
-        The file does not exist.
-    DataError
-        The file cannot be decoded (corrupt, truncated, not an image) — the message
-        names it.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"image file not found: {path}")
-    arr = _decode(path)
-    bgr = True
-    if arr is None:
-        try:
-            from skimage.io import imread
-
-            arr = imread(str(path))
-            bgr = False
-        except Exception as e:  # noqa: BLE001 - any decoder failure means "corrupt"
-            raise DataError(f"cannot read image {path}: unreadable or corrupt file ({type(e).__name__}: {e})") from e
-    if arr is None or np.asarray(arr).size == 0:
-        raise DataError(f"cannot read image {path}: unreadable or corrupt file")
-    return to_float_rgb(arr, bgr=bgr, name=str(path))
 
 
 def _colour_to_ids(a: np.ndarray) -> np.ndarray:
@@ -166,14 +60,7 @@ def read_labels(path) -> np.ndarray:
         if a.ndim not in (2, 3):
             raise DataError(f"labels {path}: expected shape (H, W) or (A, H, W), got {a.shape}")
         return a.astype(np.int64)
-    a = _decode(path)
-    if a is None:
-        try:
-            from skimage.io import imread
-
-            a = imread(str(path))
-        except Exception as e:  # noqa: BLE001
-            raise DataError(f"cannot read labels {path}: unreadable or corrupt file") from e
+    a, _ = decode_image(path)
     a = np.asarray(a)
     if a.ndim == 3 and a.shape[2] == 1:
         a = a[:, :, 0]

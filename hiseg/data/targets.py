@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .superpixels import label_boundaries
+from ..segmentation.superpixels import label_boundaries
 
 __all__ = ["superpixel_labels", "edge_targets", "boundary_maps", "mean_boundary", "compute_targets"]
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -58,15 +57,14 @@ from .boundary import (
     thresholds,
 )
 from .region import RegionImageResult, collect_region, region_counts, ucm_to_labels
+from ..io import atomic_write_files, load_ground_truth, loadmat, read_gray_image
 
 __all__ = [
     "KINDS",
     "Prediction",
-    "atomic_write_files",
     "discover_pairs",
     "evaluate",
     "evaluate_image",
-    "load_ground_truth",
     "load_prediction",
     "official_txt_files",
     "results_to_json",
@@ -75,82 +73,6 @@ __all__ = [
 
 KINDS = ("auto", "ucm2", "segs", "pb", "labels")
 _PRED_EXTS = (".mat", ".png")
-
-
-# ----------------------------------------------------------------------------
-# I/O
-# ----------------------------------------------------------------------------
-def _loadmat(path: Path) -> dict:
-    from scipy.io import loadmat
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    try:
-        return loadmat(str(path))
-    except Exception as exc:  # scipy raises various errors on corrupt files
-        raise ValueError(f"cannot read MATLAB file {path}: {exc}") from exc
-
-
-def load_ground_truth(path) -> tuple[list[np.ndarray], list[np.ndarray]]:
-    """Read a BSDS ground-truth ``.mat`` file.
-
-    Parameters
-    ----------
-    path : str or Path
-        File holding the 1xK cell ``groundTruth``.
-
-    Returns
-    -------
-    segmentations, boundaries : list of numpy.ndarray
-        K label images (int64) and K boolean boundary maps, all (H, W).
-
-    Raises
-    ------
-    FileNotFoundError
-        If the file does not exist.
-    ValueError
-        If it cannot be read, has no ``groundTruth`` or inconsistent shapes.
-    """
-    path = Path(path)
-    m = _loadmat(path)
-    if "groundTruth" not in m:
-        raise ValueError(f"{path}: no variable 'groundTruth' (found {sorted(k for k in m if not k.startswith('__'))})")
-    cell = np.asarray(m["groundTruth"], dtype=object).ravel()
-    if cell.size == 0:
-        raise ValueError(f"{path}: empty 'groundTruth'")
-    segs, bdrys = [], []
-    try:
-        for g in cell:
-            segs.append(np.asarray(g["Segmentation"][0, 0]).astype(np.int64))
-            bdrys.append(np.asarray(g["Boundaries"][0, 0]) != 0)
-    except (KeyError, IndexError, ValueError, TypeError) as exc:
-        raise ValueError(f"{path}: malformed 'groundTruth' ({exc})") from exc
-    shape = segs[0].shape
-    for s, b in zip(segs, bdrys):
-        if s.ndim != 2 or s.shape != shape or b.shape != shape:
-            raise ValueError(f"{path}: annotations of inconsistent shapes")
-    return segs, bdrys
-
-
-def _read_image(path: Path) -> np.ndarray:
-    from PIL import Image
-
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    try:
-        with Image.open(path) as im:
-            arr = np.array(im)
-    except Exception as exc:
-        raise ValueError(f"cannot read image {path}: {exc}") from exc
-    if arr.ndim == 3:
-        if arr.shape[2] in (3, 4) and np.array_equal(arr[..., 0], arr[..., 1]) and np.array_equal(arr[..., 0], arr[..., 2]):
-            arr = arr[..., 0]
-        else:
-            raise ValueError(f"{path}: expected a single-channel image, got shape {arr.shape}")
-    if arr.ndim != 2:
-        raise ValueError(f"{path}: expected a 2-D image, got shape {arr.shape}")
-    return arr
 
 
 def _as_labels(x, where: str) -> np.ndarray:
@@ -265,7 +187,7 @@ def load_prediction(path, kind: str = "auto") -> Prediction:
     if ext == ".mat":
         if kind in ("pb", "labels"):
             raise ValueError(f"{path}: kind {kind!r} expects an image file, got a .mat file")
-        m = _loadmat(path)
+        m = loadmat(path)
         if kind in ("auto", "ucm2") and "ucm2" in m:
             ucm = np.asarray(m["ucm2"], dtype=np.float64)
             if ucm.ndim != 2 or ucm.shape[0] % 2 == 0 or ucm.shape[1] % 2 == 0 or min(ucm.shape) < 3:
@@ -292,7 +214,7 @@ def load_prediction(path, kind: str = "auto") -> Prediction:
     if ext == ".png":
         if kind in ("ucm2", "segs"):
             raise ValueError(f"{path}: kind {kind!r} expects a .mat file")
-        arr = _read_image(path)
+        arr = read_gray_image(path)
         if kind == "labels":
             return Prediction("labels", [_as_labels(arr, str(path))], str(path))
         if arr.dtype == np.uint8:
@@ -644,60 +566,6 @@ def official_txt_files(results: Mapping) -> dict[str, str]:
             [[a["threshold"], a["pri"], bb["vi"]] for a, bb in zip(p["per_threshold"], v["per_threshold"])]
         )
     return files
-
-
-def atomic_write_files(out_dir, files: Mapping[str, bytes | str]) -> list[Path]:
-    """Write several files so that none is left half-written.
-
-    Every file is first written to a temporary file in ``out_dir`` and only
-    when all writes succeeded are they moved in place with :func:`os.replace`;
-    on error the temporary files are removed and the exception re-raised.
-
-    Parameters
-    ----------
-    out_dir : str or Path
-        Destination folder (created if missing).
-    files : mapping of str to bytes or str
-        File name (relative to ``out_dir``) -> content.
-
-    Returns
-    -------
-    list of Path
-        Written paths.
-
-    Raises
-    ------
-    OSError
-        If a file cannot be written.
-    """
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    umask = os.umask(0)
-    os.umask(umask)
-    temps: list[tuple[str, Path]] = []
-    try:
-        for name, content in files.items():
-            data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-            fd, tmp = tempfile.mkstemp(prefix=f".{Path(name).name}.", suffix=".tmp", dir=out_dir)
-            temps.append((name, Path(tmp)))
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600 files
-        written = []
-        for name, tmp in temps:
-            dest = out_dir / name
-            os.replace(tmp, dest)
-            written.append(dest)
-        temps = []
-        return written
-    finally:
-        for _, tmp in temps:
-            try:
-                tmp.unlink()
-            except FileNotFoundError:
-                pass
 
 
 def write_official_txt(results: Mapping, out_dir) -> list[Path]:

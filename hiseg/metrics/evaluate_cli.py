@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Mapping
 
 from .boundary import DEFAULT_MAX_DIST
-from .bsds import KINDS, atomic_write_files, evaluate, official_txt_files
+from ..io import atomic_write_files
+from .bsds import KINDS, evaluate, official_txt_files
 
 __all__ = ["add_arguments", "run", "format_table", "pr_curve_png", "results_markdown"]
 

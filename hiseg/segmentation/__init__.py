@@ -1,8 +1,19 @@
-"""Image side of hierarchical segmentation: frontier pooling, saliency maps (UCM), cuts."""
-from .pipeline import Pipeline, PipelineError, boundary_watershed
-from .pooling import frontier_mean, frontier_pixel_pairs, rag_frontier_mean
-from .saliency import (cut_at_threshold, cut_num_regions, rag_hierarchy, saliency_from_ucm2, ucm2_from_rag)
+"""Image side of hierarchical segmentation, in the order an image flows through it.
 
-__all__ = ["Pipeline", "PipelineError", "boundary_watershed", "frontier_mean", "frontier_pixel_pairs",
-           "rag_frontier_mean", "ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions",
-           "rag_hierarchy"]
+:mod:`~hiseg.segmentation.superpixels` (over-segmentations of an image or of a boundary
+map, and their quality measures) -> the region adjacency graph
+(:func:`hiseg.graph.region_adjacency_graph`) -> :mod:`~hiseg.segmentation.pooling`
+(boundary map to RAG edge weights) -> the hierarchy (:mod:`hiseg.ultrametric`) ->
+:mod:`~hiseg.segmentation.saliency` (UCM rendering and cuts). :class:`Pipeline`
+(:mod:`~hiseg.segmentation.pipeline`) is the one configurable object of that chain.
+"""
+from .pipeline import Pipeline, PipelineError
+from .pooling import frontier_mean, frontier_pixel_pairs, rag_frontier_mean
+from .saliency import cut_at_threshold, cut_num_regions, rag_hierarchy, saliency_from_ucm2, ucm2_from_rag
+from .superpixels import (Superpixels, achievable_segmentation_accuracy, all_minima_watershed, boundary_recall,
+                          boundary_watershed, label_boundaries, slic_superpixels, superpixels, watershed_superpixels)
+
+__all__ = ["Pipeline", "PipelineError", "frontier_mean", "frontier_pixel_pairs", "rag_frontier_mean",
+           "ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
+           "Superpixels", "superpixels", "watershed_superpixels", "slic_superpixels", "boundary_watershed",
+           "all_minima_watershed", "label_boundaries", "boundary_recall", "achievable_segmentation_accuracy"]

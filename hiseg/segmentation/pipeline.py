@@ -46,8 +46,9 @@ import torch.nn.functional as F
 
 from ..graph import RegionAdjacencyGraph, region_adjacency_graph
 from .pooling import rag_frontier_mean
+from .superpixels import Superpixels, all_minima_watershed, boundary_watershed
 
-__all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "boundary_watershed", "tiled_forward"]
+__all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
 
 SUPERPIXEL_METHODS = ("boundary_watershed", "all_minima", "color_watershed")
 LINKAGES = ("average", "single")
@@ -55,27 +56,6 @@ LINKAGES = ("average", "single")
 
 class PipelineError(ValueError):
     """Pipeline settings that are missing, unknown or do not fit the input."""
-
-
-def boundary_watershed(boundary: np.ndarray, region_size: float = 8.0, sigma: float = 1.0) -> np.ndarray:
-    """Superpixels aligned with a boundary map: watershed from its local minima.
-
-    Markers are the minima of the Gaussian-smoothed map within windows of about
-    ``region_size / 2`` pixels (one per plateau), so regions follow the map's own
-    contours. Returns int64 labels 0..R-1, each 4-connected. O(H W log(H W)).
-    """
-    from scipy import ndimage
-    from skimage.segmentation import watershed
-
-    from ..data.superpixels import make_connected
-
-    b = np.asarray(boundary, dtype=np.float32)
-    if sigma > 0:
-        b = ndimage.gaussian_filter(b, sigma)
-    size = max(3, int(round(region_size / 2)) | 1)
-    minima = b == ndimage.minimum_filter(b, size=size)
-    markers, _ = ndimage.label(minima)
-    return make_connected(watershed(b, markers, connectivity=1))
 
 
 #: Context around each tile of :meth:`Pipeline.boundary_map` (pixels).
@@ -100,15 +80,6 @@ def tiled_forward(model: torch.nn.Module, x: torch.Tensor, tile: int = 512, marg
                 out = o.new_empty(x.shape[0], o.shape[1], hh, ww)
             out[..., y0:y1, x0:x1] = o[..., y0 - ya:y1 - ya, x0 - xa:x1 - xa]
     return out
-
-
-def _all_minima_watershed(boundary: np.ndarray) -> np.ndarray:
-    import higra as hg
-
-    b = np.asarray(boundary, dtype=np.float64)
-    g = hg.get_4_adjacency_graph(b.shape)
-    ew = hg.weight_graph(g, b, hg.WeightFunction.mean)
-    return np.asarray(hg.labelisation_watershed(g, ew), dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -207,11 +178,9 @@ class Pipeline:
         if self.superpixels == "boundary_watershed":
             return boundary_watershed(b, self.region_size, self.sigma)
         if self.superpixels == "all_minima":
-            return _all_minima_watershed(b)
+            return all_minima_watershed(b)
         if image is None:
             raise PipelineError("superpixels='color_watershed' needs the image")
-        from ..data.superpixels import Superpixels
-
         return Superpixels(region_size=self.region_size)(image)
 
     def ultrametric(self, graph, weights: torch.Tensor, lengths=None):

@@ -4,21 +4,40 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..graph import RegionAdjacencyGraph, grid_graph
+from ..graph import RegionAdjacencyGraph
 
 __all__ = ["frontier_pixel_pairs", "frontier_mean", "rag_frontier_mean"]
 
 
-def frontier_pixel_pairs(rag: RegionAdjacencyGraph):
-    """The two pixels (flat ids) of every frontier pixel-edge, and its RAG edge.
+def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two pixels of every frontier pixel-edge of a RAG, grouped by RAG edge.
 
-    Returns ``(pix_a, pix_b, rag_edge)``, int64 arrays ordered by RAG edge (CSR order of
-    ``rag.frontier_edges``). O(number of frontier pixel-edges).
+    Parameters
+    ----------
+    rag : RegionAdjacencyGraph
+        Its ``frontier_edges`` are ids of edges of ``grid_graph(labels.shape)``
+        (horizontal edges in raster order, then vertical edges in raster order).
+
+    Returns
+    -------
+    pix_a, pix_b : int64 arrays (P,)
+        Flat pixel indices (``row * W + col``) of the two end pixels of each frontier
+        pixel-edge: ``pix_a`` is the left / upper pixel, ``pix_b`` the right / lower.
+    edge : int64 array (P,)
+        The RAG edge each pixel-edge lies on (non-decreasing, CSR order).
+
+    Cost O(P).
     """
-    px = grid_graph(rag.labels.shape)
-    fe = rag.frontier_edges
-    rag_edge = np.repeat(np.arange(rag.graph.num_edges), np.diff(rag.frontier_ptr))
-    return px.sources[fe], px.targets[fe], rag_edge
+    h, w = rag.labels.shape
+    fe = rag.frontier_edges.astype(np.int64)
+    n_h = h * (w - 1)
+    horiz = fe < n_h
+    row = np.where(horiz, fe // max(w - 1, 1), 0)
+    col = np.where(horiz, fe % max(w - 1, 1), 0)
+    pa = np.where(horiz, row * w + col, fe - n_h)
+    pb = np.where(horiz, pa + 1, fe - n_h + w)
+    edge = np.repeat(np.arange(rag.graph.num_edges, dtype=np.int64), np.diff(rag.frontier_ptr))
+    return pa, pb, edge
 
 
 def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tensor,

@@ -1,51 +1,10 @@
 """Superpixels: the over-segmentation whose region adjacency graph the network weights.
 
-Choice of method (measured with ``python benchmarks/bench_data.py --superpixels``)
------------------------------------------------------------------------------------
-Two families were compared on 320x320 crops (top-left corner) of the first 10 BSDS500
-*train* images: SLIC (``skimage.segmentation.slic``, Lab, compactness 10, 10
-iterations) and a marker watershed of the colour gradient (Lab image smoothed by a
-Gaussian of sigma 1, Scharr gradient magnitude over the three channels; one marker
-per cell of a regular grid, moved to the lowest gradient of its 3x3 neighbourhood).
-For the watershed, skimage's own *compact watershed* (``compactness > 0``) was also
-tried: ~55 ms per crop and a lower recall and ASA (0.827 / 0.954 at 625 regions on
-5 images) than the variant kept here, which floods the gradient **plus**
-``compactness`` x (distance to the nearest grid centre) with the plain, faster
-watershed.
-
-============================  ======  ====  ========  ========  ======
-method                        region  R     ms/crop   boundary  ASA
-                              size                    recall
-============================  ======  ====  ========  ========  ======
-SLIC                          18      297   122       0.745     0.9580
-SLIC                          13      586   136       0.829     0.9675
-SLIC                          10      972   128       0.883     0.9721
-watershed, no distance term   18      324   26        0.755     0.9549
-watershed, no distance term   13      625   25        0.836     0.9672
-watershed, no distance term   10      1024  28        0.886     0.9716
-watershed + 0.2 x distance    18      324   27        0.758     0.9608
-watershed + 0.2 x distance    13      625   29        0.834     0.9686
-watershed + 0.2 x distance    10      1024  31        0.883     0.9723
-watershed + 1.0 x distance    13      625   36        0.758     0.9653
-============================  ======  ====  ========  ========  ======
-
-``R``: mean number of superpixels. Boundary recall: fraction of ground-truth boundary
-pixels (one-pixel-wide boundaries of every annotator, pooled) within 2 pixels of a
-superpixel boundary. ASA (achievable segmentation accuracy): pixel accuracy of the
-best labelling made of whole superpixels, averaged over annotators. Times: median
-over the crops of the process CPU time (min of 3 calls), single-threaded, on the
-2-core development VM (wall-clock time matches on an idle machine). A sweep of the
-distance weight (0.1, 0.2, 0.3) and the smoothing (sigma 0.5, 1, 1.5) moved the
-recall by at most +-0.02; 0.2 and 1 are at the top for ASA.
-
-Conclusion: the gradient watershed with a 0.2 distance term is the default
-(``method="watershed"``, ``region_size=12``: 729 superpixels on a 320x320 crop, ~30 ms):
-the same boundary recall as SLIC at a similar number of regions (SLIC returns ~7%
-fewer than asked, which flatters the watershed's recall by about 0.01), a slightly
-higher ASA, and 4-5x less time, well under the ~50 ms per crop budget of a loader worker.
-The distance term costs nothing in recall at 0.2 and keeps the regions compact (no
-long thin basins), which gives the frontier pooling clean frontiers; at 1.0 it starts
-cutting across objects (recall drops). SLIC stays available (``method="slic"``).
+Default: a marker watershed of the colour gradient with a small distance term
+(``method="watershed"``, ``region_size=12``: ~730 superpixels on a 320x320 crop, ~30 ms);
+SLIC is available (``method="slic"``). The comparison that chose it (boundary recall,
+ASA and time against SLIC and other watershed variants) is in
+``benchmarks/results/superpixels.md`` (``python benchmarks/bench_data.py --superpixels``).
 
 All functions return an int64 label image numbered ``0..R-1`` in which every label
 is one 4-connected region (the contract that :func:`hiseg.graph.region_adjacency_graph`
@@ -64,6 +23,8 @@ __all__ = [
     "slic_superpixels",
     "color_gradient",
     "make_connected",
+    "boundary_watershed",
+    "all_minima_watershed",
     "boundary_recall",
     "achievable_segmentation_accuracy",
     "label_boundaries",
@@ -332,6 +293,39 @@ class Superpixels:
 
 
 # ----------------------------------------------------------------------------- quality measures
+# ----------------------------------------------------------- superpixels of a boundary map
+def boundary_watershed(boundary: np.ndarray, region_size: float = 8.0, sigma: float = 1.0) -> np.ndarray:
+    """Superpixels aligned with a boundary map: watershed from its local minima.
+
+    Markers are the minima of the Gaussian-smoothed map within windows of about
+    ``region_size / 2`` pixels (one per plateau), so regions follow the map's own
+    contours. Returns int64 labels 0..R-1, each 4-connected. O(H W log(H W)).
+    """
+    from scipy import ndimage
+    from skimage.segmentation import watershed
+
+    b = np.asarray(boundary, dtype=np.float32)
+    if sigma > 0:
+        b = ndimage.gaussian_filter(b, sigma)
+    size = max(3, int(round(region_size / 2)) | 1)
+    minima = b == ndimage.minimum_filter(b, size=size)
+    markers, _ = ndimage.label(minima)
+    return make_connected(watershed(b, markers, connectivity=1))
+
+
+def all_minima_watershed(boundary: np.ndarray) -> np.ndarray:
+    """The finest oversegmentation of a boundary map: its watershed from every regional
+    minimum (higra's ``labelisation_watershed`` on the 4-adjacency graph), int64 labels."""
+    import higra as hg
+
+    b = np.asarray(boundary, dtype=np.float64)
+    g = hg.get_4_adjacency_graph(b.shape)
+    ew = hg.weight_graph(g, b, hg.WeightFunction.mean)
+    return np.asarray(hg.labelisation_watershed(g, ew), dtype=np.int64)
+
+
+
+# ----------------------------------------------------------- boundaries and quality measures
 def label_boundaries(labels, thick: bool = True) -> np.ndarray:
     """Boundary pixels of a label image (4-adjacency).
 

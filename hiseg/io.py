@@ -1,0 +1,347 @@
+"""Files in and out: images, label images, BSDS ground truth, MATLAB files, atomic writes.
+
+The one place where hiseg decodes and writes files; every other module reads and
+writes through these functions (the bottom of the package: it imports nothing of hiseg).
+
+Image conversion (:func:`read_image`, :func:`to_float_rgb`), always to float32 RGB in
+[0, 1], shape (H, W, 3):
+
+- 8-bit: divided by 255; 16-bit: divided by 65535 (the dtype's range, not the image's
+  maximum); float images are clipped to [0, 1]; boolean images give 0 / 1;
+- grayscale (H, W) or (H, W, 1): replicated to three channels; gray + alpha: the
+  gray channel replicated; RGBA: the alpha channel is dropped (no compositing).
+
+Decoding (:func:`decode_image`): OpenCV (unchanged depth and channels), and
+``skimage.io.imread`` for what OpenCV cannot decode.
+
+Writing (:func:`atomic_write`, :func:`atomic_write_files`): through a temporary file in
+the destination folder, renamed into place, with the usual file mode (``0666 & ~umask``):
+a killed run leaves the complete file or none, never a half-written one.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Mapping
+
+import numpy as np
+
+__all__ = [
+    "IMAGE_EXTENSIONS",
+    "DataError",
+    "decode_image",
+    "to_float_rgb",
+    "read_image",
+    "read_gray_image",
+    "loadmat",
+    "load_ground_truth",
+    "atomic_write",
+    "atomic_write_files",
+    "write_png",
+    "write_ucm2_mat",
+]
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+
+class DataError(ValueError):
+    """A data file exists but cannot be used (unreadable, corrupt, inconsistent shapes)."""
+
+
+# ----------------------------------------------------------------------------- reading
+def decode_image(path) -> tuple[np.ndarray, bool]:
+    """Decode an image file as it is stored: ``(array, bgr)``.
+
+    ``array`` keeps the file's depth (uint8, uint16, ...) and channels; ``bgr`` tells
+    whether colour channels are in OpenCV's BGR(A) order.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    DataError
+        The file cannot be decoded (corrupt, truncated, not an image); the message names it.
+    """
+    import cv2
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"image file not found: {path}")
+    buf = np.fromfile(str(path), dtype=np.uint8)  # works with non-ASCII paths too
+    arr = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION) if buf.size else None
+    if arr is not None:
+        return arr, True
+    try:
+        from skimage.io import imread
+
+        arr = np.asarray(imread(str(path)))
+    except Exception as e:  # noqa: BLE001 - any decoder failure means "corrupt"
+        raise DataError(f"cannot read image {path}: unreadable or corrupt file ({type(e).__name__}: {e})") from e
+    if arr.size == 0:
+        raise DataError(f"cannot read image {path}: unreadable or corrupt file")
+    return arr, False
+
+
+def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
+    """Convert an image array to float32 RGB in [0, 1], shape (H, W, 3).
+
+    Parameters
+    ----------
+    arr : array (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4)
+        uint8, uint16 (or other unsigned integer), float or bool.
+    bgr : bool
+        Channels are in OpenCV's BGR(A) order.
+    name : str
+        Used in error messages.
+
+    Returns
+    -------
+    float32 array (H, W, 3). Cost O(H W).
+
+    Raises
+    ------
+    DataError
+        Unsupported shape or dtype, or NaN / infinite values.
+    """
+    a = np.asarray(arr)
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.ndim != 3 or a.shape[2] not in (1, 2, 3, 4) or a.shape[0] == 0 or a.shape[1] == 0:
+        raise DataError(f"{name}: unsupported image shape {np.asarray(arr).shape} "
+                        "(expected (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4))")
+    c = a.shape[2]
+    if c in (1, 2):  # gray, gray + alpha
+        a = np.repeat(a[:, :, :1], 3, axis=2)
+    elif c == 4:  # drop alpha
+        a = a[:, :, :3]
+    if bgr and c >= 3:
+        a = a[:, :, ::-1]
+    if a.dtype == np.bool_:
+        out = a.astype(np.float32)
+    elif np.issubdtype(a.dtype, np.integer):
+        info = np.iinfo(a.dtype)
+        if info.min < 0:
+            raise DataError(f"{name}: signed integer images ({a.dtype}) are not supported")
+        out = a.astype(np.float32) / np.float32(info.max)
+    elif np.issubdtype(a.dtype, np.floating):
+        out = a.astype(np.float32)
+        bad = int((~np.isfinite(out)).sum())
+        if bad:
+            raise DataError(f"{name} has {bad} NaN or infinite values: give a finite image "
+                            "(float in [0, 1] or integers)")
+        np.clip(out, 0.0, 1.0, out=out)
+    else:
+        raise DataError(f"{name}: unsupported image dtype {a.dtype}")
+    return np.ascontiguousarray(out)
+
+
+def read_image(path) -> np.ndarray:
+    """Read an image file as float32 RGB in [0, 1], shape (H, W, 3) (rules: module docstring).
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    DataError
+        The file cannot be decoded; the message names it.
+    """
+    arr, bgr = decode_image(path)
+    return to_float_rgb(arr, bgr=bgr, name=str(path))
+
+
+def read_gray_image(path) -> np.ndarray:
+    """Read a single-channel image file with its stored dtype (uint8, uint16, ...), (H, W).
+
+    A colour file whose channels are all equal is accepted (its first channel).
+
+    Raises
+    ------
+    FileNotFoundError, DataError
+        Missing file; undecodable file or a true colour image.
+    """
+    arr, _ = decode_image(path)
+    if arr.ndim == 3:
+        c = arr.shape[2]
+        if c == 1:
+            arr = arr[..., 0]
+        elif c in (3, 4) and np.array_equal(arr[..., 0], arr[..., 1]) and np.array_equal(arr[..., 0], arr[..., 2]):
+            arr = arr[..., 0]
+        else:
+            raise DataError(f"{path}: expected a single-channel image, got shape {arr.shape}")
+    if arr.ndim != 2:
+        raise DataError(f"{path}: expected a 2-D image, got shape {arr.shape}")
+    return arr
+
+
+def loadmat(path) -> dict:
+    """``scipy.io.loadmat`` with clear errors (FileNotFoundError, DataError)."""
+    from scipy.io import loadmat as _scipy_loadmat
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    try:
+        return _scipy_loadmat(str(path))
+    except Exception as exc:  # scipy raises various errors on corrupt files
+        raise DataError(f"cannot read MATLAB file {path}: {exc}") from exc
+
+
+def load_ground_truth(path) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Read a BSDS ground-truth ``.mat`` file (the 1xK cell ``groundTruth`` of structs
+    with ``Segmentation`` and ``Boundaries``).
+
+    Returns
+    -------
+    segmentations, boundaries : list of numpy.ndarray
+        K label images (int64, labels 1..n) and K boolean boundary maps, all (H, W).
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    DataError
+        It cannot be read, has no ``groundTruth``, no annotator, or inconsistent shapes.
+    """
+    path = Path(path)
+    m = loadmat(path)
+    if "groundTruth" not in m:
+        raise DataError(f"{path}: no variable 'groundTruth' (found {sorted(k for k in m if not k.startswith('__'))})")
+    cell = np.asarray(m["groundTruth"], dtype=object).ravel()
+    if cell.size == 0:
+        raise DataError(f"{path}: empty 'groundTruth' (no annotator)")
+    segs, bdrys = [], []
+    try:
+        for g in cell:
+            segs.append(np.asarray(g["Segmentation"][0, 0]).astype(np.int64))
+            bdrys.append(np.asarray(g["Boundaries"][0, 0]) != 0)
+    except (KeyError, IndexError, ValueError, TypeError) as exc:
+        raise DataError(f"{path}: malformed 'groundTruth' ({type(exc).__name__}: {exc})") from exc
+    shape = segs[0].shape
+    for s, b in zip(segs, bdrys):
+        if s.ndim != 2 or s.shape != shape or b.shape != shape:
+            raise DataError(f"{path}: annotators of inconsistent shapes {[s.shape for s in segs]}")
+    return segs, bdrys
+
+
+# ----------------------------------------------------------------------------- writing
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def _temp_beside(path: Path) -> str:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
+    os.close(fd)
+    return tmp
+
+
+def _discard(tmp) -> None:
+    try:
+        os.remove(tmp)
+    except FileNotFoundError:
+        pass
+
+
+def atomic_write(path, write: Callable[[str], object]) -> None:
+    """Write one file: ``write(tmp_path)`` writes the content to a temporary file in the
+    same folder, which then gets the usual mode and is renamed to ``path``.
+
+    A killed run leaves either the complete file or none (plus at most a stray ``.tmp``
+    file, never under the final name); on error the temporary file is removed.
+    """
+    path = Path(path)
+    tmp = _temp_beside(path)
+    try:
+        write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600
+        os.replace(tmp, path)
+    except BaseException:
+        _discard(tmp)
+        raise
+
+
+def atomic_write_files(out_dir, files: Mapping[str, bytes | str]) -> list[Path]:
+    """Write several files so that none is left half-written: all go to temporary files
+    first, and only when every write succeeded are they renamed into place.
+
+    Parameters
+    ----------
+    out_dir : str or Path
+        Destination folder (created if missing).
+    files : mapping of str to bytes or str
+        File name (relative to ``out_dir``) -> content (str is written as UTF-8).
+
+    Returns
+    -------
+    list of Path: the written paths.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    temps: list[tuple[Path, str]] = []
+    try:
+        for name, content in files.items():
+            dest = out_dir / name
+            data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
+            temps.append((dest, _temp_beside(dest)))
+            with open(temps[-1][1], "wb") as fh:
+                fh.write(data)
+            os.chmod(temps[-1][1], 0o666 & ~_umask())
+        for dest, tmp in temps:
+            os.replace(tmp, dest)
+        written, temps = [dest for dest, _ in temps], []
+        return written
+    finally:
+        for _, tmp in temps:
+            _discard(tmp)
+
+
+def write_png(arr: np.ndarray) -> Callable[[str], None]:
+    """A writer for :func:`atomic_write`: ``arr`` (uint8 / uint16, gray or BGR) as PNG."""
+    import cv2
+
+    def w(tmp):
+        if not cv2.imwrite(tmp, arr):
+            raise OSError(f"could not write PNG {tmp}")
+    return w
+
+
+def write_ucm2_mat(path, ucm2: np.ndarray, name: str = "ucm2", level: int = 1) -> None:
+    """Write a 2-D float64 array as a compressed MATLAB (level 5) ``.mat`` variable,
+    streaming: column blocks go through zlib one at a time, so a photograph's ucm2
+    (48 M values for 4000x3000) needs no copy of the array in memory (scipy's
+    ``savemat`` holds two). ``scipy.io.loadmat(path)[name]`` returns the array. Raises
+    ValueError for a variable above the format's 4 GiB element limit.
+    """
+    import struct
+    import zlib
+
+    a = np.asarray(ucm2, dtype=np.float64)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
+    rows, cols = a.shape
+    nbytes = 8 * rows * cols
+    nm = name.encode("ascii")
+    if len(nm) > 4:
+        raise ValueError("variable names longer than 4 characters are not supported")
+    if nbytes + 48 >= 2 ** 32:
+        raise ValueError(f"{name} of shape {a.shape} exceeds the 4 GiB element limit of MAT version 5")
+    head = (struct.pack("<II", 14, 48 + nbytes)  # miMATRIX
+            + struct.pack("<IIII", 6, 8, 6, 0)  # array flags: mxDOUBLE_CLASS
+            + struct.pack("<IIii", 5, 8, rows, cols)  # dimensions
+            + struct.pack("<HH", 1, len(nm)) + nm.ljust(4, b"\0")  # name (small element)
+            + struct.pack("<II", 9, nbytes))  # miDOUBLE real part, column-major
+    with open(path, "wb") as f:
+        text = b"MATLAB 5.0 MAT-file, written by hiseg"
+        f.write(text.ljust(116, b" ") + b"\0" * 8 + struct.pack("<H", 0x0100) + b"IM")
+        pos = f.tell()
+        f.write(struct.pack("<II", 15, 0))  # miCOMPRESSED, size filled in below
+        z = zlib.compressobj(level)
+        size = f.write(z.compress(head))
+        step = max(1, (1 << 22) // max(rows, 1))  # ~32 MB blocks of columns
+        for c0 in range(0, cols, step):
+            size += f.write(z.compress(np.ascontiguousarray(a[:, c0:c0 + step].T).tobytes()))
+        size += f.write(z.flush())
+        f.seek(pos)
+        f.write(struct.pack("<II", 15, size))
