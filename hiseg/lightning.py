@@ -331,7 +331,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     # ------------------------------------------------------------------ validation
     def _evaluate_batch(self, batch):
         """Per-image validation numbers: losses, boundary counts at the fixed threshold."""
-        from .metrics.boundary import BoundaryMatcher, seg_to_boundaries, thin_boundaries
+        from .metrics.matching import BoundaryMatcher, seg_to_boundaries, thin_boundaries
 
         out, u, h = self.compute_losses(batch)
         batch = self._last_batch  # the graphs the losses used (rebuilt by the pipeline)

@@ -24,9 +24,10 @@ from scipy.io import savemat
 from scipy.optimize import linear_sum_assignment
 
 from hiseg.io import atomic_write_files
-from hiseg.metrics import boundary as bd
-from hiseg.metrics import bsds, evaluate_cli
+from hiseg.metrics import bsds, evaluate_cli, predictions, report
+from hiseg.metrics import matching as bd
 from hiseg.metrics import region as rg
+from hiseg.metrics import summary
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 BENCH = SHARED / "bench" / "data"
@@ -93,7 +94,7 @@ def reference_results():
         if test not in cache:
             src, n, b, r = REFERENCE[test]
             res = bsds.evaluate(BENCH / src, BENCH / "groundTruth", n_thresholds=n, workers=2, boundary=b, region=r)
-            cache[test] = (res, bsds.official_txt_files(res))
+            cache[test] = (res, report.official_txt_files(res))
         return cache[test]
 
     return get
@@ -132,15 +133,15 @@ def test_reference_boundary_counts_close(reference_results):
 # boundary benchmark, synthetic
 # ----------------------------------------------------------------------------
 def test_thresholds_matlab_linspace():
-    t = bd.thresholds(5)
+    t = summary.thresholds(5)
     np.testing.assert_allclose(t, [1 / 6, 2 / 6, 3 / 6, 4 / 6, 5 / 6])
     # MATLAB arithmetic: (k * (d2 - d1)) / (n - 1) + d1, end points pinned
     d1, d2 = 1 / 100, 1 - 1 / 100
-    t = bd.thresholds(99)
+    t = summary.thresholds(99)
     assert t[0] == d1 and t[-1] == d2
     assert np.array_equal(t[1:-1], d1 + (np.arange(1, 98) * (d2 - d1)) / 98)
     with pytest.raises(ValueError):
-        bd.thresholds(0)
+        summary.thresholds(0)
 
 
 def test_seg_to_boundaries_small():
@@ -176,7 +177,7 @@ def test_perfect_prediction():
     cnt_r, sum_r, cnt_p, sum_p = m.counts(bd.thin_boundaries(gt[0]))
     assert cnt_r == sum_r == 3 * gt[0].sum() and cnt_p == sum_p == gt[0].sum()
     res = bd.boundary_counts([(0, gt[0])], m, [0.5])
-    out = bd.collect_boundary([res])
+    out = summary.collect_boundary([res])
     assert out["ods"]["f"] == pytest.approx(1.0)
     assert out["ois"]["f"] == pytest.approx(1.0)
     assert out["ods"]["recall"] == pytest.approx(1.0) and out["ods"]["precision"] == pytest.approx(1.0)
@@ -188,7 +189,7 @@ def test_empty_prediction():
     cnt_r, sum_r, cnt_p, sum_p = m.counts(np.zeros(seg.shape, bool))
     assert (cnt_r, cnt_p, sum_p) == (0, 0, 0) and sum_r > 0
     res = bd.boundary_counts([(0, np.zeros(seg.shape, bool))] * 2, m, [0.3, 0.6])
-    out = bd.collect_boundary([res])
+    out = summary.collect_boundary([res])
     assert out["ods"]["f"] == 0 and out["ois"]["f"] == 0 and out["ap"] == 0
 
 
@@ -267,14 +268,14 @@ def test_max_f_interpolates_like_official():
             f = 2 * pp * rr / (pp + rr)
             if f > best[3]:
                 best = (thresh[i] * d + thresh[i - 1] * (1 - d), rr, pp, f)
-    np.testing.assert_allclose(bd.max_f(thresh, r, p), best, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(summary.max_f(thresh, r, p), best, rtol=0, atol=1e-12)
 
 
 def test_collect_boundary_ap_and_ois():
     t = np.array([0.25, 0.5, 0.75])
     a = bd.BoundaryImageResult(t, np.array([80, 60, 30]), np.array([100] * 3), np.array([40, 45, 29]), np.array([80, 50, 30]), "a")
     b = bd.BoundaryImageResult(t, np.array([50, 40, 10]), np.array([100] * 3), np.array([30, 38, 10]), np.array([90, 40, 10]), "b")
-    out = bd.collect_boundary([a, b], official_rounding=False)
+    out = summary.collect_boundary([a, b], official_rounding=False)
     rr = np.array([130, 100, 40]) / 200
     pp = np.array([70 / 170, 83 / 90, 39 / 40])
     order = np.argsort(rr)
@@ -283,8 +284,8 @@ def test_collect_boundary_ap_and_ois():
     pi[(ri < rr.min()) | (ri > rr.max())] = 0
     assert out["ap"] == pytest.approx(pi.sum() * 0.01)
     # OIS: each image at its (last) best discrete F
-    fa = bd.f_measure(a.cnt_r / 100, a.cnt_p / a.sum_p)
-    fb = bd.f_measure(b.cnt_r / 100, b.cnt_p / b.sum_p)
+    fa = summary.f_measure(a.cnt_r / 100, a.cnt_p / a.sum_p)
+    fb = summary.f_measure(b.cnt_r / 100, b.cnt_p / b.sum_p)
     ia, ib = np.flatnonzero(fa == fa.max())[-1], np.flatnonzero(fb == fb.max())[-1]
     assert out["ois"]["recall"] == pytest.approx((a.cnt_r[ia] + b.cnt_r[ib]) / 200)
     assert out["ois"]["precision"] == pytest.approx((a.cnt_p[ia] + b.cnt_p[ib]) / (a.sum_p[ia] + b.sum_p[ib]))
@@ -303,7 +304,7 @@ def test_identical_partitions():
     for m in mg:
         np.testing.assert_allclose(m, 1.0)
     res = rg.region_counts([(0, seg)], [seg, seg], [1.0])
-    out = rg.collect_region([res])
+    out = summary.collect_region([res])
     assert out["covering"]["ods"] == pytest.approx(1.0) and out["covering"]["best"] == pytest.approx(1.0)
     assert out["pri"]["ods"] == pytest.approx(1.0) and out["vi"]["ods"] == pytest.approx(0.0, abs=1e-12)
 
@@ -520,6 +521,6 @@ def test_ucm2_outside_0_1_is_refused(tmp_path, scale, shift):
     ucm[3, :] = 0.6
     savemat(tmp_path / "a.mat", {"ucm2": ucm * scale + shift})
     with pytest.raises(ValueError, match=r"rescale the map to \[0, 1\]"):
-        bsds.load_prediction(tmp_path / "a.mat")
+        predictions.load_prediction(tmp_path / "a.mat")
     savemat(tmp_path / "b.mat", {"ucm2": ucm})
-    assert bsds.load_prediction(tmp_path / "b.mat").kind == "ucm2"
+    assert predictions.load_prediction(tmp_path / "b.mat").kind == "ucm2"

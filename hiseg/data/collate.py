@@ -23,7 +23,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
-from ..graph import BatchedGraph, RegionAdjacencyGraph, batch_graphs, region_adjacency_graph
+from ..graph import BatchedGraph, batch_graphs, region_adjacency_graph
 from ..segmentation.pooling import frontier_pixel_pairs
 from ..segmentation.superpixels import Superpixels
 from .targets import compute_targets, edge_targets, superpixel_labels

@@ -1,11 +1,19 @@
 """Evaluation metrics: a Python reimplementation of the official BSDS500 benchmark.
 
-* :mod:`hiseg.metrics.boundary` -- boundary precision/recall (thinning,
-  optimal pixel correspondence, ODS/OIS/AP);
-* :mod:`hiseg.metrics.region` -- segmentation covering, probabilistic Rand
-  index, variation of information;
-* :mod:`hiseg.metrics.bsds` -- file I/O, dataset driver (:func:`evaluate`) and
-  writers of the official ``eval_*.txt`` files;
+In the order the numbers flow:
+
+* :mod:`hiseg.metrics.summary` -- thresholds, F-measure, the official rounding and the
+  dataset collectors (ODS / OIS / AP, covering, PRI, VI);
+* :mod:`hiseg.metrics.matching` -- boundary thinning, pixel correspondence and
+  per-image boundary counts;
+* :mod:`hiseg.metrics.region` -- per-image covering, probabilistic Rand index,
+  variation of information;
+* :mod:`hiseg.metrics.predictions` -- prediction file formats, loading, pairing with
+  ground truth (files are read through :mod:`hiseg.io`);
+* :mod:`hiseg.metrics.bsds` -- the dataset driver (:func:`evaluate`);
+* :mod:`hiseg.metrics.report` -- tables, ``results.md``, PR curve, JSON, official
+  ``eval_*.txt`` files;
+* :mod:`hiseg.metrics.kcut` -- covering of K-region cuts;
 * :mod:`hiseg.metrics.evaluate_cli` -- the ``hiseg evaluate`` command.
 
 Submodules are imported lazily (``from hiseg.metrics import evaluate`` works
@@ -19,26 +27,27 @@ import importlib
 _LAZY = {
     "evaluate": ("bsds", "evaluate"),
     "evaluate_image": ("bsds", "evaluate_image"),
-    "load_prediction": ("bsds", "load_prediction"),
-    "load_ground_truth": ("bsds", "load_ground_truth"),
-    "write_official_txt": ("bsds", "write_official_txt"),
-    "BoundaryMatcher": ("boundary", "BoundaryMatcher"),
-    "correspond_pixels": ("boundary", "correspond_pixels"),
-    "thin_boundaries": ("boundary", "thin_boundaries"),
-    "seg_to_boundaries": ("boundary", "seg_to_boundaries"),
-    "thresholds": ("boundary", "thresholds"),
+    "load_prediction": ("predictions", "load_prediction"),
+    "write_official_txt": ("report", "write_official_txt"),
+    "BoundaryMatcher": ("matching", "BoundaryMatcher"),
+    "correspond_pixels": ("matching", "correspond_pixels"),
+    "thin_boundaries": ("matching", "thin_boundaries"),
+    "seg_to_boundaries": ("matching", "seg_to_boundaries"),
+    "thresholds": ("summary", "thresholds"),
     "rand_index": ("region", "rand_index"),
     "variation_of_information": ("region", "variation_of_information"),
     "covering_matches": ("region", "covering_matches"),
 }
 
-__all__ = sorted(_LAZY) + ["boundary", "region", "bsds", "evaluate_cli"]
+_SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli")
+
+__all__ = sorted(_LAZY) + list(_SUBMODULES)
 
 
 def __getattr__(name):
     if name in _LAZY:
         mod, attr = _LAZY[name]
         return getattr(importlib.import_module(f"{__name__}.{mod}"), attr)
-    if name in ("boundary", "region", "bsds", "evaluate_cli"):
+    if name in _SUBMODULES:
         return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

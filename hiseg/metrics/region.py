@@ -1,4 +1,4 @@
-"""Region benchmark of BSDS500: segmentation covering, PRI and VI.
+"""Region benchmark of BSDS500, per image: segmentation covering, PRI and VI.
 
 Reimplements the behaviour of the official ``evaluation_reg_image``,
 ``match_segmentations`` (covering), ``match_segmentations2`` (probabilistic
@@ -14,7 +14,7 @@ Rand index and variation of information) and ``collect_eval_reg``:
 * PRI / VI: the Rand index and the variation of information (in bits, ``log2``) of
   the contingency table (labels 0 included) between the segmentation and
   each annotator, averaged over annotators;
-* dataset: covering ODS = best ``sum cntR / sum sumR`` over thresholds, OIS =
+* dataset (:func:`hiseg.metrics.summary.collect_region`): covering ODS = best ``sum cntR / sum sumR`` over thresholds, OIS =
   counts summed at each image's (last) best threshold, best = ``sum cntR_best
   / sum sumR``; PRI and VI are averaged over images per threshold, ODS is the
   best average (max for PRI, min for VI), OIS the average of per-image bests.
@@ -28,11 +28,9 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy import ndimage
 
-from .boundary import _ratio, _round_g
 
 __all__ = [
     "RegionImageResult",
-    "collect_region",
     "contingency",
     "covering_matches",
     "rand_index",
@@ -278,96 +276,3 @@ def region_counts(
         raise ValueError(f"got {n} segmentations for {nt} thresholds")
     cnt_r_best = float((area_gt_all * best_gt).sum()) if best_gt is not None else 0.0
     return RegionImageResult(thresh, cnt_r, sum_r, cnt_p, sum_p, cnt_r_best, ri, vi, name=name)
-
-
-def collect_region(results: Sequence[RegionImageResult], official_rounding: bool = True) -> dict:
-    """Dataset region figures, as the official ``collect_eval_reg``.
-
-    Parameters
-    ----------
-    results : sequence of RegionImageResult
-        Per-image figures on identical thresholds, in image order.
-    official_rounding : bool, default True
-        Round per-image tables to 6 significant digits first, like the
-        official ``%10g`` text round-trip.
-
-    Returns
-    -------
-    dict
-        ``covering`` {ods, ods_threshold, ois, best, per_threshold, per_image},
-        ``pri`` {ods, ods_threshold, ois, per_threshold}, ``vi`` {ods,
-        ods_threshold, ois, per_threshold}. Per-image covering rows hold the
-        image's best threshold (first maximum), its covering there
-        (``covering``) and the reverse covering of the annotations by the
-        segmentation at that threshold (``precision``; the 4th column of
-        ``eval_cover_img.txt``).
-
-    Raises
-    ------
-    ValueError
-        If ``results`` is empty or thresholds differ between images.
-    """
-    if not results:
-        raise ValueError("no image results to collect")
-    t0 = results[0].thresholds
-    for r in results:
-        if r.thresholds.shape != t0.shape or not np.allclose(r.thresholds, t0):
-            raise ValueError(
-                f"image {r.name!r} was evaluated at different thresholds than {results[0].name!r}"
-            )
-    rnd = _round_g if official_rounding else (lambda x: np.asarray(x, dtype=np.float64))
-    thresh = rnd(t0)
-    nt = thresh.size
-    tot = np.zeros((nt, 4))
-    best = np.zeros(4)
-    best_total = 0.0
-    ri_sum = np.zeros(nt)
-    vi_sum = np.zeros(nt)
-    ri_best = vi_best = 0.0
-    per_image = []
-    for r in results:
-        tab = rnd(np.column_stack([r.cnt_r, r.sum_r, r.cnt_p, r.sum_p]))
-        rr = _ratio(tab[:, 0], tab[:, 1])
-        pp = _ratio(tab[:, 2], tab[:, 3])
-        i0 = int(np.argmax(rr))
-        per_image.append(
-            {"image": r.name, "threshold": float(thresh[i0]), "covering": float(rr[i0]), "precision": float(pp[i0])}
-        )
-        tot += tab
-        k = int(np.flatnonzero(rr == rr.max())[-1])
-        best += tab[k]
-        best_total += float(rnd(r.cnt_r_best))
-        ri_i = rnd(r.ri)
-        vi_i = rnd(r.vi)
-        ri_sum += ri_i
-        vi_sum += vi_i
-        ri_best += ri_i.max()
-        vi_best += vi_i.min()
-    m = len(results)
-    cov = _ratio(tot[:, 0], tot[:, 1])
-    i_ods = int(np.argmax(cov))
-    cover = {
-        "ods": float(cov[i_ods]),
-        "ods_threshold": float(thresh[i_ods]),
-        "ois": float(_ratio(best[0], best[1])),
-        "best": float(_ratio(best_total, tot[0, 1])),
-        "per_threshold": [{"threshold": float(t), "covering": float(c)} for t, c in zip(thresh, cov)],
-        "per_image": per_image,
-    }
-    ri_avg = ri_sum / m
-    vi_avg = vi_sum / m
-    i_ri = int(np.argmax(ri_avg))
-    i_vi = int(np.argmin(vi_avg))
-    pri = {
-        "ods": float(ri_avg[i_ri]),
-        "ods_threshold": float(thresh[i_ri]),
-        "ois": float(ri_best / m),
-        "per_threshold": [{"threshold": float(t), "pri": float(v)} for t, v in zip(thresh, ri_avg)],
-    }
-    vi = {
-        "ods": float(vi_avg[i_vi]),
-        "ods_threshold": float(thresh[i_vi]),
-        "ois": float(vi_best / m),
-        "per_threshold": [{"threshold": float(t), "vi": float(v)} for t, v in zip(thresh, vi_avg)],
-    }
-    return {"covering": cover, "pri": pri, "vi": vi}

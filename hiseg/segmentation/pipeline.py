@@ -44,7 +44,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..graph import RegionAdjacencyGraph, region_adjacency_graph
+from ..graph import region_adjacency_graph
 from .pooling import rag_frontier_mean
 from .superpixels import Superpixels, all_minima_watershed, boundary_watershed
 

@@ -1,4 +1,4 @@
-"""Boundary benchmark of BSDS500 (precision / recall of boundary pixels).
+"""Boundary benchmark of BSDS500, per image: thinning, pixel matching, counts.
 
 This module reimplements, in numpy/scipy, the behaviour of the official
 BSDS500 boundary benchmark (``evaluation_bdry_image`` / ``correspondPixels`` /
@@ -15,7 +15,8 @@ BSDS500 boundary benchmark (``evaluation_bdry_image`` / ``correspondPixels`` /
   ``sumR`` = annotator pixels, ``cntP`` = predicted pixels paired with at least
   one annotator, ``sumP`` = predicted pixels;
 * dataset figures (ODS with interpolation between neighbouring thresholds, OIS,
-  AP) are computed by :func:`collect_boundary` exactly as ``collect_eval_bdry``.
+  AP) are computed from those counts by :func:`hiseg.metrics.summary.collect_boundary`
+  exactly as ``collect_eval_bdry``.
 
 Assignment
 ----------
@@ -51,21 +52,17 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components, min_weight_full_bipartite_matching
 
+
 __all__ = [
     "DEFAULT_MAX_DIST",
     "DEFAULT_OUTLIER_COST",
     "BoundaryImageResult",
     "BoundaryMatcher",
     "boundary_counts",
-    "collect_boundary",
     "correspond_pixels",
-    "f_measure",
-    "matlab_linspace",
     "max_distance_pixels",
-    "max_f",
     "seg_to_boundaries",
     "thin_boundaries",
-    "thresholds",
 ]
 
 #: Matching tolerance as a fraction of the image diagonal (official default).
@@ -74,113 +71,6 @@ DEFAULT_MAX_DIST = 0.0075
 DEFAULT_OUTLIER_COST = 100.0
 #: Fixed-point multiplier of the official ``match.cc`` (costs are integers).
 _MULTIPLIER = 100
-
-
-# ----------------------------------------------------------------------------
-# thresholds / small helpers
-# ----------------------------------------------------------------------------
-def matlab_linspace(d1: float, d2: float, n: int) -> np.ndarray:
-    """``linspace`` with MATLAB's floating-point arithmetic.
-
-    MATLAB computes ``d1 + ((0:n-1) * (d2 - d1)) / (n - 1)`` and pins both
-    end points; numpy multiplies by a precomputed step, which can differ in the
-    last bit. The difference matters for 8-bit soft boundary maps, whose values
-    ``k/255`` can coincide with a threshold (e.g. ``85/255 == 1/3``).
-
-    Parameters
-    ----------
-    d1, d2 : float
-        End points.
-    n : int
-        Number of points (``n >= 1``).
-
-    Returns
-    -------
-    numpy.ndarray
-        ``float64`` array of shape ``(n,)``. Cost O(n).
-    """
-    n = int(n)
-    if n < 1:
-        raise ValueError(f"need at least one point, got n={n}")
-    if n == 1:
-        return np.array([float(d2)])
-    y = d1 + (np.arange(n, dtype=np.float64) * (d2 - d1)) / (n - 1)
-    y[0], y[-1] = d1, d2
-    return y
-
-
-def thresholds(n: int) -> np.ndarray:
-    """Official benchmark thresholds ``linspace(1/(n+1), 1-1/(n+1), n)``.
-
-    Parameters
-    ----------
-    n : int
-        Number of thresholds, ``n >= 1``.
-
-    Returns
-    -------
-    numpy.ndarray
-        Increasing thresholds in ``(0, 1)``, shape ``(n,)``.
-
-    Raises
-    ------
-    ValueError
-        If ``n < 1``.
-    """
-    n = int(n)
-    if n < 1:
-        raise ValueError(f"the number of thresholds must be >= 1, got {n}")
-    return matlab_linspace(1.0 / (n + 1), 1.0 - 1.0 / (n + 1), n)
-
-
-def f_measure(r, p):
-    """Harmonic mean ``2PR / (P + R)``, defined as 0 where ``P + R == 0``."""
-    r = np.asarray(r, dtype=np.float64)
-    p = np.asarray(p, dtype=np.float64)
-    s = p + r
-    return 2.0 * p * r / (s + (s == 0))
-
-
-def _ratio(cnt, tot):
-    cnt = np.asarray(cnt, dtype=np.float64)
-    tot = np.asarray(tot, dtype=np.float64)
-    return cnt / (tot + (tot == 0))
-
-
-def max_f(thresh, r, p):
-    """Best F over a PR curve, interpolating linearly between thresholds.
-
-    Reproduces the official ``maxF``: for every pair of neighbouring
-    thresholds ``i-1, i`` and ``d`` in ``linspace(0, 1, 100)`` it evaluates
-    ``t, r, p`` linearly interpolated and keeps the first strictly better F,
-    starting from the first threshold.
-
-    Parameters
-    ----------
-    thresh, r, p : array_like, shape (n,)
-        Thresholds, recall and precision.
-
-    Returns
-    -------
-    tuple of float
-        ``(best_threshold, best_recall, best_precision, best_f)``. Cost O(100 n).
-    """
-    thresh = np.asarray(thresh, dtype=np.float64)
-    r = np.asarray(r, dtype=np.float64)
-    p = np.asarray(p, dtype=np.float64)
-    best = (float(thresh[0]), float(r[0]), float(p[0]), float(f_measure(r[0], p[0])))
-    if thresh.size < 2:
-        return best
-    d = np.arange(100, dtype=np.float64) / 99.0  # MATLAB linspace(0, 1)
-    d = d[None, :]
-    tt = thresh[1:, None] * d + thresh[:-1, None] * (1 - d)
-    rr = r[1:, None] * d + r[:-1, None] * (1 - d)
-    pp = p[1:, None] * d + p[:-1, None] * (1 - d)
-    ff = f_measure(rr, pp).ravel()
-    k = int(np.argmax(ff))  # first occurrence == first strict improvement
-    if ff[k] > best[3]:
-        best = (float(tt.ravel()[k]), float(rr.ravel()[k]), float(pp.ravel()[k]), float(ff[k]))
-    return best
 
 
 def max_distance_pixels(shape: Sequence[int], max_dist: float = DEFAULT_MAX_DIST) -> float:
@@ -721,94 +611,3 @@ def boundary_counts(
     return BoundaryImageResult(thresh, out[:, 0], out[:, 1], out[:, 2], out[:, 3], name=name)
 
 
-# ----------------------------------------------------------------------------
-# dataset
-# ----------------------------------------------------------------------------
-def _round_g(x) -> np.ndarray:
-    """Round to 6 significant digits, as the official ``%10g`` text round-trip."""
-    x = np.asarray(x, dtype=np.float64)
-    return np.array([float("%g" % v) for v in x.ravel()], dtype=np.float64).reshape(x.shape)
-
-
-def collect_boundary(
-    results: Sequence[BoundaryImageResult], official_rounding: bool = True
-) -> dict:
-    """Dataset boundary figures, as the official ``collect_eval_bdry``.
-
-    Parameters
-    ----------
-    results : sequence of BoundaryImageResult
-        Per-image counts, all on the same thresholds, in image order.
-    official_rounding : bool, default True
-        Round the per-image tables to 6 significant digits first, as the
-        official code does by writing them with ``%10g`` and reading them back
-        (it changes figures by at most ~1e-6).
-
-    Returns
-    -------
-    dict
-        ``ods`` {threshold, recall, precision, f} (best F of the summed counts,
-        interpolated between neighbouring thresholds), ``ois`` {recall,
-        precision, f} (counts summed at each image's last best discrete
-        threshold), ``ap`` (area under the dataset PR curve: precision linearly
-        interpolated at recall 0, 0.01, ..., 1 over the recall range covered,
-        0 outside, times 0.01), ``per_threshold`` (rows threshold, recall,
-        precision, f) and ``per_image`` (rows name, threshold, recall,
-        precision, f; best interpolated F of each image).
-
-    Raises
-    ------
-    ValueError
-        If ``results`` is empty or the thresholds differ between images.
-    """
-    if not results:
-        raise ValueError("no image results to collect")
-    tabs = [r.as_table() for r in results]
-    for r, t in zip(results, tabs):
-        if t.shape != tabs[0].shape or not np.allclose(t[:, 0], tabs[0][:, 0]):
-            raise ValueError(
-                f"image {r.name!r} was evaluated at different thresholds than {results[0].name!r}"
-            )
-    if official_rounding:
-        tabs = [_round_g(t) for t in tabs]
-    thresh = tabs[0][:, 0]
-    tot = np.zeros((thresh.size, 4))
-    best_counts = np.zeros(4)
-    per_image = []
-    for r, tab in zip(results, tabs):
-        cnt_r, sum_r, cnt_p, sum_p = tab[:, 1], tab[:, 2], tab[:, 3], tab[:, 4]
-        rr = _ratio(cnt_r, sum_r)
-        pp = _ratio(cnt_p, sum_p)
-        ff = f_measure(rr, pp)
-        bt, br, bp, bf = max_f(thresh, rr, pp)
-        per_image.append({"image": r.name, "threshold": bt, "recall": br, "precision": bp, "f": bf})
-        tot += tab[:, 1:]
-        k = int(np.flatnonzero(ff == ff.max())[-1])
-        best_counts += tab[k, 1:]
-    rr = _ratio(tot[:, 0], tot[:, 1])
-    pp = _ratio(tot[:, 2], tot[:, 3])
-    ff = f_measure(rr, pp)
-    bt, br, bp, bf = max_f(thresh, rr, pp)
-    r_max = float(_ratio(best_counts[0], best_counts[1]))
-    p_max = float(_ratio(best_counts[2], best_counts[3]))
-    f_max = float(f_measure(r_max, p_max))
-    # AP: MATLAB unique(R) (sorted, first occurrence) + interp1 on 0:0.01:1
-    ru, first = np.unique(rr, return_index=True)
-    pu = pp[first]
-    if ru.size > 1:
-        ri = np.arange(101) * 0.01
-        inside = (ri >= ru[0]) & (ri <= ru[-1])
-        p_int = np.where(inside, np.interp(ri, ru, pu), 0.0)
-        ap = float(p_int.sum() * 0.01)
-    else:
-        ap = 0.0
-    return {
-        "ods": {"threshold": bt, "recall": br, "precision": bp, "f": bf},
-        "ois": {"recall": r_max, "precision": p_max, "f": f_max},
-        "ap": ap,
-        "per_threshold": [
-            {"threshold": float(t), "recall": float(a), "precision": float(b), "f": float(c)}
-            for t, a, b, c in zip(thresh, rr, pp, ff)
-        ],
-        "per_image": per_image,
-    }
