@@ -161,25 +161,26 @@ class Segmenter:
         checkpoint, no architecture named), ArchitectureMismatchError, PipelineError (no
         pipeline settings, or unknown ones).
         """
-        from .models.weights import load_checkpoint_file, load_model
+        from .models.weights import load_model, read_checkpoint
         from .segmentation.pipeline import Pipeline
 
-        ck = load_checkpoint_file(path, map_location="cpu")
-        model = load_model(str(path))
+        ck = read_checkpoint(path)  # read once
+        model = load_model(ck)
         if kwargs.get("pipeline") is None:
-            stored = (ck.get("metadata") or {}).get("pipeline")
+            stored = ck.metadata.get("pipeline")
             if stored is None:
-                stored = (ck.get("hyper_parameters") or {}).get("pipeline")
+                stored = ck.hyper_parameters.get("pipeline")
             kwargs["pipeline"] = Pipeline.from_dict(stored, source=f"checkpoint {path}")
         return cls(model, device=device, **kwargs)
 
     @classmethod
     def from_pretrained(cls, name: str = "bsds500", device: Union[str, torch.device] = "cpu",
                         **kwargs) -> "Segmenter":
-        """A shipped model by name (``hiseg.pretrained.PRETRAINED``), from any folder; no download."""
-        from .pretrained import pretrained_path
+        """A shipped model by name (:class:`hiseg.models.Weights`: ``"bsds500"``), from any
+        folder; no download. ValueError for an unknown name, FileNotFoundError when absent."""
+        from .models.weights import Weights
 
-        return cls.from_checkpoint(pretrained_path(name), device=device, **kwargs)
+        return cls.from_checkpoint(Weights.from_name(name).path(), device=device, **kwargs)
 
     # ------------------------------------------------------------------ steps
     @torch.no_grad()

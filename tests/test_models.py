@@ -12,21 +12,18 @@ from hiseg.models import (
     BoundaryNetBase,
     CheckpointError,
     CompactBoundaryNet,
-    ModelWeights,
     PretrainedWeightsNotFoundError,
     compact_boundary_net,
     get_model,
     list_models,
-    list_weights,
     load_model,
     load_weights,
     pretrained_backbone_path,
-    register_weights,
     resnet18_boundary_net,
     save_weights,
     vgg16_boundary_net,
 )
-from hiseg.models import weights as weights_mod
+from hiseg.models import Checkpoint, read_checkpoint
 
 ALL = ["compact_boundary_net", "resnet18_boundary_net", "vgg16_boundary_net"]
 
@@ -236,27 +233,26 @@ def test_lightning_checkpoint_round_trip(tmp_path):
     _same_outputs(src, load_model(path), x)
 
 
-def test_save_weights_and_registry(tmp_path, monkeypatch):
-    monkeypatch.setenv("HISEG_MODELS_DIR", str(tmp_path))
+def test_save_weights_and_read_once(tmp_path):
     src = _trained_like(resnet18_boundary_net(full_resolution_side=False))
     save_weights(src, tmp_path / "r18.pt", metadata={"data": "synthetic", "metrics": {"ODS": 0.5}})
-    w = ModelWeights("r18_test", "r18.pt", "resnet18_boundary_net", {"full_resolution_side": False}, {"data": "synthetic"})
-    monkeypatch.setattr(weights_mod, "_WEIGHTS", {})
-    register_weights(w)
-    assert list_weights() == ["r18_test"] and list_weights("vgg16_boundary_net") == []
-    assert ModelWeights.from_dict(w.to_dict()) == w and w.meta["data"] == "synthetic"
+    ck = read_checkpoint(tmp_path / "r18.pt")
+    assert isinstance(ck, Checkpoint) and ck.metadata == {"data": "synthetic", "metrics": {"ODS": 0.5}}
+    assert ck.hyper_parameters == {"arch": "resnet18_boundary_net", "arch_kwargs": src.arch_kwargs}
     x = torch.rand(1, 3, 50, 41)
-    _same_outputs(src, get_model("resnet18_boundary_net", weights="r18_test"), x)
-    _same_outputs(src, load_model("r18_test"), x)
+    _same_outputs(src, get_model("resnet18_boundary_net", weights=tmp_path / "r18.pt"), x)
+    _same_outputs(src, load_model(ck), x)  # an already read checkpoint: no second read
     _same_outputs(src, load_model(tmp_path / "r18.pt"), x)  # architecture read from the file
-    with pytest.raises(ValueError, match="need full_resolution_side=False"):
-        resnet18_boundary_net(weights=w, full_resolution_side=True)
-    with pytest.raises(ValueError, match="for builder 'resnet18_boundary_net'"):
-        vgg16_boundary_net(weights=w)
-    with pytest.raises(ValueError, match="neither a registered weights name"):
+    _same_outputs(src, load_weights(resnet18_boundary_net(full_resolution_side=False), ck), x)
+    with pytest.raises(ArchitectureMismatchError, match="made for 'resnet18_boundary_net'"):
+        vgg16_boundary_net(weights=ck)
+    with pytest.raises(FileNotFoundError, match="no_such_weights"):
         compact_boundary_net(weights="no_such_weights")
+    with pytest.raises(TypeError, match="weights must be None"):
+        compact_boundary_net(weights=3)
     with pytest.raises(ValueError, match="only plain values"):
         save_weights(src, tmp_path / "bad.pt", metadata={"p": tmp_path})
+    assert not (tmp_path / "bad.pt").exists()
 
 
 # ------------------------------------------------------------------ bad checkpoints

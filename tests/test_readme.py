@@ -23,17 +23,21 @@ def test_readme_python_block_runs(tmp_path, i):
 
 def test_from_pretrained_by_name_and_errors(tmp_path, monkeypatch):
     from hiseg.inference import Segmenter
-    from hiseg.pretrained import pretrained_path
+    from hiseg.models import Weights, read_checkpoint
+    from hiseg.models import weights as W
 
     if not (ROOT / "models" / "hiseg_bsds500.ckpt").is_file():
         pytest.skip("shipped checkpoint absent")
     monkeypatch.chdir(tmp_path)
-    assert pretrained_path("bsds500") == ROOT / "models" / "hiseg_bsds500.ckpt"
+    w = Weights.from_name("bsds500")
+    assert w is Weights.BSDS500 and w.path() == ROOT / "models" / "hiseg_bsds500.ckpt"
+    # the enum entry says what the file holds: its builder and the pipeline it was measured with
+    ck = read_checkpoint(w.path())
+    assert ck.hyper_parameters["arch"] == w.value.builder
+    assert ck.metadata["pipeline"] == dict(w.value.pipeline)
     assert Segmenter.from_pretrained("bsds500").pipeline.linkage == "average"
     with pytest.raises(ValueError, match="unknown pretrained model 'nope'.*bsds500"):
-        pretrained_path("nope")
-    import hiseg.pretrained as P
-
-    monkeypatch.setattr(P, "_search_dirs", lambda: [tmp_path])
+        Weights.from_name("nope")
+    monkeypatch.setattr(W, "weights_dirs", lambda: [tmp_path])
     with pytest.raises(FileNotFoundError, match="HISEG_WEIGHTS_DIR"):
-        pretrained_path("bsds500")
+        Weights.BSDS500.path()

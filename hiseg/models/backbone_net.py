@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from .boundary_net import BoundaryNetBase
-from .weights import CheckpointError, load_checkpoint_file, prepare_weights
+from .weights import CheckpointError, builder_weights, load_checkpoint_file
 
 __all__ = [
     "PretrainedWeightsNotFoundError",
@@ -44,11 +44,6 @@ __all__ = [
 class PretrainedWeightsNotFoundError(FileNotFoundError):
     """The ImageNet weight file of a backbone is not in the local torch hub cache."""
 
-
-# VGG16 (configuration "D"): channels of the 3x3 convs, "M" = 2x2 max-pool.  The layer
-# indices of the Sequential built from it match torchvision's ``vgg16().features`` so its
-# state dict keys ("features.<i>.weight") load unchanged.  HED drops the fifth pool.
-_VGG16_CFG = (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512, "M", 512, 512, 512)
 
 # name -> (torchvision weights enum entry, side channels, pad multiple)
 BACKBONES: dict[str, dict[str, Any]] = {
@@ -129,31 +124,27 @@ def _load_pretrained_backbone(backbone: str, module: nn.Module, mode: bool | str
 
 
 class _VGG16Features(nn.Module):
-    """VGG16 conv layers up to conv5_3 (no fifth pool), keys as torchvision's."""
+    """torchvision's VGG16 conv layers up to conv5_3 (HED drops the fifth pool): the same
+    ``features.<i>`` keys and initialisation as ``torchvision.models.vgg16().features``,
+    without building its 120 M-parameter classifier."""
 
     # indices (in ``features``) of the ReLUs that end stages 1..5
     stage_ends = (3, 8, 15, 22, 29)
 
     def __init__(self) -> None:
         super().__init__()
-        layers: list[nn.Module] = []
-        c_in = 3
-        for v in _VGG16_CFG:
-            if v == "M":
-                layers.append(nn.MaxPool2d(2, 2))
-            else:
-                conv = nn.Conv2d(c_in, v, 3, padding=1)
-                nn.init.kaiming_normal_(conv.weight, mode="fan_out", nonlinearity="relu")
-                nn.init.zeros_(conv.bias)
-                layers += [conv, nn.ReLU(inplace=True)]
-                c_in = v
-        self.features = nn.Sequential(*layers)
+        from torchvision.models import vgg  # lazy: importing torchvision costs ~2 s
+
+        self.features = vgg.make_layers(vgg.cfgs["D"])[: self.stage_ends[-1] + 1]
+        for m in self.features.modules():  # torchvision's VGG initialisation of its convs
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+                nn.init.zeros_(m.bias)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         outs, start = [], 0
         for end in self.stage_ends:
-            for i in range(start, end + 1):
-                x = self.features[i](x)
+            x = self.features[start:end + 1](x)
             outs.append(x)
             start = end + 1
         return outs
@@ -275,11 +266,10 @@ class BackboneBoundaryNet(BoundaryNetBase):
 
 
 def _build(backbone: str, weights: Any, pretrained_backbone: bool | str, kwargs: dict[str, Any]) -> BackboneBoundaryNet:
-    prep = prepare_weights(f"{backbone}_boundary_net", weights, kwargs)
-    if prep.state_dict is not None:
+    kw, load = builder_weights(f"{backbone}_boundary_net", weights, kwargs)
+    if weights is not None:
         pretrained_backbone = False  # trained weights overwrite the backbone anyway
-    model = BackboneBoundaryNet(backbone, pretrained_backbone=pretrained_backbone, **prep.kwargs)
-    return prep.load_into(model)
+    return load(BackboneBoundaryNet(backbone, pretrained_backbone=pretrained_backbone, **kw))
 
 
 def vgg16_boundary_net(weights: Any = None, *, pretrained_backbone: bool | str = False, **kwargs: Any) -> BackboneBoundaryNet:
@@ -289,7 +279,7 @@ def vgg16_boundary_net(weights: Any = None, *, pretrained_backbone: bool | str =
 
     Parameters
     ----------
-    weights : None, ModelWeights, str or os.PathLike
+    weights : None, Weights, Checkpoint, str or os.PathLike
         Trained weights of the whole network (see
         :func:`hiseg.models.weights.get_model`); when given, ``pretrained_backbone`` is
         ignored.

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .weights import prepare_weights
+from .weights import builder_weights
 
 __all__ = [
     "IMAGENET_MEAN",
@@ -278,10 +278,10 @@ def compact_boundary_net(weights: Any = None, *, width: int | None = None, **kwa
 
     Parameters
     ----------
-    weights : None, ModelWeights, str or os.PathLike
-        ``None`` (random init), a :class:`~hiseg.models.weights.ModelWeights`, a
-        registered weights name, or a checkpoint path (plain state dict, Lightning
-        checkpoint or :func:`~hiseg.models.weights.save_weights` file).
+    weights : None, Weights, Checkpoint, str or os.PathLike
+        ``None`` (random init), a :class:`~hiseg.models.weights.Weights` entry, a read
+        :class:`~hiseg.models.weights.Checkpoint`, or a checkpoint path (plain state dict,
+        Lightning checkpoint or :func:`~hiseg.models.weights.save_weights` file).
     width : int, optional
         First-stage channels; 16 unless the weights say otherwise.
     **kwargs
@@ -296,9 +296,8 @@ def compact_boundary_net(weights: Any = None, *, width: int | None = None, **kwa
     Raises
     ------
     FileNotFoundError, CheckpointError, ArchitectureMismatchError, ValueError
-        See :func:`hiseg.models.weights.prepare_weights` and
+        See :func:`hiseg.models.weights.read_checkpoint` and
         :func:`~hiseg.models.weights.load_state_dict_checked`.
     """
-    prep = prepare_weights("compact_boundary_net", weights, dict(width=width, **kwargs))
-    model = CompactBoundaryNet(**prep.kwargs)
-    return prep.load_into(model)
+    kw, load = builder_weights("compact_boundary_net", weights, dict(width=width, **kwargs))
+    return load(CompactBoundaryNet(**kw))
