@@ -121,7 +121,7 @@ class Segmenter:
     Parameters
     ----------
     model : torch.nn.Module or None
-        Boundary network (logits); ``None`` selects the classical Sobel + fitting path.
+        Boundary network (logits); ``None`` selects the classical path (Scharr colour gradient + closest fitting).
     device : str or torch.device
     superpixels : callable image -> labels, optional
         Classical path: the superpixels (default ``hiseg.segmentation.superpixels.Superpixels()``).

@@ -85,9 +85,15 @@ def test_ucm2_regions_equal_cuts(seed):
             pairs = np.unique(np.stack([prev.ravel(), cut.ravel()], 1), axis=0)
             assert len(np.unique(pairs[:, 0])) == len(pairs)
         prev = cut
-    # boundaries read at [2::2, 2::2] are non-zero exactly next to superpixel boundaries
+    # boundaries read at [2::2, 2::2] (the lower-right corner of each pixel) are non-zero
+    # exactly where the 2x2 block of pixels around that corner holds two superpixels
+    # (past the last row / column, the block is the edge pixels repeated)
     sal = ucm2[2::2, 2::2]
     assert sal.shape == lab.shape and sal.max() == pytest.approx(u.max().item())
+    assert u.min().item() > 0  # every merge above 0: a frontier is never drawn at 0
+    pad = np.pad(lab, ((0, 1), (0, 1)), mode="edge")
+    block = np.stack([pad[:-1, :-1], pad[1:, :-1], pad[:-1, 1:], pad[1:, 1:]])
+    np.testing.assert_array_equal(sal > 0, (block != block[0]).any(axis=0))
 
 
 def test_cut_num_regions_exact(rng):

@@ -1,0 +1,89 @@
+"""The package reads in the order the data flows: no module imports one above it.
+
+Every ``import`` of hiseg code (at the top of a module or inside a function; imports under
+``if TYPE_CHECKING:`` are for annotations only and are skipped) must go to a unit listed
+*before* the importing one. A new module must be placed in the order to pass.
+"""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "hiseg"
+
+#: top-level units, bottom first: the core, then the image side, then learning, then the surface
+ORDER = ["io", "graph", "ultrametric", "losses", "fitting", "plotting", "clustering",
+         "segmentation", "metrics", "data", "models", "edge_training", "lightning",
+         "inference", "view", "cli", "cli_train"]
+#: modules inside the sub-packages, bottom first
+SUB_ORDER = {
+    "segmentation": ["superpixels", "pooling", "saliency", "pipeline"],
+    "metrics": ["summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli"],
+    "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule"],
+    "models": ["weights", "boundary_net", "backbone_net"],
+}
+
+
+def _imports(tree: ast.AST, package: list[str]):
+    """Absolute dotted names of the hiseg modules (or names) imported by ``tree``."""
+    def walk(node):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            yield from (x for child in node.orelse for x in walk(child))
+            return
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            mod = ".".join(base + ([node.module] if node.module else []))
+            yield from ([f"{mod}.{a.name}" for a in node.names] if not node.module else [mod])
+        elif isinstance(node, ast.Import):
+            yield from (a.name for a in node.names)
+        for child in ast.iter_child_nodes(node):
+            yield from walk(child)
+    return [m for m in walk(tree) if m.split(".")[0] == "hiseg"]
+
+
+def _rank(parts: list[str]):
+    """(top-level rank, rank inside its sub-package) of a module path under hiseg."""
+    top = parts[0] if parts else "__init__"
+    if top not in ORDER:
+        return None
+    sub = SUB_ORDER.get(top)
+    inner = sub.index(parts[1]) if sub and len(parts) > 1 and parts[1] in sub else None
+    return ORDER.index(top), inner
+
+
+def _modules():
+    for p in sorted(PKG.rglob("*.py")):
+        rel = list(p.relative_to(PKG).with_suffix("").parts)
+        yield p, rel
+
+
+def test_every_module_has_a_place():
+    missing = []
+    for _, rel in _modules():
+        if rel[-1] == "__init__":
+            continue
+        if rel[0] not in ORDER or (rel[0] in SUB_ORDER and rel[1] not in SUB_ORDER[rel[0]]):
+            missing.append("/".join(rel))
+    assert not missing, f"modules not placed in tests/test_layers.py's ORDER / SUB_ORDER: {missing}"
+
+
+@pytest.mark.parametrize("path, rel", list(_modules()), ids=lambda x: "/".join(x) if isinstance(x, list) else "")
+def test_imports_run_downward(path, rel):
+    if rel[-1] == "__init__":
+        return  # a package's __init__ re-exports its own modules
+    own = _rank(rel)
+    package = ["hiseg"] + rel[:-1]
+    upward = []
+    for target in _imports(ast.parse(path.read_text()), package):
+        parts = target.split(".")[1:]
+        r = _rank(parts)
+        if r is None or parts[0] == rel[0] and (own[1] is None or r[1] is None):
+            continue  # the package itself (``import hiseg``) or an unordered sibling
+        if parts[0] == rel[0]:
+            if r[1] >= own[1]:
+                upward.append(target)
+        elif r[0] >= own[0]:
+            upward.append(target)
+    assert not upward, f"hiseg/{'/'.join(rel)}.py imports from above it: {upward}"
