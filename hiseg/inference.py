@@ -22,10 +22,8 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from .fitting import fit_ultrametric
-from .graph import RegionAdjacencyGraph, region_adjacency_graph
+from .graph import RegionAdjacencyGraph
 from .io import atomic_write, read_image, to_float_rgb, write_png, write_ucm2_mat
-from .segmentation.pooling import rag_frontier_mean
 from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
                                    upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
@@ -121,31 +119,26 @@ class Segmenter:
     Parameters
     ----------
     model : torch.nn.Module or None
-        Boundary network (logits); ``None`` selects the classical path (Scharr colour gradient + closest fitting).
+        Boundary network (logits); ``None`` selects the classical path (Scharr colour
+        gradient, colour-watershed superpixels, closest fitting: ``Pipeline.classical``).
     device : str or torch.device
-    superpixels : callable image -> labels, optional
-        Classical path: the superpixels (default ``hiseg.segmentation.superpixels.Superpixels()``).
-    fit_iterations : int
-        Classical path: iterations of closest-ultrametric fitting (0: subdominant only).
-    region_size : float
-        Classical path: size of the default superpixels.
+    fit_iterations, region_size
+        Classical path without ``pipeline``: closest-fitting iterations (0: single linkage)
+        and superpixel size.
     pipeline : Pipeline or dict, optional
-        Learned path: the :class:`~hiseg.segmentation.Pipeline` from the boundary map to the
-        hierarchy (default ``Pipeline()``; :meth:`from_checkpoint` takes the checkpoint's).
+        The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default:
+        ``Pipeline()`` with a model, ``Pipeline.classical(region_size, fit_iterations)``
+        without; :meth:`from_checkpoint` takes the checkpoint's).
     """
 
     def __init__(self, model: Optional[torch.nn.Module] = None, device: Union[str, torch.device] = "cpu",
-                 superpixels=None, fit_iterations: int = 50,
-                 region_size: float = 8.0, pipeline=None):
-        from .segmentation.superpixels import Superpixels
+                 fit_iterations: int = 50, region_size: float = 8.0, pipeline=None):
         from .segmentation.pipeline import Pipeline
 
         self.device = torch.device(device)
         self.model = model.to(self.device).eval() if model is not None else None
-        self.superpixels = superpixels or Superpixels(region_size=region_size)
-        self.fit_iterations = int(fit_iterations)
         if pipeline is None:
-            pipeline = Pipeline()
+            pipeline = Pipeline() if model is not None else Pipeline.classical(region_size, fit_iterations)
         elif not isinstance(pipeline, Pipeline):
             pipeline = Pipeline.from_dict(pipeline, source="pipeline argument")
         self.pipeline = pipeline
@@ -185,9 +178,8 @@ class Segmenter:
     # ------------------------------------------------------------------ steps
     @torch.no_grad()
     def boundary_map(self, image: np.ndarray) -> np.ndarray:
-        """(H, W) boundary probability of the network (float32; multi-scale if the pipeline says so)."""
-        if self.model is None:
-            raise ValueError("boundary_map needs a model (this Segmenter is the classical path)")
+        """(H, W) boundary probability of the network (float32; multi-scale if the pipeline
+        says so); the colour gradient on the classical path."""
         return self.pipeline.boundary_map(self.model, image, self.device)
 
     def segment(self, image, tile: int = 512) -> SegmentationResult:
@@ -197,41 +189,18 @@ class Segmenter:
         resolution and its outputs drawn back at full size; ``tile``: the network's tile
         size (memory bound; 0 for one pass).
         """
-        from .segmentation.superpixels import color_gradient
-
         full = _as_image(image)
         t = {}
         t0 = time.perf_counter()
         img, out_shape = self._working_image(full)
-        if self.model is not None:
-            # learned path: the pipeline stored with the network, end to end
-            pmap = self.pipeline.boundary_map(self.model, img, self.device, tile=tile)
-            t["network"] = time.perf_counter() - t0
-            t0 = time.perf_counter()
-            rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
-            t["hierarchy"] = time.perf_counter() - t0
-            if h is None:
-                return self._flat(rag, t, out_shape)
-            return SegmentationResult(rag, u, h, pmap, t, output_shape=out_shape)
-        # classical path: the colour gradient (Scharr derivatives of the smoothed Lab image)
-        # pooled on colour-watershed superpixels, then the fitted closest ultrametric
-        pmap = color_gradient(img, 1.0)
+        pmap = self.pipeline.boundary_map(self.model, img, self.device, tile=tile)
         t["network"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        sp = self.superpixels(img)
-        rag = region_adjacency_graph(sp)
-        t["superpixels"] = time.perf_counter() - t0
-        if rag.graph.num_vertices == 1:
-            return self._flat(rag, t, out_shape)
-        t0 = time.perf_counter()
-        w = rag_frontier_mean(rag, pmap)
-        w = w / w.max().clamp_min(1e-12)
-        if self.fit_iterations > 0:
-            w = fit_ultrametric(rag.graph, w, max_iter=self.fit_iterations)
-        h = build_hierarchy(rag.graph, w)
-        u = h.ultrametric(w).numpy()
+        rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
         t["hierarchy"] = time.perf_counter() - t0
-        return SegmentationResult(rag, u, h, None, t, output_shape=out_shape)
+        if h is None:
+            return self._flat(rag, t, out_shape)
+        return SegmentationResult(rag, u, h, pmap, t, output_shape=out_shape)
 
     def _working_image(self, img: np.ndarray):
         """(image at the working resolution, full (H, W) or None when unchanged)."""

@@ -180,6 +180,27 @@ def test_pipeline_settings_round_trip_and_bad_values():
             Pipeline(**bad)
     with pytest.raises(PipelineError, match="differ in size"):
         Pipeline(superpixels="color_watershed").make_superpixels(np.zeros((10, 12)), np.zeros((10, 11, 3)))
+    for bad in (-1, 2.5, True):
+        with pytest.raises(PipelineError, match="fit_iterations"):
+            Pipeline(fit_iterations=bad)
+    assert Pipeline.from_dict(Pipeline.classical(6.0, 20).to_dict()) == Pipeline.classical(6.0, 20)
+
+
+def test_classical_path_is_the_closest_fit_of_the_colour_gradient():
+    """Segmenter() runs Pipeline.classical: the closest ultrametric fitted to the colour
+    gradient pooled on colour-watershed superpixels (scaled to a maximum of 1)."""
+    from hiseg import fit_ultrametric
+    from hiseg.graph import region_adjacency_graph
+    from hiseg.segmentation import Superpixels, rag_frontier_mean
+    from hiseg.segmentation.superpixels import color_gradient
+
+    img = checker_image()
+    res = Segmenter(region_size=6.0, fit_iterations=20).segment(img)
+    rag = region_adjacency_graph(Superpixels(region_size=6.0)(img))
+    w = rag_frontier_mean(rag, color_gradient(img, 1.0))
+    u = fit_ultrametric(rag.graph, w / w.max(), max_iter=20)
+    np.testing.assert_array_equal(res.rag.labels, rag.labels)
+    np.testing.assert_allclose(res.ultrametric, u.numpy(), rtol=0, atol=1e-12)
 
 
 def test_multiscale_and_linkages_give_nested_ucms(ckpt):

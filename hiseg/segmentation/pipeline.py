@@ -7,6 +7,10 @@ hyper-parameter of a Lightning one), and inference, validation and the training 
 all build their hierarchies through it, so a network is trained on the hierarchy it is
 judged by.
 
+Without a network (``Pipeline.classical()``, what ``Segmenter()`` uses) the boundary map
+is the colour gradient of the image (:func:`~hiseg.segmentation.superpixels.color_gradient`,
+``sigma``), on colour-watershed superpixels, with the closest linkage.
+
 Settings
 --------
 superpixels : ``"boundary_watershed"`` (default)
@@ -18,11 +22,16 @@ superpixels : ``"boundary_watershed"`` (default)
     ``labelisation_watershed`` on the 4-adjacency graph): the finest oversegmentation;
     ``"color_watershed"``: the image-gradient watershed superpixels of the first
     checkpoints (``region_size``), independent of the prediction.
-linkage : ``"average"`` (default) or ``"single"``
+linkage : ``"average"`` (default), ``"single"`` or ``"closest"``
     average: :func:`hiseg.average_linkage_ultrametric` with frontier lengths (the mean
     boundary strength between two regions decides when they merge); single:
     :func:`hiseg.subdominant_ultrametric` (min-max; leaks through one weak frontier pixel
-    run, measured worse on BSDS val, see ``experiments/results/hierarchy_variants``).
+    run, measured worse on BSDS val, see ``experiments/results/hierarchy_variants``);
+    closest: the weights scaled to a maximum of 1, then the closest ultrametric fitted
+    by :func:`hiseg.fit_ultrametric` (``fit_iterations``; 0: single linkage of them) -- the
+    classical path's hierarchy, not differentiable (inference only).
+fit_iterations : int, default 50
+    see ``linkage="closest"``.
 scales : tuple of floats, default ``(1.0,)``
     multi-scale inference: the boundary map is the mean of the network's maps on the
     image resized by each scale (bilinear), resized back. Cost grows with sum(scale^2).
@@ -46,12 +55,14 @@ import torch.nn.functional as F
 
 from ..graph import region_adjacency_graph
 from .pooling import rag_frontier_mean
-from .superpixels import Superpixels, all_minima_watershed, boundary_watershed
+from ..fitting import fit_ultrametric
+from ..ultrametric import average_linkage_ultrametric, build_hierarchy, subdominant_ultrametric
+from .superpixels import Superpixels, all_minima_watershed, boundary_watershed, color_gradient
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
 
 SUPERPIXEL_METHODS = ("boundary_watershed", "all_minima", "color_watershed")
-LINKAGES = ("average", "single")
+LINKAGES = ("average", "single", "closest")
 
 
 class PipelineError(ValueError):
@@ -92,6 +103,7 @@ class Pipeline:
     sigma: float = 1.0
     scales: tuple = field(default=(1.0,))
     max_pixels: int = 500_000
+    fit_iterations: int = 50
 
     def __post_init__(self):
         if self.superpixels not in SUPERPIXEL_METHODS:
@@ -109,10 +121,20 @@ class Pipeline:
         if isinstance(mp, bool) or not isinstance(mp, (int, np.integer)) or not (mp == 0 or mp >= 4096):
             raise PipelineError(f"max_pixels must be an integer >= 4096, or 0 for no limit, got {mp!r}")
         object.__setattr__(self, "max_pixels", int(mp))
+        fi = self.fit_iterations
+        if isinstance(fi, bool) or not isinstance(fi, (int, np.integer)) or fi < 0:
+            raise PipelineError(f"fit_iterations must be an integer >= 0, got {fi!r}")
+        object.__setattr__(self, "fit_iterations", int(fi))
         for name in ("region_size", "sigma"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0 or (name == "region_size" and v < 2):
                 raise PipelineError(f"{name} must be a finite number (region_size >= 2, sigma >= 0), got {v!r}")
+
+    @classmethod
+    def classical(cls, region_size: float = 8.0, fit_iterations: int = 50, **settings) -> "Pipeline":
+        """The chain without a network: colour gradient, colour-watershed superpixels, closest fit."""
+        return cls(superpixels="color_watershed", linkage="closest", region_size=region_size,
+                   fit_iterations=fit_iterations, **settings)
 
     # ------------------------------------------------------------------ storage
     def to_dict(self) -> dict:
@@ -150,12 +172,15 @@ class Pipeline:
         return max(1, int(height * f)), max(1, int(width * f))
 
     @torch.no_grad()
-    def boundary_map(self, model: torch.nn.Module, image: np.ndarray, device="cpu", tile: int = 512) -> np.ndarray:
+    def boundary_map(self, model: Optional[torch.nn.Module], image: np.ndarray, device="cpu",
+                     tile: int = 512) -> np.ndarray:
         """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image,
-        averaged over ``scales``. Inputs larger than ``tile`` x ``tile`` go through the
+        averaged over ``scales``; without a model, the image's colour gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the
         network in tiles with a margin of :data:`TILE_MARGIN` pixels (the network's
         effective receptive field: a pixel further away changes the output by < 3e-6), so
         memory stays bounded whatever the image size; 0 disables tiling."""
+        if model is None:
+            return color_gradient(image, self.sigma)
         x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
         h, w = x.shape[-2:]
         acc = None
@@ -184,11 +209,16 @@ class Pipeline:
         return Superpixels(region_size=self.region_size)(image)
 
     def ultrametric(self, graph, weights: torch.Tensor, lengths=None):
-        """(u, hierarchy) of the configured linkage; differentiable in ``weights``."""
-        from ..ultrametric import average_linkage_ultrametric, subdominant_ultrametric
-
+        """(u, hierarchy) of the configured linkage; differentiable in ``weights`` (except
+        ``closest``, a fit)."""
         if self.linkage == "average":
             return average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True)
+        if self.linkage == "closest":
+            w = weights / weights.max().clamp_min(1e-12)
+            if self.fit_iterations > 0:
+                w = fit_ultrametric(graph, w, max_iter=self.fit_iterations)
+            h = build_hierarchy(graph, w)
+            return h.ultrametric(w), h
         return subdominant_ultrametric(graph, weights, return_hierarchy=True)
 
     def hierarchy_of_map(self, boundary: np.ndarray, image: Optional[np.ndarray] = None):
