@@ -88,52 +88,80 @@ def add_predict_arguments(p: argparse.ArgumentParser):
     p.add_argument("--tile", type=int, default=512,
                    help="the network runs in tiles of TILE x TILE pixels (bounded memory; 0: one pass)")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+    p.add_argument("--html", action="store_true",
+                   help="also write NAME.html, an interactive explorer of the hierarchy (self-contained: "
+                        "no server or network), and index.html of thumbnails for several images")
 
 
 def run_predict(args) -> int:
     from tqdm import tqdm
 
     from .io import read_image
-    from .inference import Segmenter, write_outputs
+    from .inference import write_outputs
 
     if args.regions is not None and args.threshold is not None:
         raise ValueError("give at most one of --regions and --threshold")
     if args.regions is not None and args.regions < 1:
         raise ValueError(f"--regions must be >= 1, got {args.regions}")
     files = _collect_images(args.inputs)
-    if args.checkpoint:
-        from .pretrained import PRETRAINED
-
-        if args.checkpoint in PRETRAINED and not Path(args.checkpoint).exists():
-            seg = Segmenter.from_pretrained(args.checkpoint, device=args.device)
-        else:
-            seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
-        seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage,
-                                                   max_pixels=args.max_pixels)
-    else:
-        seg = Segmenter(device=args.device)
-        seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
+    seg = make_segmenter(args)
     if args.tile < 0:
         raise ValueError(f"--tile must be >= 0, got {args.tile}")
     out = Path(args.out)
     _check_no_collision(files, out)
+    if args.html:
+        from . import view
+
+        view.check_no_overwrite(view.page_outputs(out, [f.stem for f in files]), files)
+    pages = []
     for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
         img = read_image(f)
         res = seg.segment(img, tile=args.tile)
         write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold,
                       min_size=args.min_region_size)
+        if args.html:
+            pages.append(view.write_page_file(out, f.stem, img, res.ucm2, view.source_of(args)))
+    if len(pages) > 1:
+        view.write_index_file(out, pages)
     print(f"wrote {len(files)} image(s) to {out}")
     return 0
+
+
+def make_segmenter(args):
+    """The Segmenter of ``--checkpoint`` (a path or a shipped model's name; none: the classical
+    path) on ``--device``, its pipeline overridden by ``--scales``/``--linkage``/``--max-pixels``."""
+    from .inference import Segmenter
+
+    if args.checkpoint:
+        from .models.weights import Weights
+
+        if args.checkpoint.lower() in Weights.names() and not Path(args.checkpoint).exists():
+            seg = Segmenter.from_pretrained(args.checkpoint, device=args.device)
+        else:
+            seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
+        seg.pipeline = seg.pipeline.with_overrides(scales=getattr(args, "scales", None),
+                                                   linkage=getattr(args, "linkage", None),
+                                                   max_pixels=args.max_pixels)
+    else:
+        seg = Segmenter(device=args.device)
+        seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
+    return seg
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="hiseg", description=(
         "hiseg: hierarchical image segmentation. `hiseg predict` writes saliency maps (ultrametric "
-        "contour maps), ucm2 .mat files and cuts of images; `hiseg evaluate` runs the BSDS500 benchmark."))
+        "contour maps), ucm2 .mat files and cuts of images; `hiseg view` writes interactive explorer pages "
+        "of their hierarchies; `hiseg evaluate` runs the BSDS500 benchmark."))
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("predict", help="saliency maps (UCM), ucm2 .mat files and cuts of images")
     add_predict_arguments(p)
     p.set_defaults(func=run_predict)
+    from . import view
+
+    v = sub.add_parser("view", help="interactive HTML explorer pages of images' hierarchies")
+    view.add_arguments(v)
+    v.set_defaults(func=view.run)
     try:
         from .metrics import evaluate_cli
     except ImportError:  # pragma: no cover

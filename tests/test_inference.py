@@ -348,15 +348,16 @@ def test_nan_images_and_thresholds_are_refused(ckpt):
 def test_every_cli_option_has_help(capsys):
     import argparse
 
+    from hiseg import view
     from hiseg.cli import add_predict_arguments
     from hiseg.metrics import evaluate_cli
 
-    for add in (add_predict_arguments, evaluate_cli.add_arguments):
+    for add in (add_predict_arguments, evaluate_cli.add_arguments, view.add_arguments):
         p = argparse.ArgumentParser()
         add(p)
         missing = [a.option_strings or a.dest for a in p._actions if not a.help]
         assert not missing, f"{add.__name__}: options without help {missing}"
-    for sub in ("predict", "evaluate"):
+    for sub in ("predict", "evaluate", "view"):
         with pytest.raises(SystemExit):
             cli_main([sub, "--help"])
         out = capsys.readouterr().out

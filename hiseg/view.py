@@ -1,0 +1,332 @@
+"""Interactive explorer pages: one self-contained HTML file per image's hierarchy.
+
+>>> from hiseg.view import build_page
+>>> html = build_page(image, result.ucm2, title="photo")    # result: a SegmentationResult
+
+A page needs no server, no network and no other file (it opens by double-click; a
+Content-Security-Policy forbids it any request). It carries the image and the UCM as
+PNGs: the UCM on the doubled grid (BSDS ``ucm2``, (2H+1) x (2W+1)) as the rank of each
+entry among the map's distinct levels (24-bit RGB), the levels themselves as float64. The
+page computes every cut from it: once, Kruskal over the pixel edges in level order (the
+merge tree); per slider move, one pass over that tree. The regions at level ``t`` are
+the 4-connected components of pixels joined by ucm2 entries ``<= t``:
+``SegmentationResult.cut(threshold=t)`` for hiseg's hierarchies, the benchmark's reading
+(:func:`hiseg.metrics.region.ucm_to_labels`) for any ucm2 in the BSDS layout.
+
+``hiseg view`` writes the pages of images (segmented on the spot, or read from a folder
+of ucm2 ``.mat`` files with ``--ucm``), and an ``index.html`` of thumbnails for several;
+``hiseg predict --html`` writes them next to its other outputs.
+"""
+from __future__ import annotations
+
+import base64
+import html
+import json
+import os
+import shutil
+import tempfile
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from .io import _umask, atomic_write, read_image, to_float_rgb
+
+__all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs",
+           "check_no_overwrite", "write_pages", "write_page_file", "write_index_file", "add_arguments", "run"]
+
+INDEX = "index.html"
+_MAX_LEVELS = 1 << 24  # ranks travel in the 24 bits of an RGB pixel
+
+
+def check_ucm2(ucm2: np.ndarray, image_shape=None, where: str = "ucm2") -> np.ndarray:
+    """``ucm2`` as float64 after the checks the page relies on; ValueError naming the problem.
+
+    The map must be (2H+1, 2W+1) (``image_shape`` (H, W) when given), finite, with
+    zeros at the pixel positions ``[1::2, 1::2]`` and every grid corner ``[::2, ::2]`` at
+    least as high as the pixel edges around it (hiseg's maps and gPb-owt-ucm's are): then
+    the 8-connected components the benchmark reads are the pixels' 4-connected ones.
+    """
+    u = np.asarray(ucm2, dtype=np.float64)
+    if u.ndim != 2 or u.shape[0] % 2 == 0 or u.shape[1] % 2 == 0 or min(u.shape) < 3:
+        raise ValueError(f"{where}: a ucm2 must be (2H+1) x (2W+1), got shape {u.shape}")
+    h, w = (u.shape[0] - 1) // 2, (u.shape[1] - 1) // 2
+    if image_shape is not None and tuple(image_shape[:2]) != (h, w):
+        raise ValueError(f"{where} of shape {u.shape} is the map of a {h}x{w} (HxW) image, but the image is "
+                         f"{image_shape[0]}x{image_shape[1]}: the UCM belongs to another image")
+    if not np.isfinite(u).all():
+        raise ValueError(f"{where}: the ucm2 has NaN or infinite values")
+    if np.any(u[1::2, 1::2] != 0):
+        raise ValueError(f"{where}: not a ucm2 in the BSDS layout (pixel positions [1::2, 1::2] must be 0)")
+    c = u[::2, ::2]
+    low = np.zeros(c.shape, dtype=bool)
+    for edges, axis in ((u[::2, 1::2], 1), (u[1::2, ::2], 0)):  # pixel edges beside / above-below corners
+        before = [slice(None), slice(None)]
+        after = [slice(None), slice(None)]
+        before[axis], after[axis] = slice(None, -1), slice(1, None)
+        low[tuple(before)] |= c[tuple(before)] < edges
+        low[tuple(after)] |= c[tuple(after)] < edges
+    if low.any():
+        raise ValueError(f"{where}: not a ucm2 in the BSDS layout ({int(low.sum())} grid corners [::2, ::2] are "
+                         "lower than a pixel edge beside them)")
+    return u
+
+
+def ucm2_ranks(ucm2: np.ndarray):
+    """(levels, ranks): the sorted distinct values of ``ucm2`` and each entry's index in them."""
+    levels, ranks = np.unique(ucm2, return_inverse=True)
+    if levels.size > _MAX_LEVELS:
+        raise ValueError(f"the ucm2 has {levels.size} distinct levels; a page holds at most {_MAX_LEVELS}")
+    return levels, ranks.reshape(ucm2.shape).astype(np.uint32)
+
+
+def _png(rgb: np.ndarray) -> bytes:
+    import cv2
+
+    ok, buf = cv2.imencode(".png", np.ascontiguousarray(rgb[..., ::-1]), [cv2.IMWRITE_PNG_COMPRESSION, 9])
+    if not ok:
+        raise OSError("could not encode a PNG")
+    return buf.tobytes()
+
+
+def _rgb8(image) -> np.ndarray:
+    return (to_float_rgb(image) * 255 + 0.5).astype(np.uint8)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def _script_json(obj) -> str:
+    """JSON safe inside a <script> element."""
+    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+
+
+def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "") -> str:
+    """The explorer page (HTML text) of one image and its ucm2 (see the module docstring).
+
+    ``image``: (H, W[, 3]) float in [0, 1] or integers; ``ucm2``: (2H+1, 2W+1), checked by
+    :func:`check_ucm2`. ``source`` (what made the hierarchy) is shown beside the title.
+    """
+    rgb = _rgb8(image)
+    u = check_ucm2(ucm2, rgb.shape, where=f"ucm2 of {title or 'the image'}")
+    levels, ranks = ucm2_ranks(u)
+    packed = np.stack([(ranks >> 16) & 255, (ranks >> 8) & 255, ranks & 255], axis=-1).astype(np.uint8)
+    data = {"title": title, "source": source, "width": rgb.shape[1], "height": rgb.shape[0],
+            "image": _b64(_png(rgb)), "ucm": _b64(_png(packed)),
+            "levels": _b64(levels.astype("<f8").tobytes()), "rankSum": int(ranks.sum(dtype=np.int64))}
+    template = resources.files("hiseg").joinpath("view_page.html").read_text(encoding="utf-8")
+    return (template.replace("__HISEG_TITLE__", html.escape(title))
+            .replace("__HISEG_DATA__", _script_json(data)))
+
+
+def thumbnail(image, ucm2: np.ndarray, size: int = 240) -> bytes:
+    """JPEG of the image with its UCM drawn over it in white, at most ``size`` pixels a side."""
+    import cv2
+
+    rgb = _rgb8(image).astype(np.float32)
+    sal = np.asarray(ucm2, dtype=np.float32)[2::2, 2::2]
+    a = (sal / max(float(sal.max()), 1e-12))[..., None]
+    over = rgb * (1 - a) + 255 * a
+    h, w = sal.shape
+    s = min(1.0, size / max(h, w))
+    small = cv2.resize(over, (max(1, round(w * s)), max(1, round(h * s))), interpolation=cv2.INTER_AREA)
+    ok, buf = cv2.imencode(".jpg", np.clip(small + 0.5, 0, 255).astype(np.uint8)[..., ::-1],
+                           [cv2.IMWRITE_JPEG_QUALITY, 85])
+    if not ok:
+        raise OSError("could not encode a JPEG thumbnail")
+    return buf.tobytes()
+
+
+def build_index(entries: Sequence[tuple], title: str = "hiseg hierarchies") -> str:
+    """Index page: ``entries`` of (page file name, caption, thumbnail JPEG bytes)."""
+    from urllib.parse import quote
+
+    cards = "\n".join(
+        f'<a class="card" href="{html.escape(quote(name))}"><img alt="{html.escape(caption)}" '
+        f'src="data:image/jpeg;base64,{_b64(thumb)}"><span>{html.escape(caption)}</span></a>'
+        for name, caption, thumb in entries)
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<title>{html.escape(title)}</title>
+<style>
+  body {{ font: 14px/1.4 system-ui, sans-serif; margin: 12px 16px; background: #f4f4f2; color: #222; }}
+  h1 {{ font-size: 18px; }}
+  .grid {{ display: flex; flex-wrap: wrap; gap: 14px; }}
+  .card {{ display: flex; flex-direction: column; color: inherit; text-decoration: none; }}
+  .card img {{ border: 1px solid #bbb; }}
+  .card:hover img {{ border-color: #333; }}
+</style>
+</head>
+<body>
+<h1>{html.escape(title)}: {len(entries)} images</h1>
+<p>Thumbnails show each image with its saliency map (UCM); click one to explore its hierarchy.</p>
+<div class="grid">
+{cards}
+</div>
+</body>
+</html>
+"""
+
+
+def page_outputs(out, stems: Sequence[str]) -> dict:
+    """Paths of the pages of ``stems`` in ``out`` (and of the index, for several), by file name."""
+    out = Path(out)
+    names = [f"{s}.html" for s in stems]
+    if len(stems) > 1:
+        if INDEX in names:
+            raise ValueError(f"an image named {Path(INDEX).stem!r} would have its page overwritten by the index "
+                             f"page {INDEX}: rename that image or view it separately")
+        names.append(INDEX)
+    return {n: out / n for n in names}
+
+
+def check_no_overwrite(outputs: dict, inputs: Sequence) -> None:
+    """Refuse (before anything is written) when an output would replace an input file."""
+    ins = {Path(p).resolve() for p in inputs}
+    hit = sorted(str(p) for p in outputs.values() if p.resolve() in ins)
+    if hit:
+        raise ValueError(f"output file(s) {hit[:3]} would overwrite input files: choose another --out folder")
+
+
+def _page(stem: str, image, ucm2, source: str):
+    """(page text, index entry) of one image."""
+    text = build_page(image, ucm2, title=stem, source=source)
+    levels = np.unique(np.asarray(ucm2)).size
+    return text, (f"{stem}.html", f"{stem} ({levels} levels)", thumbnail(image, ucm2))
+
+
+def write_page_file(out, stem: str, image, ucm2, source: str = "") -> tuple:
+    """Write ``out/STEM.html`` atomically (``hiseg predict --html``); returns its index entry
+    for :func:`write_index_file`."""
+    text, entry = _page(stem, image, ucm2, source)
+    atomic_write(Path(out) / entry[0], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return entry
+
+
+def write_index_file(out, entries: Sequence[tuple]) -> Path:
+    """Write ``out/index.html`` of ``entries`` atomically."""
+    path = Path(out) / INDEX
+    text = build_index(entries)
+    atomic_write(path, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    return path
+
+
+def write_pages(out, items, progress=None) -> list[Path]:
+    """Write the pages of ``items`` (an iterable of ``(stem, image, ucm2, source)``) into
+    ``out``, with an ``index.html`` for several; all or nothing.
+
+    Every file is first written into a temporary folder inside ``out`` (pages one at a
+    time: a folder of photographs is never held in memory) and moved into place
+    (``os.replace``, atomic) only once all of them exist: an error on any image
+    (unreadable, a UCM of another shape, ...) leaves no page written and no folder created.
+    ``progress``: wraps ``items`` (e.g. tqdm). Returns the written paths.
+    """
+    out = Path(out)
+    created = []
+    d = out
+    while not d.exists():
+        created.append(d)
+        d = d.parent
+    out.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(dir=out, prefix=".hiseg-view-"))
+    try:
+        entries = []
+        for stem, image, ucm2, source in (progress(items) if progress else items):
+            text, entry = _page(stem, image, ucm2, source)
+            (stage / entry[0]).write_text(text, encoding="utf-8")
+            entries.append(entry)
+        targets = page_outputs(out, [name[:-len(".html")] for name, _, _ in entries])
+        if len(entries) > 1:
+            (stage / INDEX).write_text(build_index(entries), encoding="utf-8")
+        for name, path in targets.items():
+            os.chmod(stage / name, 0o666 & ~_umask())  # mkdtemp's folder is private, the pages are not
+            os.replace(stage / name, path)
+        return list(targets.values())
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        for d in created:  # deepest first; only the folders this call made
+            try:
+                d.rmdir()
+            except OSError:
+                break
+        raise
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def source_of(args) -> str:
+    """What made the hierarchies, as a page shows it."""
+    return f"checkpoint {args.checkpoint}" if args.checkpoint else "classical path (no checkpoint)"
+
+
+# ----------------------------------------------------------------------------- command line
+def add_arguments(p) -> None:
+    p.description = ("Write an interactive explorer page (one self-contained HTML file, no server or "
+                     "network needed) per image: the image, its saliency map (UCM) and a slider over "
+                     "the hierarchy's levels or region counts; click a region for its area and the "
+                     "level at which it merges. With several images, also index.html of thumbnails.")
+    p.add_argument("inputs", nargs="+", help="images or folders of images")
+    p.add_argument("--out", "-o", required=True, help="output folder of the pages")
+    p.add_argument("--ucm", default=None, metavar="FOLDER",
+                   help="read each image's hierarchy from FOLDER/NAME.mat (a BSDS ucm2, as `hiseg predict` "
+                        "writes) instead of segmenting the image")
+    p.add_argument("--checkpoint", "-c", default=None,
+                   help="without --ucm: trained checkpoint (.ckpt) or a shipped model's name (bsds500); "
+                        "without it, the classical colour-gradient + ultrametric-fitting path")
+    p.add_argument("--device", default="cpu", help="torch device of the network (cpu, cuda, ...)")
+    p.add_argument("--max-pixels", type=int, default=None, metavar="N",
+                   help="working resolution of the segmentation (default: the checkpoint's pipeline)")
+    p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from .cli import _collect_images, make_segmenter
+
+    if args.ucm is not None and args.checkpoint is not None:
+        raise ValueError("give --ucm (read the hierarchies) or --checkpoint (compute them), not both")
+    files = _collect_images(args.inputs)
+    out = Path(args.out)
+    inputs = list(files)
+    if args.ucm is not None:
+        folder = Path(args.ucm)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--ucm folder not found: {folder}")
+        mats = [folder / f"{f.stem}.mat" for f in files]
+        missing = [m.name for m in mats if not m.is_file()]
+        if missing:
+            have = len(list(folder.glob("*.mat")))
+            raise FileNotFoundError(
+                f"--ucm folder {folder} has no ucm2 file for {len(missing)} of {len(files)} image(s): "
+                f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} ({have} .mat files there; "
+                "`hiseg predict` writes NAME.mat for image NAME)")
+        inputs += mats
+    elif args.checkpoint and Path(args.checkpoint).exists():
+        inputs.append(Path(args.checkpoint))
+    check_no_overwrite(page_outputs(out, [f.stem for f in files]), inputs)
+    seg = None if args.ucm is not None else make_segmenter(args)
+    source = f"ucm2 from {args.ucm}" if seg is None else source_of(args)
+
+    def items():
+        for f in files:
+            img = read_image(f)
+            if seg is None:
+                from .metrics.predictions import load_prediction
+
+                mat = Path(args.ucm) / f"{f.stem}.mat"
+                ucm2 = check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
+            else:
+                ucm2 = seg.segment(img).ucm2
+            yield f.stem, img, ucm2, source
+
+    bar = None if args.no_progress or len(files) < 2 else (lambda it: tqdm(it, total=len(files), desc="hiseg view",
+                                                                            unit="img"))
+    write_pages(out, items(), progress=bar)
+    print(f"wrote {len(files)} page(s) to {out}" + (f" and {INDEX} (open it)" if len(files) > 1 else ""))
+    return 0

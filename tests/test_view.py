@@ -1,0 +1,395 @@
+"""hiseg view: self-contained explorer pages; their cuts in a real headless browser.
+
+The browser tests need Debian's ``chromium`` and ``chromium-driver`` packages and the
+``selenium`` package (the ``dev`` extra); they skip cleanly without them.
+"""
+import base64
+import json
+import re
+import shutil
+import statistics
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from scipy.io import savemat
+
+from hiseg.cli import main as cli_main
+from hiseg.inference import Segmenter, write_outputs
+from hiseg.metrics.region import ucm_to_labels
+from hiseg.view import build_page, check_ucm2
+
+VAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "BSDS500" / "data" / "images" / "val"
+GPB = VAL.parents[2] / "ucm2" / "val"
+
+
+def blocks_image(h=60, w=80, seed=0):
+    """Coloured rectangles with a little noise: a hierarchy of a few clear regions."""
+    rng = np.random.default_rng(seed)
+    img = np.full((h, w, 3), 0.5, np.float32)
+    img[: h // 2, : w // 3] = [0.9, 0.1, 0.1]
+    img[h // 2:, w // 3: 2 * w // 3] = [0.1, 0.2, 0.9]
+    img[h // 4: 3 * h // 4, 2 * w // 3:] = [0.1, 0.8, 0.2]
+    img[h // 4: h // 2, 2 * w // 3 + 4: w - 4] = [0.1, 0.5, 0.15]
+    return np.clip(img + rng.normal(0, 0.03, img.shape), 0, 1).astype(np.float32)
+
+
+def photograph():
+    """A 481x321 photograph: a BSDS500 val image where the shared data is, else a synthetic
+    one of that size (textured: it compresses no better than a photograph)."""
+    if VAL.is_dir():
+        from hiseg.io import read_image
+
+        return "101085", read_image(VAL / "101085.jpg")
+    rng = np.random.default_rng(1)
+    img = cv2.resize(rng.random((12, 8, 3)).astype(np.float32), (321, 481), interpolation=cv2.INTER_CUBIC)
+    return "synthetic", np.clip(img + rng.normal(0, 0.05, img.shape), 0, 1).astype(np.float32)
+
+
+@pytest.fixture(scope="module")
+def learned():
+    name, img = photograph()
+    return name, img, Segmenter.from_pretrained("bsds500").segment(img)
+
+
+@pytest.fixture(scope="module")
+def classical():
+    img = blocks_image()
+    return "blocks", img, Segmenter(region_size=6.0, fit_iterations=20).segment(img)
+
+
+def page_data(text):
+    """The JSON data block of a page."""
+    m = re.search(r'<script type="application/json" id="hiseg-data">(.*?)</script>', text, re.S)
+    return json.loads(m.group(1).replace("<\\/", "</"))
+
+
+def decode_png(b64):
+    return cv2.imdecode(np.frombuffer(base64.b64decode(b64), np.uint8), cv2.IMREAD_UNCHANGED)
+
+
+# ----------------------------------------------------------------------------- without a browser
+def test_page_is_self_contained_small_and_carries_the_ucm_exactly(learned):
+    name, img, res = learned
+    text = build_page(img, res.ucm2, title=name, source="test")
+    assert img.shape[:2] == (481, 321)
+    assert len(text.encode("utf-8")) < 2 * 2 ** 20  # under 2 MB for a 481x321 image
+    # no external resource of any kind, and a policy forbidding every request
+    assert not re.search(r"""(src|href|action)\s*=\s*["']?\s*(https?:|//)""", text, re.I)
+    assert not re.search(r"url\(|@import|<link\b|fetch\(|XMLHttpRequest|<iframe", text, re.I)
+    assert "default-src 'none'" in text
+    d = page_data(text)
+    assert (d["width"], d["height"]) == (321, 481) and d["title"] == name
+    # the UCM travels as a PNG of ranks (24 bits) plus the exact float64 levels
+    rgb = decode_png(d["ucm"])[..., ::-1].astype(np.int64)
+    ranks = (rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]
+    levels = np.frombuffer(base64.b64decode(d["levels"]), "<f8")
+    np.testing.assert_array_equal(levels[ranks], res.ucm2)
+    assert d["rankSum"] == ranks.sum()
+    np.testing.assert_array_equal(decode_png(d["image"])[..., ::-1], (img * 255 + 0.5).astype(np.uint8))
+
+
+def test_title_cannot_break_out_of_the_page(classical):
+    _, img, res = classical
+    text = build_page(img, res.ucm2, title="</script><b>x", source="</script>")
+    assert text.lower().count("</script") == 2  # the page's own two script elements
+    assert "<h1>&lt;/script&gt;&lt;b&gt;x</h1>" in text
+    assert page_data(text)["source"] == "</script>"
+
+
+def test_check_ucm2_names_the_problem(classical):
+    _, img, res = classical
+    u = res.ucm2
+    with pytest.raises(ValueError, match=r"\(2H\+1\) x \(2W\+1\)"):
+        check_ucm2(u[:-1])
+    with pytest.raises(ValueError, match="another image"):
+        check_ucm2(u, (img.shape[1], img.shape[0]))
+    bad = u.copy()
+    bad[5, 5] = np.nan
+    with pytest.raises(ValueError, match="NaN"):
+        check_ucm2(bad)
+    bad = u.copy()
+    bad[1, 1] = 0.5  # a pixel position
+    with pytest.raises(ValueError, match=r"pixel positions"):
+        check_ucm2(bad)
+    bad = u.copy()
+    r, c = np.argwhere(u[2:-1:2, 2:-1:2] > 0)[0] * 2 + 2
+    bad[r, c] = 0  # a corner below its edges would join regions diagonally in the benchmark
+    with pytest.raises(ValueError, match="corners"):
+        check_ucm2(bad)
+    assert check_ucm2(u, img.shape) is not None
+
+
+def save_png(path, img):
+    cv2.imwrite(str(path), (img[..., ::-1] * 255 + 0.5).astype(np.uint8))
+
+
+@pytest.fixture
+def predicted(tmp_path, classical):
+    """Two images and their `hiseg predict` folder (classical path)."""
+    _, img, res = classical
+    src = tmp_path / "images"
+    src.mkdir()
+    save_png(src / "a.png", img)
+    save_png(src / "b.png", img[::-1].copy())
+    pred = tmp_path / "pred"
+    seg = Segmenter(region_size=6.0, fit_iterations=20)
+    for f in sorted(src.iterdir()):
+        write_outputs(pred, f.stem, seg.segment(str(f)), img)
+    return src, pred
+
+
+def test_view_a_prediction_folder_writes_pages_and_index(tmp_path, predicted):
+    src, pred = predicted
+    out = tmp_path / "pages"
+    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == ["a.html", "b.html", "index.html"]
+    index = (out / "index.html").read_text()
+    assert re.findall(r'href="([^"]+)"', index) == ["a.html", "b.html"]
+    assert len(re.findall(r'src="data:image/jpeg;base64,', index)) == 2
+    from scipy.io import loadmat
+
+    d = page_data((out / "b.html").read_text())
+    levels = np.frombuffer(base64.b64decode(d["levels"]), "<f8")
+    np.testing.assert_array_equal(levels, np.unique(loadmat(pred / "b.mat")["ucm2"]))
+
+
+def test_predict_html(tmp_path, classical):
+    _, img, _ = classical
+    src = tmp_path / "images"
+    src.mkdir()
+    save_png(src / "x.png", img)
+    save_png(src / "y.png", img[:, ::-1].copy())
+    out = tmp_path / "out"
+    assert cli_main(["predict", str(src), "--out", str(out), "--html", "--no-progress"]) == 0
+    assert {"x.html", "y.html", "index.html", "x.mat"} <= {p.name for p in out.iterdir()}
+    assert page_data((out / "x.html").read_text())["source"] == "classical path (no checkpoint)"
+
+
+def refused(capsys, argv, *fragments):
+    assert cli_main(argv) == 2
+    err = capsys.readouterr().err
+    for f in fragments:
+        assert f in err, err
+    return err
+
+
+def test_bad_input_is_refused_and_nothing_is_written(tmp_path, predicted, capsys):
+    src, pred = predicted
+    out = tmp_path / "new" / "pages"
+    # a prediction folder without UCMs
+    empty = tmp_path / "no_ucms"
+    empty.mkdir()
+    (empty / "a_ucm.png").write_bytes(b"")
+    refused(capsys, ["view", str(src), "--ucm", str(empty), "--out", str(out)],
+            "no ucm2 file for 2 of 2 image(s): a.mat, b.mat", "0 .mat files there")
+    # b's UCM belongs to another image: a's page is not written either, no folder is left
+    savemat(pred / "b.mat", {"ucm2": np.zeros((21, 31))})
+    refused(capsys, ["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"],
+            "b.mat", "10x15 (HxW) image, but the image is 60x80", "another image")
+    assert not (tmp_path / "new").exists()
+    refused(capsys, ["view", str(src), "--ucm", str(pred), "--checkpoint", "bsds500", "--out", str(out)],
+            "not both")
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_output_never_overwrites_an_input(tmp_path, classical, capsys):
+    _, img, _ = classical
+    src = tmp_path / "images"
+    src.mkdir()
+    save_png(src / "a.png", img)
+    shutil.copy(src / "a.png", src / "b.html")  # an image file named like a page (OpenCV reads it)
+    before = (src / "b.html").read_bytes()
+    refused(capsys, ["view", str(src / "a.png"), str(src / "b.html"), "--out", str(src)],
+            "would overwrite input files", "b.html")
+    assert (src / "b.html").read_bytes() == before and not (src / "a.html").exists()
+    save_png(src / "index.png", img)  # its page would be the index page
+    refused(capsys, ["view", str(src / "a.png"), str(src / "index.png"), "--out", str(tmp_path / "o")],
+            "'index'", "index.html")
+    assert not (tmp_path / "o").exists()
+
+
+# ----------------------------------------------------------------------------- in a browser
+@pytest.fixture(scope="module")
+def browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is not installed (pip install selenium)")
+    from selenium.webdriver.chrome.service import Service
+
+    chromium = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if not chromium or not driver:
+        pytest.skip("no headless browser: install Debian's chromium and chromium-driver packages")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--window-size=1100,760", "--hide-scrollbars"):
+        opts.add_argument(a)
+    d = webdriver.Chrome(service=Service(driver), options=opts)  # never downloads a driver
+    yield d
+    d.quit()
+
+
+def open_page(d, path=None):
+    """Load ``path`` (or stay on the current page) and wait until the page is ready."""
+    import time
+
+    if path is not None:
+        d.get(path.resolve().as_uri())
+    t0 = time.time()
+    while time.time() - t0 < 30:
+        state = d.execute_script("return window.hisegView ? [hisegView.ready, hisegView.error] : null")
+        if state and (state[0] or state[1]):
+            assert state[1] is None, state[1]
+            return
+        time.sleep(0.05)
+    raise AssertionError("the page did not get ready in 30 s")
+
+
+def show(d, page, img, ucm2, **kw):
+    """Write the page of ``img`` and ``ucm2`` to ``page`` and open it in the browser."""
+    page.write_text(build_page(img, ucm2, **kw))
+    open_page(d, page)
+    return np.unique(ucm2)
+
+
+def move_slider(d, value):
+    """What dragging the slider does: a new value, then an 'input' event."""
+    d.execute_script("var s = document.getElementById('slider'); s.value = arguments[0];"
+                     "s.dispatchEvent(new Event('input', {bubbles: true}));", value)
+    return int(d.find_element("id", "regions").text), d.execute_script("return hisegView.level()")
+
+
+def same_partition(a, b):
+    """Two label images make the same regions (whatever the numbers)."""
+    a, b = np.asarray(a).ravel(), np.asarray(b).ravel()
+    pairs = np.unique(np.stack([a, b]), axis=1)
+    return pairs.shape[1] == np.unique(a).size == np.unique(b).size
+
+
+def check_three_levels(d, tmp_path, name, levels, truth):
+    """Move the slider to three levels (many, some, few regions): the regions drawn are
+    those of ``truth(threshold)`` (Python). Returns the ms per move the page measured."""
+    counts = np.array([truth(t).max() + 1 for t in levels[:: max(1, len(levels) // 64)]])
+    sub = levels[:: max(1, len(levels) // 64)]
+    picks = [int(np.searchsorted(levels, sub[np.argmin(np.abs(counts - c))])) for c in
+             (min(counts.max(), 200), min(counts.max(), 25), 3)]
+    assert len(set(picks)) == 3, picks
+    ms = []
+    for k in picks:
+        n, level = move_slider(d, k)
+        ms.append(d.execute_script("return hisegView.lastMs"))
+        assert level == levels[k]  # the page's level is exactly Python's
+        lab = truth(level)
+        assert n == lab.max() + 1, (k, level, n, lab.max() + 1)
+        assert same_partition(d.execute_script("return hisegView.labels()"), lab.reshape(-1))
+        d.save_screenshot(str(tmp_path / f"{name}_level{k}.png"))
+    for v in np.linspace(0, len(levels) - 1, 12).astype(int):  # more moves, for the timing
+        move_slider(d, int(v))
+        ms.append(d.execute_script("return hisegView.lastMs"))
+    return ms
+
+
+def test_browser_cuts_match_python_learned_path(browser, learned, tmp_path):
+    d = browser
+    name, img, res = learned
+    page = tmp_path / f"{name}.html"
+    levels = show(d, page, img, res.ucm2, title=name, source="bsds500")
+    assert d.execute_script("return hisegView.levels()") == levels.tolist()
+    ms = check_three_levels(d, tmp_path, name, levels, lambda t: res.cut(threshold=t))
+    med = statistics.median(ms)
+    print(f"\nms per slider move ({img.shape[1]}x{img.shape[0]}): median {med:.1f}, max {max(ms):.1f}; "
+          f"page {page.stat().st_size / 1024:.0f} KiB; screenshots in {tmp_path}")
+    assert med < 50, ms
+    # the real keyboard on the slider: End is the top level (one region), Home the finest
+    from selenium.webdriver.common.keys import Keys
+
+    slider = d.find_element("id", "slider")
+    for key, k in ((Keys.END, -1), (Keys.HOME, 0)):
+        slider.send_keys(key)
+        assert int(d.find_element("id", "regions").text) == res.cut(threshold=levels[k]).max() + 1
+    # no request left the page
+    assert d.execute_script("return performance.getEntriesByType('resource').length") == 0
+
+
+def test_browser_click_shows_area_and_merge_level(browser, learned, tmp_path):
+    from selenium.webdriver.common.actions.action_builder import ActionBuilder
+
+    d = browser
+    name, img, res = learned
+    levels = show(d, tmp_path / "click.html", img, res.ucm2, title=name)
+    k = len(levels) // 2
+    move_slider(d, k)
+    canvas = d.find_element("id", "cut")
+    left, top, width, height = d.execute_script(
+        "arguments[0].scrollIntoView(); var r = arguments[0].getBoundingClientRect();"
+        "return [r.left, r.top, r.width, r.height];", canvas)
+    h, w = img.shape[:2]
+    row, col = h // 2, w // 3
+    mouse = ActionBuilder(d)  # a real click at that pixel (viewport coordinates)
+    mouse.pointer_action.move_to_location(int(left + (col + 0.5) * width / w), int(top + (row + 0.5) * height / h))
+    mouse.pointer_action.click()
+    mouse.perform()
+    info = d.execute_script("return hisegView.info")
+    assert abs(info["row"] - row) <= 1 and abs(info["col"] - col) <= 1
+    r, c = info["row"], info["col"]
+    lab = res.cut(threshold=levels[k])
+    area = int((lab == lab[r, c]).sum())
+    assert info["area"] == area
+    # the merge level: the lowest level above the current one where the region grows
+    lo, hi = k + 1, len(levels) - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        cut = res.cut(threshold=levels[mid])
+        lo, hi = (mid + 1, hi) if (cut == cut[r, c]).sum() == area else (lo, mid)
+    assert info["merge"] == levels[lo]
+    text = d.find_element("id", "info").text
+    assert f"region of {area} pixels" in text and "merges into its parent at level" in text
+    d.save_screenshot(str(tmp_path / "click.png"))
+
+
+def test_browser_classical_path_and_region_count_mode(browser, classical, tmp_path):
+    d = browser
+    name, img, res = classical
+    levels = show(d, tmp_path / "classical.html", img, res.ucm2, title=name)
+    check_three_levels(d, tmp_path, name, levels, lambda t: res.cut(threshold=t))
+    # the slider over region counts: n regions; where a level has n regions, they are its regions
+    d.execute_script("var m = document.getElementById('mode'); m.value = 'regions';"
+                     "m.dispatchEvent(new Event('change'));")
+    cuts = {c.max() + 1: c for c in (res.cut(threshold=t) for t in levels[::-1])}
+    for n in [n for n in sorted(cuts) if n > 1][:3]:
+        assert move_slider(d, int(n))[0] == n
+        assert same_partition(d.execute_script("return hisegView.labels()"), cuts[n].reshape(-1))
+
+
+@pytest.mark.skipif(not GPB.is_dir(), reason="BSDS500 gPb-owt-ucm ucm2 files (shared data) not found")
+def test_browser_reads_a_bsds_ucm2_as_the_benchmark_does(browser, tmp_path):
+    """gPb-owt-ucm's own ucm2, through `hiseg view --ucm`: the regions drawn are the
+    benchmark's 8-connected components of ucm2 <= t."""
+    from scipy.io import loadmat
+
+    d = browser
+    assert cli_main(["view", str(VAL / "101087.jpg"), "--ucm", str(GPB), "--out", str(tmp_path)]) == 0
+    open_page(d, tmp_path / "101087.html")
+    ucm2 = loadmat(GPB / "101087.mat")["ucm2"].astype(np.float64)
+    check_three_levels(d, tmp_path, "gpb", np.unique(ucm2), lambda t: ucm_to_labels(ucm2, t) - 1)
+
+
+def test_browser_index_page_leads_to_the_pages(browser, predicted, tmp_path):
+    from scipy.io import loadmat
+
+    d = browser
+    src, pred = predicted
+    out = tmp_path / "pages"
+    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"]) == 0
+    d.get((out / "index.html").as_uri())
+    cards = d.find_elements("css selector", "a.card")
+    assert [c.text for c in cards] == [f"{s} ({np.unique(loadmat(pred / f'{s}.mat')['ucm2']).size} levels)"
+                                       for s in "ab"]
+    assert all(int(i.get_attribute("naturalWidth")) > 0 for i in d.find_elements("css selector", "a.card img"))
+    cards[1].click()
+    assert d.current_url == (out / "b.html").as_uri()
+    open_page(d)
+    ucm2 = loadmat(pred / "b.mat")["ucm2"]
+    assert d.execute_script("return hisegView.regionCount()") == ucm_to_labels(
+        ucm2, d.execute_script("return hisegView.level()")).max()
