@@ -127,6 +127,12 @@ def run_predict(args) -> int:
     return 0
 
 
+def run_view(args) -> int:
+    from . import view
+
+    return view.run(args, _collect_images(args.inputs), make_segmenter)
+
+
 def make_segmenter(args):
     """The Segmenter of ``--checkpoint`` (a path or a shipped model's name; none: the classical
     path) on ``--device``, its pipeline overridden by ``--scales``/``--linkage``/``--max-pixels``."""
@@ -161,7 +167,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     v = sub.add_parser("view", help="interactive HTML explorer pages of images' hierarchies")
     view.add_arguments(v)
-    v.set_defaults(func=view.run)
+    v.set_defaults(func=run_view)
     try:
         from .metrics import evaluate_cli
     except ImportError:  # pragma: no cover

@@ -284,14 +284,13 @@ def add_arguments(p) -> None:
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
 
 
-def run(args) -> int:
+def run(args, files: Sequence[Path], make_segmenter) -> int:
+    """``hiseg view``: the pages of ``files`` (the collected inputs); ``make_segmenter(args)``
+    gives the Segmenter when the hierarchies are computed (no ``--ucm``)."""
     from tqdm import tqdm
-
-    from .cli import _collect_images, make_segmenter
 
     if args.ucm is not None and args.checkpoint is not None:
         raise ValueError("give --ucm (read the hierarchies) or --checkpoint (compute them), not both")
-    files = _collect_images(args.inputs)
     out = Path(args.out)
     inputs = list(files)
     if args.ucm is not None:
