@@ -25,13 +25,15 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
+import torchmetrics
 
 from . import losses as L
 from .models import get_model
 from .segmentation.pooling import frontier_mean
 from .segmentation.saliency import ucm2_from_rag
 
-__all__ = ["HierarchicalSegmentationModule", "LastCheckpoint", "CSVLogger", "sample_batch_triplets", "balanced_bce"]
+__all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LastCheckpoint", "CSVLogger",
+           "sample_batch_triplets", "balanced_bce"]
 
 VAL_THRESHOLDS = np.linspace(0.1, 0.9, 9)
 PIXEL_LOSSES = ("balanced_bce", "edge")
@@ -74,6 +76,73 @@ def balanced_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     weight = torch.where(target > 0, beta, 1 - beta)
     return F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="mean")
 
+
+class SegmentationMetrics(torchmetrics.Metric):
+    """Validation / test numbers of a whole set: losses and boundary precision, recall, F.
+
+    :meth:`update` takes one batch's loss values, its boundary counts and its number of
+    images; the states are sums (images, loss sums weighted by the batch size, images
+    with each loss, boundary counts per threshold), which torchmetrics adds up over the
+    processes (DDP) in :meth:`compute`; every process must call :meth:`compute`.
+
+    :meth:`compute` returns ``{}`` when no image was seen, else floats: each loss (mean
+    per image; a loss missing from some images, e.g. no triplet, counts as 0 there, as
+    in the training step), ``boundary_f`` / ``boundary_precision`` / ``boundary_recall``
+    at the fixed threshold and ``boundary_f_ods``, the best F over
+    :data:`VAL_THRESHOLDS`: the F of the counts summed over the set (not a mean of
+    per-image Fs). Counts per threshold are ``(matched GT, GT, matched predicted,
+    predicted)`` boundary pixels (:meth:`hiseg.metrics.boundary.BoundaryMatcher.counts`).
+    """
+
+    full_state_update = False
+
+    def __init__(self, n_thresholds: int = 1 + VAL_THRESHOLDS.size, **kwargs):
+        super().__init__(**kwargs)
+        # float64 holds the integer counts exactly (and every backend reduces it)
+        f64 = dict(dtype=torch.float64)
+        self.add_state("images", torch.zeros((), **f64), dist_reduce_fx="sum")
+        self.add_state("loss_sums", torch.zeros(len(LOSS_KEYS), **f64), dist_reduce_fx="sum")
+        self.add_state("loss_images", torch.zeros(len(LOSS_KEYS), **f64), dist_reduce_fx="sum")
+        self.add_state("counts", torch.zeros(int(n_thresholds), 4, **f64), dist_reduce_fx="sum")
+
+    def update(self, losses: dict, counts, batch_size: int) -> None:
+        """One batch: ``losses`` (name -> float, names in :data:`LOSS_KEYS`), ``counts``
+        (n_thresholds, 4) summed over its images, ``batch_size`` images."""
+        counts = torch.as_tensor(np.asarray(counts, dtype=np.float64), device=self.counts.device)
+        if counts.shape != self.counts.shape:
+            raise ValueError(f"boundary counts of shape {tuple(counts.shape)}, expected {tuple(self.counts.shape)}")
+        unknown = set(losses) - set(LOSS_KEYS)
+        if unknown:
+            raise ValueError(f"unknown losses {sorted(unknown)}; expected some of {LOSS_KEYS}")
+        self.images += batch_size
+        for i, k in enumerate(LOSS_KEYS):
+            if k in losses:
+                self.loss_sums[i] += float(losses[k]) * batch_size
+                self.loss_images[i] += batch_size
+        self.counts += counts
+
+    def compute(self) -> dict:
+        n = float(self.images)
+        if n == 0:
+            return {}
+        sums, seen, c = self.loss_sums.cpu().numpy(), self.loss_images.cpu().numpy(), self.counts.cpu().numpy()
+        summ = {k: float(sums[i] / n) for i, k in enumerate(LOSS_KEYS) if seen[i] > 0}
+        rec = c[:, 0] / np.maximum(c[:, 1], 1)
+        prec = c[:, 2] / np.maximum(c[:, 3], 1)
+        f = np.where(prec + rec > 0, 2 * prec * rec / np.maximum(prec + rec, 1e-12), 0.0)
+        summ["boundary_f"] = float(f[0])  # at the fixed threshold
+        summ["boundary_precision"], summ["boundary_recall"] = float(prec[0]), float(rec[0])
+        summ["boundary_f_ods"] = float(f[1:].max())  # best of the other thresholds over the set
+        return summ
+
+
+_NO_SUPERPIXELS = ("the batch has no superpixels (data module superpixel_method: none), but model.pipeline."
+                   "superpixels is 'color_watershed', which trains on the data module's superpixels: set the "
+                   "data module's superpixel_method (watershed, slic), or a pipeline that builds them from the "
+                   "prediction (boundary_watershed, all_minima)")
+
+_DIVERGED = ("non-finite boundary map (NaN or infinite network output): the network diverged; the last "
+             "checkpoint stays loadable; lower the learning rate or check the data")
 
 _POOL = None
 
@@ -137,9 +206,14 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     uninterrupted run drew. Checkpoints hold ``checkpoint["hiseg"]``: that seed, the
     torch (CPU and CUDA), numpy and Python global generator states (restored when a fit
     resumes) and the loggers' versions (``train.py`` resumes into the same log folders).
-    Validation and test metrics are computed from boundary counts and loss sums summed
-    over all processes (DDP), so every process logs, and ``ModelCheckpoint`` selects on,
-    the F-measure of the whole set.
+    Validation and test metrics (:class:`SegmentationMetrics`, a torchmetrics ``Metric``)
+    are computed from boundary counts and loss sums summed over all processes (DDP), so
+    every process logs, and ``ModelCheckpoint`` selects on, the F-measure of the whole set.
+
+    Superpixels: with ``pipeline.superpixels: color_watershed`` the losses use the data
+    module's superpixels; with any other setting they are rebuilt from the prediction at
+    every step, and the data module, when it supports it (``skip_superpixels``, hiseg's
+    data modules), is told in :meth:`setup` to compute none (they would be thrown away).
     """
 
     def __init__(self, arch: str = "compact_boundary_net", arch_kwargs: Optional[dict] = None,
@@ -169,7 +243,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             load_weights(self.model, init_from)
         self._rng = np.random.default_rng(0)
         self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
-        self._val = []
+        # validation / test sums (not saved in checkpoints: torchmetrics states are not persistent)
+        self.val_metrics = SegmentationMetrics()
+        self.test_metrics = SegmentationMetrics()
         self.timings = {}
 
     # ------------------------------------------------------------------ randomness, checkpoints
@@ -233,6 +309,26 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
             torch.cuda.set_rng_state_all(rng["cuda"])
 
+    # ------------------------------------------------------------------ superpixels
+    @property
+    def rebuilds_superpixels(self) -> bool:
+        """Whether the pipeline builds the superpixels of every batch from the prediction
+        (anything but ``color_watershed``, which uses the data module's)."""
+        return self.pipeline.superpixels != "color_watershed"
+
+    def setup(self, stage: str) -> None:
+        """Match the data module's superpixels to the pipeline: switch them off when the
+        pipeline rebuilds them; refuse a data module without superpixels otherwise."""
+        dm = self.trainer.datamodule if self._trainer is not None else None
+        computes = getattr(dm, "computes_superpixels", None)
+        if computes is None:
+            return
+        if self.rebuilds_superpixels:
+            if computes:
+                dm.skip_superpixels()
+        elif not computes:
+            raise ValueError(_NO_SUPERPIXELS)
+
     # ------------------------------------------------------------------ core step
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         """Boundary logits (B, 1, H, W)."""
@@ -255,6 +351,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         from .data.collate import with_superpixels
 
         prob = torch.sigmoid(logits[:, 0].detach().float()).cpu().numpy()
+        if not np.isfinite(prob).all():
+            raise FloatingPointError(_DIVERGED)
         crops = [prob[b, :hb, :wb] for b, (hb, wb) in enumerate(batch.image_sizes)]
         return with_superpixels(batch, list(_thread_pool().map(self.pipeline.make_superpixels, crops)),
                                 map_fn=_thread_pool().map)
@@ -275,16 +373,27 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return consensus_targets(cons, cons >= 0)
 
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None):
+        """(losses, ultrametric, hierarchy) of a batch. ``timings`` (a dict), if given,
+        receives the seconds spent in: ``superpixels`` (rebuilding the superpixels, RAGs
+        and targets from the prediction, CPU; 0 with ``color_watershed``), ``pooling``,
+        ``tree``, ``loss`` (the network's forward pass is not timed when ``logits`` are
+        given)."""
         hp = self.hparams
-        t0 = time.perf_counter()
         sides = []
         if logits is None and hp.pixel_weight and hp.pixel_loss == "edge":
             logits, sides = self.model(batch.images, return_side_outputs=True)
-        if self.pipeline.superpixels != "color_watershed":
+        ts = time.perf_counter()
+        if self.rebuilds_superpixels:
             if logits is None:
                 logits = self(batch.images)
+                ts = time.perf_counter()
             batch = self.rebuild_graphs(batch, logits)
+        elif not batch.has_graph:
+            raise ValueError(_NO_SUPERPIXELS)
+        t0 = time.perf_counter()
         w, logits = self.edge_weights(batch, logits)
+        if not torch.isfinite(w).all():  # the tree needs w on the CPU anyway: no extra wait
+            raise FloatingPointError(_DIVERGED)
         t1 = time.perf_counter()
         lengths = (np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
                    if self.pipeline.linkage == "average" else None)
@@ -312,7 +421,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         out["loss"] = total
         if timings is not None:
             t3 = time.perf_counter()
-            timings.update(pooling=t1 - t0, tree=t2 - t1, loss=t3 - t2)
+            timings.update(superpixels=t0 - ts, pooling=t1 - t0, tree=t2 - t1, loss=t3 - t2)
         self._last_batch = batch
         return out, u, h
 
@@ -321,7 +430,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if not torch.isfinite(out["loss"]):
             raise FloatingPointError(
                 f"non-finite training loss at step {self.global_step} "
-                f"({ {k: float(v) for k, v in out.items()} }); the last checkpoint stays loadable; "
+                f"({ {k: float(v.detach()) for k, v in out.items()} }); the last checkpoint stays loadable; "
                 "lower the learning rate or check the data")
         bs = batch.batch_size
         for k, v in out.items():
@@ -350,66 +459,33 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return res, counts
 
     def on_validation_epoch_start(self):
-        self._val = []
+        self.val_metrics.reset()
 
     def validation_step(self, batch, batch_idx):
         res, counts = self._evaluate_batch(batch)
-        self._val.append((res, counts, batch.batch_size))
+        self.val_metrics.update(res, counts, batch.batch_size)
 
     def on_test_epoch_start(self):
-        self._val = []
+        self.test_metrics.reset()
 
     def test_step(self, batch, batch_idx):
         """The validation metrics on the test set (``train.py test``), logged as ``test/...``."""
-        self.validation_step(batch, batch_idx)
+        res, counts = self._evaluate_batch(batch)
+        self.test_metrics.update(res, counts, batch.batch_size)
 
-    def _totals(self, items):
-        """(images, loss sums, number of images with each loss, boundary counts (10, 4)) of
-        this process's ``items``, summed over all processes when there are several."""
-        n_keys = len(LOSS_KEYS)
-        vec = np.zeros(1 + 2 * n_keys + (1 + VAL_THRESHOLDS.size) * 4, dtype=np.float64)
-        for r, cnt, bs in items:
-            vec[0] += bs
-            for i, k in enumerate(LOSS_KEYS):
-                if k in r:
-                    vec[1 + i] += r[k] * bs
-                    vec[1 + n_keys + i] += bs
-            vec[1 + 2 * n_keys:] += np.asarray(cnt, dtype=np.float64).ravel()
-        if self._trainer is not None and self.trainer.world_size > 1:
-            # one all-reduce; float64 holds the integer counts exactly
-            t = self.trainer.strategy.reduce(torch.from_numpy(vec).to(self.device), reduce_op="sum")
-            vec = t.cpu().numpy()
-        return vec[0], vec[1:1 + n_keys], vec[1 + n_keys:1 + 2 * n_keys], vec[1 + 2 * n_keys:].reshape(-1, 4)
-
-    def _summarise(self, items):
-        """Losses (mean per image) and boundary precision / recall / F of the whole set:
-        F of the summed counts (under DDP, summed over processes; every process must call
-        this). Empty dict when no process had an item."""
-        n, sums, seen, c = self._totals(items)
-        if n == 0:
-            return {}
-        # a loss missing from some images (no triplet) counts as 0 there, as in the step
-        summ = {k: float(sums[i] / n) for i, k in enumerate(LOSS_KEYS) if seen[i] > 0}
-        rec = c[:, 0] / np.maximum(c[:, 1], 1)
-        prec = c[:, 2] / np.maximum(c[:, 3], 1)
-        f = np.where(prec + rec > 0, 2 * prec * rec / np.maximum(prec + rec, 1e-12), 0.0)
-        summ["boundary_f"] = float(f[0])  # at the fixed threshold
-        summ["boundary_precision"], summ["boundary_recall"] = float(prec[0]), float(rec[0])
-        summ["boundary_f_ods"] = float(f[1:].max())  # best of 9 thresholds over the set
-        return summ
-
-    def _log_summary(self, prefix: str):
-        summ = self._summarise(self._val)
+    def _log_summary(self, prefix: str, metrics: SegmentationMetrics):
+        summ = metrics.compute()  # summed over the processes: every process calls it
+        metrics.reset()
         for k, v in summ.items():
             # the values are already global (equal on every process): sync_dist's mean keeps them
             self.log(f"{prefix}/{k}", float(v), prog_bar=(k in ("boundary_f", "boundary_f_ods", "loss")),
                      batch_size=1, sync_dist=True)
 
     def on_validation_epoch_end(self):
-        self._log_summary("val")
+        self._log_summary("val", self.val_metrics)
 
     def on_test_epoch_end(self):
-        self._log_summary("test")
+        self._log_summary("test", self.test_metrics)
 
     def on_fit_start(self):
         if not self.hparams.validate_at_start or self.trainer.datamodule is None:
@@ -424,15 +500,15 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             return
         was_training = self.training
         self.eval()
-        items = []
+        metrics = SegmentationMetrics().to(self.device)
         with torch.no_grad():
             for batch_idx, batch in enumerate(loader):
                 batch = batch.to(self.device)
                 self.on_validation_batch_start(batch, batch_idx)
                 res, counts = self._evaluate_batch(batch)
-                items.append((res, counts, batch.batch_size))
+                metrics.update(res, counts, batch.batch_size)
         self.train(was_training)
-        summ = self._summarise(items)
+        summ = metrics.compute()
         if not summ:
             return
         self.initial_validation = summ

@@ -313,6 +313,155 @@ def test_graph_batch_moves_with_lightning_and_dataset_wrapper():
     assert moved.rags is batch.rags and len(moved) == 2
 
 
+# ----------------------------------------------------------------------------- superpixel paths
+def _connected_and_numbered(sp: np.ndarray) -> bool:
+    """Every label 0..R-1 present, each one 4-connected region (scipy, label by label)."""
+    from scipy import ndimage
+
+    r = int(sp.max()) + 1
+    if set(np.unique(sp).tolist()) != set(range(r)):
+        return False
+    return all(ndimage.label(sp == k)[1] == 1 for k in range(r))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_cached_superpixels_give_valid_graphs_and_targets(seed):
+    """The cached path (whole-image superpixels augmented with the image): valid
+    superpixels, the RAG of that map, and the targets computed directly on it."""
+    from hiseg.data import compute_targets
+
+    raw = SyntheticSegmentation(3, 64, 3, seed=4)
+    tr = Compose([RandomRescale((0.6, 1.3)), RandomFlip(0.5, 0.5), RandomCrop(44)])
+    ds = SegmentationGraphDataset(raw, tr, Superpixels("watershed", 6.0), superpixels="cached")
+    for i in range(3):
+        item = ds[(i, (seed, 0))]
+        sp = item["superpixels"]
+        assert sp.shape == (44, 44) and _connected_and_numbered(sp)
+        ref = region_adjacency_graph(sp)
+        for k in ("sources", "targets"):
+            np.testing.assert_array_equal(getattr(item["rag"].graph, k), getattr(ref.graph, k))
+        np.testing.assert_array_equal(item["rag"].frontier_ptr, ref.frontier_ptr)
+        t = compute_targets(ref, item["segmentations"])
+        np.testing.assert_array_equal(item["sp_labels"].numpy(), t["sp_labels"])
+        np.testing.assert_array_equal(item["edge_target"].numpy(), t["edge_target"])
+        np.testing.assert_array_equal(item["boundary"].numpy(), t["boundary"])
+    assert ds.cache.computed == 3 and len(ds.cache) == 3
+    ds[(0, (seed, 1))]  # another epoch: no new superpixels
+    assert ds.cache.computed == 3
+
+
+def test_cached_superpixels_move_with_the_image_and_annotations():
+    """Flip then crop by hand: the item's image, annotations and superpixels are the
+    flipped, cropped image, annotations and whole-image superpixels (relabelled connected)."""
+    raw = SyntheticSegmentation(2, 64, 2, seed=5)
+    fn = Superpixels("watershed", 6.0)
+
+    def flip_crop(sample, rng):
+        return crop_sample(flip_sample(sample, horizontal=True), 5, 7, 40, 44)
+
+    ds = SegmentationGraphDataset(raw, flip_crop, fn, superpixels="cached")
+    for i in range(2):
+        s, item = raw[i], ds[i]
+        np.testing.assert_array_equal(item["image"].numpy().transpose(1, 2, 0), s["image"][5:45, ::-1][:, 7:51])
+        np.testing.assert_array_equal(item["segmentations"], s["segmentations"][:, 5:45, ::-1][:, :, 7:51])
+        np.testing.assert_array_equal(item["superpixels"], make_connected(fn(s["image"])[5:45, ::-1][:, 7:51]))
+    # without a transform (validation), cached superpixels are exactly the per-sample ones
+    plain = SegmentationGraphDataset(raw, None, fn, superpixels="cached")
+    direct = SegmentationGraphDataset(raw, None, fn)
+    for i in range(2):
+        np.testing.assert_array_equal(plain[i]["superpixels"], direct[i]["superpixels"])
+        torch.testing.assert_close(plain[i]["edge_target"], direct[i]["edge_target"])
+
+
+def test_superpixel_cache_on_disk_is_keyed_by_settings_and_image(tmp_path):
+    from hiseg.data.cache import SuperpixelCache
+
+    raw = SyntheticSegmentation(3, 40, 2, seed=6)
+    fn = Superpixels("watershed", 6.0)
+    first = SegmentationGraphDataset(raw, None, fn, superpixels="cached", cache_dir=tmp_path)
+    items = [first[i] for i in range(3)]
+    (folder,) = tmp_path.iterdir()
+    assert first.cache.computed == 3 and len(list(folder.glob("*.npy"))) == 3
+    # another process / run with the same settings: read back, nothing recomputed
+    again = pickle.loads(pickle.dumps(SegmentationGraphDataset(raw, None, Superpixels("watershed", 6.0),
+                                                               superpixels="cached", cache_dir=tmp_path)))
+    for i in range(3):
+        np.testing.assert_array_equal(again[i]["superpixels"], items[i]["superpixels"])
+    assert again.cache.computed == 0
+    # other settings: another folder, recomputed
+    other = SegmentationGraphDataset(raw, None, Superpixels("watershed", 8.0), superpixels="cached", cache_dir=tmp_path)
+    other[0]
+    assert other.cache.computed == 1 and len(list(tmp_path.iterdir())) == 2
+    assert other[0]["rag"].num_regions < items[0]["rag"].num_regions
+    # a damaged file is recomputed (with a warning) and rewritten
+    victim = sorted(folder.glob("*.npy"))[0]
+    victim.write_bytes(b"not an array")
+    fresh = SegmentationGraphDataset(raw, None, fn, superpixels="cached", cache_dir=tmp_path)
+    with pytest.warns(UserWarning, match="unreadable"):
+        got = [fresh[i]["superpixels"] for i in range(3)]
+    assert fresh.cache.computed == 1
+    for g, it in zip(got, items):
+        np.testing.assert_array_equal(g, it["superpixels"])
+    np.load(victim)  # rewritten
+    # an image that changed under the same name gets its own superpixels
+    img = raw[0]["image"]
+    brighter = np.clip(img[::-1] * 1.1, 0, 1)
+    np.testing.assert_array_equal(SuperpixelCache(fn, tmp_path)(0, brighter, raw[0]["name"]), fn(brighter))
+    assert len(list(folder.glob("*.npy"))) == 4
+    # settings that cannot key files
+    with pytest.raises(TypeError, match="cache_key"):
+        SuperpixelCache(lambda im: fn(im), tmp_path)
+
+
+def test_superpixel_modes_errors():
+    raw = SyntheticSegmentation(2, 32, 2, seed=0)
+    with pytest.raises(ValueError, match="superpixels must be one of"):
+        SegmentationGraphDataset(raw, superpixels="sometimes")
+    with pytest.raises(ValueError, match="cache_dir is for superpixels='cached'"):
+        SegmentationGraphDataset(raw, cache_dir="x")
+    bad = SegmentationGraphDataset(raw, None, lambda im: np.zeros((3, 3), np.int64), superpixels="cached")
+    with pytest.raises(ValueError, match="returned shape"):
+        bad[0]
+
+
+def test_items_without_superpixels_and_their_batches():
+    from hiseg.data.collate import with_superpixels
+
+    raw = SyntheticSegmentation(3, 32, 2, seed=2)
+    none = SegmentationGraphDataset(raw, None, superpixels="none")
+    full = SegmentationGraphDataset(raw, None, Superpixels("watershed", 6.0))
+    item = none[0]
+    assert set(item) == {"image", "boundary", "segmentations", "name"}
+    np.testing.assert_array_equal(item["boundary"].numpy(), mean_boundary(raw[0]["segmentations"]))
+    batch = collate_graph_batch([none[i] for i in range(3)])
+    assert not batch.has_graph and batch.rags == [] and batch.num_annotators == [2, 2, 2]
+    assert batch.to("cpu").images.shape == (3, 3, 32, 32)
+    # given superpixels, the batch equals the one made with them in the loader
+    ref = collate_graph_batch([full[i] for i in range(3)])
+    rebuilt = with_superpixels(batch, ref.superpixels)
+    for k in ("frontier_pixels_a", "frontier_pixels_b", "frontier_edge", "edge_target", "sp_labels"):
+        assert torch.equal(getattr(rebuilt, k), getattr(ref, k)), k
+    with pytest.raises(ValueError, match="some items have superpixels and others not"):
+        collate_graph_batch([none[0], full[1]])
+
+
+def test_datamodule_superpixel_settings():
+    from hiseg.data import SyntheticDataModule
+
+    kw = dict(n_train=4, n_val=2, size=32, batch_size=2, val_batch_size=2, superpixel_size=6.0)
+    with pytest.raises(ValueError, match=r"superpixel_method must be one of \('watershed', 'slic', 'none'\)"):
+        SyntheticDataModule(**kw, superpixel_method="felzenszwalb")
+    dm = SyntheticDataModule(**kw, superpixel_method="none")
+    dm.setup("fit")
+    assert not dm.computes_superpixels and not next(iter(dm.train_dataloader())).has_graph
+    dm = SyntheticDataModule(**kw)  # cached by default
+    dm.setup("fit")
+    assert dm.train_set.superpixels == "cached" and next(iter(dm.train_dataloader())).has_graph
+    dm.skip_superpixels()  # what a model that rebuilds the superpixels asks for
+    assert not next(iter(dm.train_dataloader())).has_graph and not next(iter(dm.val_dataloader())).has_graph
+    assert SyntheticDataModule(**kw, superpixel_cache=False).superpixel_mode == "per_sample"
+
+
 # ----------------------------------------------------------------------------- BSDS500
 @pytest.mark.skipif(not SHARED_BSDS.is_dir(), reason="BSDS500 not in datasets/BSDS500 nor ../shared/data")
 def test_bsds_reader_on_shared_data():
@@ -471,9 +620,11 @@ def test_bsds_datamodule_on_shared_data():
     assert vb.images.shape[0] == 1 and sorted(vb.images.shape[2:]) == [321, 481]
 
 
-def test_samples_do_not_depend_on_worker_count():
+@pytest.mark.parametrize("superpixels", ["per_sample", "cached"])
+def test_samples_do_not_depend_on_worker_count(superpixels):
     raw = SyntheticSegmentation(4, 32, 2, seed=11)
-    ds = SegmentationGraphDataset(raw, Compose([RandomFlip(0.5, 0.5)]), Superpixels("watershed", 6.0), seed=1)
+    ds = SegmentationGraphDataset(raw, Compose([RandomFlip(0.5, 0.5)]), Superpixels("watershed", 6.0), seed=1,
+                                  superpixels=superpixels)
     out = {}
     for nw in (0, 2):
         loader = torch.utils.data.DataLoader(ds, batch_size=2, num_workers=nw, collate_fn=collate_graph_batch)

@@ -20,21 +20,64 @@ def batch():
     return collate_graph_batch([ds[i] for i in range(3)])
 
 
+def _brute_pooled_weights(batch, prob):
+    """Mean of 0.5 (p_a + p_b) over the 4-adjacent pixel pairs of every pair of adjacent
+    superpixels, by a loop over the pixels (independent of the frontier index tensors)."""
+    w = np.zeros(batch.graph.num_edges)
+    for b, rag in enumerate(batch.rags):
+        lab, p = rag.labels, prob[b, :rag.labels.shape[0], :rag.labels.shape[1]]
+        vals = {}
+        for la, lb, pa, pb in ((lab[:, :-1], lab[:, 1:], p[:, :-1], p[:, 1:]),
+                               (lab[:-1], lab[1:], p[:-1], p[1:])):
+            for i, j, x, y in zip(la.ravel(), lb.ravel(), pa.ravel(), pb.ravel()):
+                if i != j:
+                    vals.setdefault((min(i, j), max(i, j)), []).append(0.5 * (x + y))
+        g = rag.graph
+        for e, (i, j) in enumerate(zip(g.sources, g.targets)):
+            w[batch.graph.edge_ptr[b] + e] = np.mean(vals[(min(i, j), max(i, j))])
+    return w
+
+
+def _brute_linkage(src, dst, n, w, lengths, linkage):
+    """Agglomerate adjacent clusters, the pair of smallest linkage first (single: the
+    smallest edge between them; average: the length-weighted mean edge); an edge's value
+    is the linkage at which its two ends join."""
+    lab, u, open_ = np.arange(n), np.zeros(len(w)), np.ones(len(w), bool)
+    while True:
+        a, b = lab[src], lab[dst]
+        cross = np.flatnonzero(a != b)
+        if cross.size == 0:
+            break
+        link = {}
+        for e in cross:
+            k = (min(a[e], b[e]), max(a[e], b[e]))
+            num, den, lo = link.get(k, (0.0, 0.0, np.inf))
+            link[k] = (num + lengths[e] * w[e], den + lengths[e], min(lo, w[e]))
+        value = {k: (v[2] if linkage == "single" else v[0] / v[1]) for k, v in link.items()}
+        (ca, cb), level = min(value.items(), key=lambda kv: kv[1])
+        lab[lab == cb] = ca
+        joined = open_ & (lab[src] == lab[dst])
+        u[joined], open_[joined] = level, False
+    return u
+
+
 @pytest.mark.parametrize("linkage", ["average", "single"])
 def test_training_step_gradients(batch, linkage):
-    from hiseg.ultrametric import average_linkage_ultrametric
-
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8},
                                        pipeline={"superpixels": "color_watershed", "linkage": linkage})
     out, u, h = m.compute_losses(batch)
     assert set(out) == {"closest", "triplet", "pixel", "loss"}
     assert torch.isfinite(out["loss"])
-    # the ultrametric is the pipeline's linkage on the pooled weights (frontier lengths for average)
-    w, _ = m.edge_weights(batch)
-    lengths = np.concatenate([r.frontier_lengths() for r in batch.rags])
-    ref = (average_linkage_ultrametric(batch.graph, w, lengths) if linkage == "average"
-           else subdominant_ultrametric(batch.graph, w))
-    torch.testing.assert_close(u, ref)
+    # the ultrametric is the pipeline's linkage (frontier lengths for average) on the
+    # frontier means of the network's boundary map: both recomputed by brute force
+    with torch.no_grad():
+        prob = torch.sigmoid(m(batch.images))[:, 0].double().numpy()
+    w = _brute_pooled_weights(batch, prob)
+    lengths = np.concatenate([np.diff(r.frontier_ptr) for r in batch.rags]).astype(float)
+    ref = _brute_linkage(batch.graph.sources, batch.graph.targets, batch.graph.num_vertices, w, lengths, linkage)
+    np.testing.assert_allclose(u.detach().double().numpy(), ref, rtol=1e-5, atol=1e-6)
+    # closest term: mean squared distance to the annotators' fraction
+    torch.testing.assert_close(out["closest"].double(), ((u.double() - batch.edge_target.double()) ** 2).mean())
     out["loss"].backward()
     grads = [p.grad for p in m.parameters() if p.requires_grad]
     assert all(g is not None for g in grads) and sum(float(g.abs().sum()) for g in grads) > 0
@@ -56,6 +99,50 @@ def test_boundary_following_superpixels_are_rebuilt_in_the_step(batch):
         np.testing.assert_array_equal(rag.labels, Pipeline(region_size=6.0).make_superpixels(prob[b, :hb, :wb]))
     out["loss"].backward()
     assert sum(float(p.grad.abs().sum()) for p in m.parameters() if p.grad is not None) > 0
+
+
+def test_a_model_that_rebuilds_superpixels_switches_the_loaders_off(tmp_path):
+    """The loader's superpixels would be thrown away: the module's setup switches them off,
+    and the losses equal those of a batch that had them."""
+    import pytorch_lightning as pl
+
+    from hiseg.data import SyntheticDataModule
+
+    kw = dict(n_train=2, n_val=2, size=48, batch_size=2, val_batch_size=2, superpixel_size=6.0)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, validate_at_start=False,
+                                       pipeline={"superpixels": "boundary_watershed", "region_size": 6.0})
+    dm = SyntheticDataModule(**kw)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(m, dm)
+    assert not dm.computes_superpixels and not next(iter(dm.train_dataloader())).has_graph
+    lean = next(iter(dm.val_dataloader()))
+    full = next(iter(SyntheticDataModule(**kw).val_dataloader()))
+    assert full.has_graph and not lean.has_graph
+    m.eval()
+    out = []
+    with torch.no_grad():
+        for x in (lean, full):
+            m.on_validation_batch_start(x, 0)  # the same triplets
+            out.append(m.compute_losses(x)[0])
+    a, b = out
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_color_superpixel_pipeline_needs_loader_superpixels(batch, tmp_path):
+    import pytorch_lightning as pl
+
+    from hiseg.data import SyntheticDataModule
+
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, validate_at_start=False)
+    dm = SyntheticDataModule(n_train=2, n_val=2, size=48, batch_size=2, superpixel_method="none")
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    with pytest.raises(ValueError, match="no superpixels .* superpixel_method"):
+        trainer.fit(m, dm)
+    dm.setup("validate")
+    with pytest.raises(ValueError, match="no superpixels"):
+        m.compute_losses(next(iter(dm.val_dataloader())))
 
 
 def test_edge_pixel_loss_is_the_pixel_stage_loss(batch):
@@ -116,8 +203,39 @@ def test_validation_metrics(batch):
     with torch.no_grad():
         res, counts = m._evaluate_batch(batch)
     assert counts.shape == (10, 4) and np.all(counts[:, 0] <= counts[:, 1]) and np.all(counts[:, 2] <= counts[:, 3])
-    summ = m._summarise([(res, counts, 3)])
-    assert 0 <= summ["boundary_f"] <= 1 and 0 <= summ["boundary_f_ods"] <= 1
+    assert counts[:, 1].min() > 0 and counts[0, 3] > 0  # ground-truth and predicted boundary pixels
+    m.val_metrics.update(res, counts, 3)
+    summ = m.val_metrics.compute()
+    p, r = counts[0, 2] / counts[0, 3], counts[0, 0] / counts[0, 1]
+    assert summ["boundary_f"] == pytest.approx(2 * p * r / (p + r))
+
+
+def test_segmentation_metrics_are_f_of_summed_counts():
+    """F of the counts summed over batches (not the mean of the batches' Fs), losses as
+    means per image, a loss missing from a batch counted as 0 there; empty: no numbers."""
+    from hiseg.lightning import SegmentationMetrics
+
+    met = SegmentationMetrics(n_thresholds=3)
+    # counts per threshold: (matched GT, GT, matched predicted, predicted)
+    c1 = np.array([[10, 20, 30, 40], [5, 20, 6, 10], [0, 20, 0, 0]])
+    c2 = np.array([[30, 40, 10, 10], [10, 40, 2, 10], [0, 40, 0, 0]])
+    met.update({"closest": 0.5, "triplet": 0.2, "loss": 1.0}, c1, 2)
+    met.update({"closest": 0.8, "loss": 2.0}, c2, 1)
+    out = met.compute()
+    rec, prec = np.array([40 / 60, 15 / 60, 0.0]), np.array([40 / 50, 8 / 20, 0.0])
+    f = [2 * p * r / (p + r) if p + r else 0.0 for p, r in zip(prec, rec)]
+    assert out["boundary_f"] == pytest.approx(f[0])
+    assert out["boundary_precision"] == pytest.approx(prec[0]) and out["boundary_recall"] == pytest.approx(rec[0])
+    assert out["boundary_f_ods"] == pytest.approx(max(f[1:]))
+    assert out["closest"] == pytest.approx((0.5 * 2 + 0.8) / 3) and out["loss"] == pytest.approx(4 / 3)
+    assert out["triplet"] == pytest.approx(0.4 / 3) and "pixel" not in out
+    met.reset()
+    with pytest.warns(UserWarning, match="compute"):
+        assert met.compute() == {}
+    with pytest.raises(ValueError, match="boundary counts of shape"):
+        met.update({}, np.zeros((2, 4)), 1)
+    with pytest.raises(ValueError, match="unknown losses"):
+        met.update({"dice": 1.0}, c1, 1)
 
 
 def test_test_step_logs_the_validation_metrics_as_test(tmp_path):
@@ -139,13 +257,25 @@ def test_test_step_logs_the_validation_metrics_as_test(tmp_path):
         assert test[f"test/{k}"] == val[f"val/{k}"], k
 
 
-def test_nan_loss_is_a_clear_error(batch):
+def test_non_finite_loss_stops_the_step(batch):
+    """Finite edge weights but a NaN target (an unlabelled image): the loss guard fires."""
+    from dataclasses import replace
+
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+    bad = replace(batch, edge_target=torch.full_like(batch.edge_target, float("nan")))
+    assert torch.isfinite(m.compute_losses(batch)[0]["loss"])
+    with pytest.raises(FloatingPointError, match="non-finite training loss at step 0"):
+        m.training_step(bad, 0)
+
+
+@pytest.mark.parametrize("superpixels", ["color_watershed", "boundary_watershed"])
+def test_diverged_network_is_a_clear_error(batch, superpixels):
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pipeline={"superpixels": superpixels})
     with torch.no_grad():
         for p in m.parameters():
             p.fill_(float("nan"))
-    with pytest.raises((FloatingPointError, ValueError), match="NaN|non-finite"):
-        loss = m.training_step(batch, 0)
+    with pytest.raises(FloatingPointError, match="non-finite boundary map .* the network diverged"):
+        m.training_step(batch, 0)
 
 
 @pytest.mark.slow
@@ -187,11 +317,13 @@ def test_ddp_two_cpu_processes(tmp_path):
                   "--data.init_args.n_val", "3", "--data.init_args.val_batch_size", "1",
                   "--model.validate_at_start", "false")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "GLOBAL_RANK: 1" in r.stderr + r.stdout or "ddp" in (r.stderr + r.stdout).lower()
-    # 4 training images per rank: one step per epoch, a validation after each
+    # 8 training images in batches of 4 shared by 2 processes: one step per epoch (one
+    # process would take 2), so the 2 steps span 2 epochs, with a validation after each
+    last = load_ckpt(next(tmp_path.glob("runs/**/last.ckpt")))
+    assert (last["epoch"], last["global_step"]) == (1, 2)
     rows = csv_rows(next(tmp_path.glob("runs/synthetic/csv/*/metrics.csv")))
     f = [float(row["val/boundary_f"]) for row in rows if row.get("val/boundary_f")]
-    callbacks = load_ckpt(next(tmp_path.glob("runs/**/last.ckpt")))["callbacks"]
+    callbacks = last["callbacks"]
     best = next(v for k, v in callbacks.items() if "val/boundary_f" in k)["best_model_score"]
     assert len(f) == 2 and float(best) == pytest.approx(max(f))  # ModelCheckpoint selects on the logged F
 

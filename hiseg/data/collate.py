@@ -18,7 +18,7 @@ tensors, the images and the targets are torch tensors moved by :meth:`GraphBatch
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import torch
@@ -26,10 +26,15 @@ import torch
 from ..graph import BatchedGraph, batch_graphs, region_adjacency_graph
 from ..segmentation.pooling import frontier_pixel_pairs
 from ..segmentation.superpixels import Superpixels
-from .targets import compute_targets, edge_targets, superpixel_labels
+from ..segmentation.superpixels import make_connected
+from .cache import SuperpixelCache
+from .targets import edge_targets, mean_boundary, superpixel_labels
 from .transforms import as_numpy_generator
 
 __all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "make_graph_sample"]
+
+
+SUPERPIXEL_MODES = ("per_sample", "cached", "none")
 
 
 class SegmentationGraphDataset(torch.utils.data.Dataset):
@@ -51,6 +56,16 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
         (reproducible under ``seed_everything`` for a fixed ``num_workers``, different
         at every epoch). An int: item ``i`` always gets ``default_rng([seed, i])``
         (same augmentation every epoch, whatever the workers).
+    superpixels : ``"per_sample"`` (default), ``"cached"`` or ``"none"``
+        Where an item's superpixels come from: ``per_sample``, ``superpixel_fn`` of the
+        augmented image; ``cached``, ``superpixel_fn`` of the whole raw image computed once
+        (:class:`~hiseg.data.cache.SuperpixelCache`), augmented with the image and its
+        annotations, then relabelled into connected regions ``0..R-1`` (without a
+        transform: exactly the ``per_sample`` superpixels); ``none``, no superpixels, no
+        graph (for a model whose pipeline builds the superpixels of every batch from its
+        own prediction, see :class:`hiseg.lightning.HierarchicalSegmentationModule`).
+    cache_dir : str, optional
+        ``cached`` only: keep the superpixels on disk there (default: in memory).
 
     An item may also be asked for as ``ds[(i, key)]`` with ``key`` a tuple of ints (what
     :class:`hiseg.data.datamodule.SeededSampler` yields, ``(seed, epoch)``): item ``i``
@@ -63,19 +78,28 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
     ``rag`` (RegionAdjacencyGraph); ``frontier`` (pix_a, pix_b, edge) of
     :func:`frontier_pixel_pairs`; ``edge_target`` float32 tensor (E,); ``sp_labels``
     int64 tensor (A, R); ``boundary`` float32 tensor (H, W) (mean annotator boundary,
-    thick); ``segmentations`` int numpy (A, H, W); ``name`` str.
+    thick); ``segmentations`` int numpy (A, H, W); ``name`` str. With
+    ``superpixels="none"``: only ``image``, ``boundary``, ``segmentations``, ``name``.
 
-    Cost per item (CPU, one core; ``benchmarks/bench_data.py``): ~60 ms for a 320x320
-    BSDS500 crop (load 10, augmentation 5, superpixels 30, RAG + frontier 9, targets 6),
-    ~24 ms for a 128x128 synthetic image (of which 15 ms generating it).
+    Cost per item (CPU, one core; ``benchmarks/results/data.md``): ~60 ms for a 320x320
+    BSDS500 crop with per-sample superpixels (load 10, augmentation 5, superpixels 30,
+    RAG + frontier 9, targets 6); the cached and ``none`` paths leave out the superpixels
+    (and ``none`` the RAG and graph targets too).
     """
 
     def __init__(self, raw_dataset, transform: Callable | None = None,
-                 superpixel_fn: Callable | None = None, seed: int | None = None):
+                 superpixel_fn: Callable | None = None, seed: int | None = None, *,
+                 superpixels: str = "per_sample", cache_dir=None):
+        if superpixels not in SUPERPIXEL_MODES:
+            raise ValueError(f"superpixels must be one of {SUPERPIXEL_MODES}, got {superpixels!r}")
+        if cache_dir is not None and superpixels != "cached":
+            raise ValueError(f"cache_dir is for superpixels='cached', not {superpixels!r}")
         self.raw = raw_dataset
         self.transform = transform
         self.superpixel_fn = superpixel_fn if superpixel_fn is not None else Superpixels()
         self.seed = seed
+        self.superpixels = superpixels
+        self.cache = SuperpixelCache(self.superpixel_fn, cache_dir) if superpixels == "cached" else None
 
     def __len__(self) -> int:
         return len(self.raw)
@@ -92,13 +116,21 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
         else:
             rng = self._rng(index) if self.transform is not None else None
         raw = self.raw[index]
+        if self.superpixels == "cached":
+            raw = dict(raw, superpixels=self.cache(int(index), raw["image"], raw.get("name", "")))
         sample = self.transform(raw, rng) if self.transform is not None else raw
-        return make_graph_sample(sample, self.superpixel_fn)
+        if self.superpixels == "cached" and self.transform is not None:
+            # a crop or a downscale may cut a region in pieces: one label per piece, 0..R-1
+            sample = dict(sample, superpixels=make_connected(sample["superpixels"]))
+        return make_graph_sample(sample, self.superpixel_fn if self.superpixels == "per_sample" else None)
 
 
-def make_graph_sample(sample: dict, superpixel_fn: Callable) -> dict:
+def make_graph_sample(sample: dict, superpixel_fn: Callable | None) -> dict:
     """Superpixels, RAG, frontier pairs and targets of one (augmented) raw sample.
 
+    The superpixels are ``sample["superpixels"]`` when present (labels ``0..R-1``, each
+    one 4-connected region), else ``superpixel_fn(image)``; with neither (``superpixel_fn``
+    None), the item has no graph (only the image, boundary map and ground truths).
     Returns the item dict described in :class:`SegmentationGraphDataset`.
     Raises ValueError when the superpixel function returns a bad label image.
     """
@@ -106,27 +138,33 @@ def make_graph_sample(sample: dict, superpixel_fn: Callable) -> dict:
     seg = np.asarray(sample["segmentations"])
     if seg.ndim == 2:
         seg = seg[None]
-    sp = np.asarray(superpixel_fn(image))
-    if sp.shape != image.shape[:2]:
-        raise ValueError(f"superpixel function returned shape {sp.shape} for an image of shape {image.shape[:2]}")
-    rag = region_adjacency_graph(sp)
-    t = compute_targets(rag, seg)
-    return {
+    item = {
         "image": torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1))),
-        "superpixels": rag.labels,
-        "rag": rag,
-        "frontier": frontier_pixel_pairs(rag),
-        "edge_target": torch.from_numpy(t["edge_target"]),
-        "sp_labels": torch.from_numpy(t["sp_labels"]),
-        "boundary": torch.from_numpy(t["boundary"]),
+        "boundary": torch.from_numpy(mean_boundary(seg)),
         "segmentations": seg,
         "name": sample.get("name", ""),
     }
+    if "superpixels" in sample:
+        sp = np.asarray(sample["superpixels"])
+    elif superpixel_fn is not None:
+        sp = np.asarray(superpixel_fn(image))
+    else:
+        return item
+    if sp.shape != image.shape[:2]:
+        raise ValueError(f"superpixels of shape {sp.shape} for an image of shape {image.shape[:2]}")
+    item.update(_graph_item(sp, seg))
+    item["superpixels"] = item["rag"].labels
+    item["frontier"] = frontier_pixel_pairs(item["rag"])
+    return item
 
 
 @dataclass
 class GraphBatch:
     """B images and their superpixel graphs as one batch.
+
+    A batch of items without superpixels (``superpixels="none"``) has ``graph``,
+    the frontier tensors, ``edge_target`` and ``sp_labels`` None and no ``rags``
+    (:func:`with_superpixels` gives it a graph).
 
     Attributes
     ----------
@@ -162,12 +200,12 @@ class GraphBatch:
     """
 
     images: torch.Tensor
-    graph: BatchedGraph
-    frontier_pixels_a: torch.Tensor
-    frontier_pixels_b: torch.Tensor
-    frontier_edge: torch.Tensor
-    edge_target: torch.Tensor
-    sp_labels: torch.Tensor
+    graph: Optional[BatchedGraph]
+    frontier_pixels_a: Optional[torch.Tensor]
+    frontier_pixels_b: Optional[torch.Tensor]
+    frontier_edge: Optional[torch.Tensor]
+    edge_target: Optional[torch.Tensor]
+    sp_labels: Optional[torch.Tensor]
     boundary: torch.Tensor
     segmentations: list = field(default_factory=list)
     names: list = field(default_factory=list)
@@ -186,6 +224,11 @@ class GraphBatch:
         return self.batch_size
 
     @property
+    def has_graph(self) -> bool:
+        """Whether the batch has superpixels (False for items made with ``superpixels="none"``)."""
+        return self.graph is not None
+
+    @property
     def superpixels(self) -> list[np.ndarray]:
         """Per-image superpixel label images (numpy, unpadded)."""
         return [r.labels for r in self.rags]
@@ -197,11 +240,12 @@ class GraphBatch:
         (``device``, ``non_blocking``); dtypes are never changed.
         """
         return replace(self, **{k: getattr(self, k).to(device, non_blocking=non_blocking)
-                                for k in self._TENSORS})
+                                for k in self._TENSORS if getattr(self, k) is not None})
 
     def pin_memory(self) -> "GraphBatch":
         """A copy with pinned tensors (called by ``DataLoader(pin_memory=True)``)."""
-        return replace(self, **{k: getattr(self, k).pin_memory() for k in self._TENSORS})
+        return replace(self, **{k: getattr(self, k).pin_memory() for k in self._TENSORS
+                                if getattr(self, k) is not None})
 
 
 def _np(x) -> np.ndarray:
@@ -224,10 +268,14 @@ def collate_graph_batch(samples: Sequence[dict]) -> GraphBatch:
     Raises
     ------
     ValueError
-        Empty batch.
+        Empty batch; items with and without superpixels mixed.
     """
     if len(samples) == 0:
         raise ValueError("collate_graph_batch needs at least one sample")
+    with_graph = ["rag" in s for s in samples]
+    if any(with_graph) and not all(with_graph):
+        raise ValueError("collate_graph_batch: some items have superpixels and others not "
+                         "(datasets with different superpixels settings in one batch)")
     b = len(samples)
     sizes = [tuple(s["image"].shape[-2:]) for s in samples]
     hp = max(h for h, _ in sizes)
@@ -249,8 +297,13 @@ def collate_graph_batch(samples: Sequence[dict]) -> GraphBatch:
         segmentations=[s["segmentations"] for s in samples],
         names=[s["name"] for s in samples],
         image_sizes=[tuple(int(x) for x in sz) for sz in sizes],
-        **_graph_fields(samples, sizes, hp, wp),
+        **(_graph_fields(samples, sizes, hp, wp) if all(with_graph) else _NO_GRAPH),
+        num_annotators=[int(np.shape(s["segmentations"])[0]) for s in samples],
     )
+
+
+_NO_GRAPH = dict(graph=None, frontier_pixels_a=None, frontier_pixels_b=None, frontier_edge=None,
+                 edge_target=None, sp_labels=None)
 
 
 def _graph_fields(samples: Sequence[dict], sizes, hp: int, wp: int) -> dict:
@@ -287,14 +340,16 @@ def _graph_fields(samples: Sequence[dict], sizes, hp: int, wp: int) -> dict:
         edge_target=torch.from_numpy(np.concatenate([_np(s["edge_target"]) for s in samples])),
         sp_labels=torch.from_numpy(sp_labels),
         rags=rags,
-        num_annotators=n_ann,
     )
 
 
 def _graph_item(sp: np.ndarray, seg) -> dict:
+    """RAG and graph targets (:func:`~hiseg.data.targets.compute_targets` without the
+    boundary map) of superpixels ``sp`` and ground truths ``seg`` (A, H, W)."""
     rag = region_adjacency_graph(sp)
     lab = superpixel_labels(rag.labels, seg, rag.num_regions)
-    return {"rag": rag, "sp_labels": lab, "edge_target": edge_targets(rag.graph, lab)}
+    return {"rag": rag, "sp_labels": torch.from_numpy(lab),
+            "edge_target": torch.from_numpy(edge_targets(rag.graph, lab))}
 
 
 def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_fn=map) -> GraphBatch:

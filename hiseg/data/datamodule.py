@@ -23,7 +23,14 @@ metrics summed over processes count every image once).
 
 Superpixels are set by ``superpixel_method`` ("watershed" or "slic"),
 ``superpixel_size`` (approximate side in pixels) and ``superpixel_compactness``
-(``None``: the method's default); see :mod:`hiseg.segmentation.superpixels`.
+(``None``: the method's default); see :mod:`hiseg.segmentation.superpixels`. With
+``superpixel_cache`` (the default) those of every image are computed once, at full
+resolution, and augmented with the image (:mod:`hiseg.data.cache`; in memory, or on
+disk under ``cache_dir``); otherwise they are computed on every augmented sample.
+``superpixel_method: none``: the loaders compute no superpixels and no graph, for a
+model whose pipeline builds them from its own prediction (``model.pipeline.superpixels:
+boundary_watershed``); such a model also switches its data module to it when training
+starts (:meth:`skip_superpixels`).
 """
 from __future__ import annotations
 
@@ -39,6 +46,8 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, DistributedSampler
 
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
+from torch.utils.data import Subset
+
 from .collate import SegmentationGraphDataset, collate_graph_batch
 from .folder import FolderSegmentation
 from ..segmentation.superpixels import Superpixels
@@ -47,6 +56,10 @@ from .transforms import Compose, RandomCrop, RandomFlip, RandomRescale
 
 __all__ = ["SyntheticDataModule", "BSDS500DataModule", "FolderDataModule", "SeededSampler", "run_seed",
            "worker_init"]
+
+
+#: Loader superpixels: the methods of :mod:`hiseg.segmentation.superpixels`, or none.
+SUPERPIXEL_METHODS = ("watershed", "slic", "none")
 
 
 def run_seed() -> int:
@@ -113,7 +126,7 @@ class _GraphDataModule(pl.LightningDataModule):
     """Common loader logic (not for direct use)."""
 
     def _init_common(self, batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                     superpixel_compactness, pin_memory):
+                     superpixel_compactness, pin_memory, superpixel_cache=True, cache_dir=None):
         if batch_size < 1 or val_batch_size < 1:
             raise ValueError(f"batch sizes must be >= 1, got {batch_size}, {val_batch_size}")
         if num_workers < 0:
@@ -122,11 +135,38 @@ class _GraphDataModule(pl.LightningDataModule):
         self.val_batch_size = int(val_batch_size)
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory)
-        self.superpixel_fn = Superpixels(method=superpixel_method, region_size=float(superpixel_size),
-                                         compactness=superpixel_compactness)
+        if superpixel_method not in SUPERPIXEL_METHODS:
+            raise ValueError(f"superpixel_method must be one of {SUPERPIXEL_METHODS}, got {superpixel_method!r}")
+        if superpixel_method == "none":
+            self.superpixel_fn, self.superpixel_mode = None, "none"
+        else:
+            self.superpixel_fn = Superpixels(method=superpixel_method, region_size=float(superpixel_size),
+                                             compactness=superpixel_compactness)
+            self.superpixel_mode = "cached" if superpixel_cache else "per_sample"
+        self.superpixel_cache_dir = None if cache_dir is None else str(cache_dir)
         self.train_set = self.val_set = self.test_set = None
         self._train_sampler: Optional[SeededSampler] = None
         self._resume: Optional[dict] = None
+
+    def _dataset(self, raw, transform=None, seed=None) -> SegmentationGraphDataset:
+        """``raw`` as graph samples with this module's superpixel settings."""
+        cached = self.superpixel_mode == "cached"
+        return SegmentationGraphDataset(raw, transform, self.superpixel_fn, seed, superpixels=self.superpixel_mode,
+                                        cache_dir=self.superpixel_cache_dir if cached else None)
+
+    @property
+    def computes_superpixels(self) -> bool:
+        """Whether the loaders compute superpixels (False after :meth:`skip_superpixels`)."""
+        return self.superpixel_mode != "none"
+
+    def skip_superpixels(self) -> None:
+        """Compute no superpixels and no graph in the loaders from now on: the model builds
+        them from its prediction (called by a model whose pipeline does; loaders made
+        before the call keep their workers' settings)."""
+        self.superpixel_mode = "none"
+        for ds in (self.train_set, self.val_set, self.test_set):
+            if ds is not None:
+                ds.superpixels, ds.cache = "none", None
 
     def _loader(self, dataset, *, sampler, batch_size: int, drop_last: bool = False,
                 generator: Optional[torch.Generator] = None, cls=DataLoader) -> DataLoader:
@@ -224,10 +264,15 @@ class SyntheticDataModule(_GraphDataModule):
     noise, blur : float
         Rendering noise and blur (see :mod:`hiseg.data.synthetic`).
     superpixel_method, superpixel_size, superpixel_compactness
-        Superpixels (default watershed of 8 px: ~256 per 128x128 image).
+        Superpixels (default watershed of 8 px: ~256 per 128x128 image); method
+        ``"none"``: no superpixels in the loaders (see the module docstring).
     cache_dir : str, optional
-        Cache the generated samples (e.g. ``datasets/synthetic_cache``).
+        Cache the generated samples (e.g. ``datasets/synthetic_cache``), and the cached
+        superpixels (``superpixels-<key>/``).
     pin_memory : bool
+    superpixel_cache : bool
+        Compute each image's superpixels once and augment them with it (default), or
+        compute them on every augmented sample.
     """
 
     def __init__(self, n_train: int = 256, n_val: int = 16, n_test: int = 16, size: int = 128,
@@ -236,11 +281,11 @@ class SyntheticDataModule(_GraphDataModule):
                  n_regions: tuple = (24, 48), n_levels: int = 4, jitter: float = 1.0,
                  noise: float = 0.02, blur: float = 0.8, superpixel_method: str = "watershed",
                  superpixel_size: float = 8.0, superpixel_compactness: Optional[float] = None,
-                 cache_dir: Optional[str] = None, pin_memory: bool = False):
+                 cache_dir: Optional[str] = None, pin_memory: bool = False, superpixel_cache: bool = True):
         super().__init__()
         self.save_hyperparameters()
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                          superpixel_compactness, pin_memory)
+                          superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         self.hflip, self.vflip = bool(hflip), bool(vflip)
         self._raw_kw = dict(size=int(size), n_annotators=int(n_annotators), seed=int(seed),
                             cache_dir=cache_dir, n_regions=tuple(int(x) for x in n_regions),
@@ -255,11 +300,11 @@ class SyntheticDataModule(_GraphDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         flips = Compose([RandomFlip(0.5 if self.hflip else 0.0, 0.5 if self.vflip else 0.0)])
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = SegmentationGraphDataset(self.raw_dataset("train"), flips, self.superpixel_fn)
+            self.train_set = self._dataset(self.raw_dataset("train"), flips)
         if stage in (None, "fit", "validate") and self.val_set is None:
-            self.val_set = SegmentationGraphDataset(self.raw_dataset("val"), None, self.superpixel_fn, seed=0)
+            self.val_set = self._dataset(self.raw_dataset("val"), seed=0)
         if stage in (None, "test", "predict") and self.test_set is None:
-            self.test_set = SegmentationGraphDataset(self.raw_dataset("test"), None, self.superpixel_fn, seed=0)
+            self.test_set = self._dataset(self.raw_dataset("test"), seed=0)
 
 
 def _train_transform(crop_size: int, scale_range, hflip: bool, vflip: bool) -> Compose:
@@ -270,24 +315,6 @@ def _train_transform(crop_size: int, scale_range, hflip: bool, vflip: bool) -> C
     if crop_size and crop_size > 0:
         ts.append(RandomCrop(int(crop_size)))
     return Compose(ts)
-
-
-class _Subset:
-    """The items ``indices`` of a raw data set (picklable, keeps ``names``)."""
-
-    def __init__(self, dataset, indices):
-        self.dataset = dataset
-        self.indices = [int(i) for i in indices]
-
-    def __len__(self):
-        return len(self.indices)
-
-    def __getitem__(self, i):
-        return self.dataset[self.indices[i]]
-
-    @property
-    def names(self):
-        return [self.dataset.names[i] for i in self.indices]
 
 
 class BSDS500DataModule(_GraphDataModule):
@@ -309,8 +336,15 @@ class BSDS500DataModule(_GraphDataModule):
     max_val_images : int
         Validate on the first ``max_val_images`` images only (0: all).
     superpixel_method, superpixel_size, superpixel_compactness
-        Superpixels (default watershed of 12 px: ~700 per 320x320 crop).
+        Superpixels (default watershed of 12 px: ~700 per 320x320 crop); method
+        ``"none"``: no superpixels in the loaders (see the module docstring).
     pin_memory : bool
+    superpixel_cache : bool
+        Compute each image's superpixels once and augment them with it (default), or
+        compute them on every augmented sample.
+    cache_dir : str, optional
+        Keep the cached superpixels on disk there (``superpixels-<key>/``), shared by the
+        loader workers and later runs; default: in each worker's memory.
 
     Raises
     ------
@@ -323,11 +357,12 @@ class BSDS500DataModule(_GraphDataModule):
                  val_split: str = "val", test_split: str = "test", scale_range: tuple = (0.75, 1.25),
                  hflip: bool = True, vflip: bool = False, max_val_images: int = 0,
                  superpixel_method: str = "watershed", superpixel_size: float = 12.0,
-                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False):
+                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False,
+                 superpixel_cache: bool = True, cache_dir: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                          superpixel_compactness, pin_memory)
+                          superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         self.data_root = str(data_root)
         self.train_transform = _train_transform(crop_size, scale_range, hflip, vflip)
         self.train_split, self.val_split, self.test_split = train_split, val_split, test_split
@@ -335,16 +370,14 @@ class BSDS500DataModule(_GraphDataModule):
 
     def setup(self, stage: Optional[str] = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = SegmentationGraphDataset(BSDS500(self.data_root, self.train_split),
-                                                      self.train_transform, self.superpixel_fn)
+            self.train_set = self._dataset(BSDS500(self.data_root, self.train_split), self.train_transform)
         if stage in (None, "fit", "validate") and self.val_set is None:
             raw = BSDS500(self.data_root, self.val_split)
             if self.max_val_images > 0:
-                raw = _Subset(raw, range(min(self.max_val_images, len(raw))))
-            self.val_set = SegmentationGraphDataset(raw, None, self.superpixel_fn, seed=0)
+                raw = Subset(raw, range(min(self.max_val_images, len(raw))))
+            self.val_set = self._dataset(raw, seed=0)
         if stage in ("test", "predict") and self.test_set is None:
-            self.test_set = SegmentationGraphDataset(BSDS500(self.data_root, self.test_split), None,
-                                                     self.superpixel_fn, seed=0)
+            self.test_set = self._dataset(BSDS500(self.data_root, self.test_split), seed=0)
 
 
 class FolderDataModule(_GraphDataModule):
@@ -360,7 +393,7 @@ class FolderDataModule(_GraphDataModule):
     val_fraction : float
     split_seed : int
     crop_size, batch_size, val_batch_size, num_workers, scale_range, hflip, vflip,
-    superpixel_method, superpixel_size, superpixel_compactness, pin_memory
+    superpixel_method, superpixel_size, superpixel_compactness, pin_memory, superpixel_cache, cache_dir
         As in :class:`BSDS500DataModule`.
 
     Raises
@@ -374,11 +407,12 @@ class FolderDataModule(_GraphDataModule):
                  split_seed: int = 0, crop_size: int = 320, batch_size: int = 8, val_batch_size: int = 1,
                  num_workers: int = 2, scale_range: tuple = (0.75, 1.25), hflip: bool = True,
                  vflip: bool = False, superpixel_method: str = "watershed", superpixel_size: float = 12.0,
-                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False):
+                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False,
+                 superpixel_cache: bool = True, cache_dir: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                          superpixel_compactness, pin_memory)
+                          superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         self.data_root, self.val_root = str(data_root), val_root
@@ -397,15 +431,15 @@ class FolderDataModule(_GraphDataModule):
             raise ValueError(f"{self.data_root}: {n} image(s) cannot be split into training and "
                              f"validation with val_fraction={self.val_fraction}; give val_root")
         perm = np.random.default_rng(self.split_seed).permutation(n)
-        return _Subset(full, np.sort(perm[n_val:])), _Subset(full, np.sort(perm[:n_val]))
+        return Subset(full, np.sort(perm[n_val:]).tolist()), Subset(full, np.sort(perm[:n_val]).tolist())
 
     def setup(self, stage: Optional[str] = None) -> None:
         if (stage in (None, "fit") and self.train_set is None) or \
            (stage in (None, "fit", "validate", "test", "predict") and self.val_set is None):
             train_raw, val_raw = self._split()
             if self.train_set is None:
-                self.train_set = SegmentationGraphDataset(train_raw, self.train_transform, self.superpixel_fn)
+                self.train_set = self._dataset(train_raw, self.train_transform)
             if self.val_set is None:
-                self.val_set = SegmentationGraphDataset(val_raw, None, self.superpixel_fn, seed=0)
+                self.val_set = self._dataset(val_raw, seed=0)
             if self.test_set is None:
                 self.test_set = self.val_set

@@ -2,9 +2,10 @@
 
 A *sample* is a dict with ``image`` float32 (H, W, 3) and ``segmentations`` int
 (A, H, W) (other keys are passed through untouched, except ``fine_labels`` of the
-synthetic set, which is transformed like a segmentation when present). A transform
-is a callable ``t(sample, rng) -> sample`` where ``rng`` is a ``numpy.random.Generator``
-(or a ``torch.Generator``, from which a numpy generator is seeded): the same sample
+synthetic set and ``superpixels`` (H, W) (cached superpixels, see :mod:`hiseg.data.cache`),
+which are transformed like a segmentation when present). A transform is a callable
+``t(sample, rng) -> sample`` where ``rng`` is a ``numpy.random.Generator`` (or a
+``torch.Generator``, from which a numpy generator is seeded): the same sample
 and the same generator state give the same result.
 
 Geometry: the image is resampled bilinearly (area averaging when shrinking), label
@@ -38,7 +39,7 @@ __all__ = [
     "crop_sample",
 ]
 
-_LABEL_KEYS = ("segmentations", "fine_labels")
+_LABEL_KEYS = ("segmentations", "fine_labels", "superpixels")
 
 
 def as_numpy_generator(rng) -> np.random.Generator:
