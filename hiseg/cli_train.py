@@ -53,6 +53,10 @@ class HisegCLI(LightningCLI):
         if sub == "fit":
             _resume_log_versions(cfg["trainer"], checkpoint)
 
+    def before_instantiate_classes(self) -> None:
+        """Loggers without a ``save_dir`` log under ``trainer.default_root_dir``."""
+        sub = self.config.get("subcommand")
+        _logs_follow_root_dir((self.config[sub] if sub else self.config)["trainer"])
 
     def after_fit(self) -> None:
         """What the run made: validation F before and after, the checkpoints, the next command."""
@@ -130,6 +134,16 @@ def _resume_log_versions(trainer_cfg, checkpoint) -> None:
                           stacklevel=2)
 
 
+def _logs_follow_root_dir(trainer_cfg) -> None:
+    """Loggers configured without a ``save_dir`` (:class:`hiseg.lightning.CSVLogger`
+    allows it) log under the trainer's ``default_root_dir``."""
+    entries = trainer_cfg.get("logger")
+    for entry in entries if isinstance(entries, list) else [entries]:
+        init_args = getattr(entry, "init_args", None)
+        if init_args is not None and "save_dir" in init_args and init_args.get("save_dir") is None:
+            init_args["save_dir"] = trainer_cfg.get("default_root_dir") or "."
+
+
 def _quiet_lightning() -> None:
     """Silence, at their source, the start-up messages that are not the user's business:
     Lightning's promotional tip and internal deprecation / by-design notices."""
@@ -155,8 +169,8 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
                          "(UCMs) of a trained checkpoint: hiseg predict IMAGES --checkpoint CKPT --out DIR")
-    if not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help", "--print_config"):
-        argv = ["fit"] + argv
+    if run and (not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help", "--print_config")):
+        argv = ["fit"] + argv  # (run=False: no subcommand, the classes are only built)
     parser_kwargs = {}
     if default_config is not None and Path(default_config).is_file():
         parser_kwargs = {sub: {"default_config_files": [str(default_config)]} for sub in SUBCOMMANDS}

@@ -593,7 +593,14 @@ class _AppendingCSVWriter(pl.loggers.csv_logs.ExperimentWriter):
 
 class CSVLogger(pl.loggers.CSVLogger):
     """Lightning's ``CSVLogger``, except that a run resumed into its version folder
-    (``train.py fit --ckpt_path``) appends to ``metrics.csv`` instead of deleting it."""
+    (``train.py fit --ckpt_path``) appends to ``metrics.csv`` instead of deleting it, and
+    that ``save_dir`` may be left out: ``train.py`` then uses the trainer's
+    ``default_root_dir`` (elsewhere: the current folder, Lightning's default root)."""
+
+    def __init__(self, save_dir=None, name: Optional[str] = "lightning_logs", version=None, prefix: str = "",
+                 flush_logs_every_n_steps: int = 100):
+        super().__init__("." if save_dir is None else save_dir, name=name, version=version, prefix=prefix,
+                         flush_logs_every_n_steps=flush_logs_every_n_steps)
 
     @property
     @pl.loggers.logger.rank_zero_experiment

@@ -381,3 +381,34 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     assert seg.segment(np.random.default_rng(0).random((40, 50, 3))).saliency.shape == (40, 50)
     h = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True)
     assert "With no arguments: fit on the embedded synthetic dataset" in h.stdout
+
+
+@pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
+def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(tmp_path):
+    """bsds500_finetune*.yaml: hiseg's appending CSVLogger under trainer.default_root_dir
+    (runs/cpu_finetune for the CPU run, which resumes there), no loader superpixels."""
+    from _train import ROOT
+
+    from hiseg.cli_train import main
+    from hiseg.lightning import CSVLogger
+
+    cfg = ROOT / "configs"
+    base = ("--config", str(cfg / "bsds500_finetune.yaml"), "--data.init_args.data_root", str(tmp_path))
+    for extra, root in (((), "runs/bsds500_finetune"), (("--config", str(cfg / "bsds500_finetune_cpu.yaml")),
+                                                        "runs/cpu_finetune"),
+                        (("--trainer.default_root_dir", str(tmp_path / "elsewhere")), str(tmp_path / "elsewhere"))):
+        cli = main([*base, *extra], run=False)
+        (logger,) = cli.trainer.loggers
+        assert type(logger) is CSVLogger and logger.save_dir == root and logger.name == "csv"
+        assert cli.datamodule.superpixel_mode == "none" and cli.model.rebuilds_superpixels
+    ckpt_dirs = [cb.dirpath for cb in cli.trainer.checkpoint_callbacks]
+    assert ckpt_dirs == [None]  # the base config's: under the logger's version folder
+
+
+def test_csv_logger_without_save_dir_follows_default_root_dir(tmp_path):
+    logger = json.dumps({"class_path": "hiseg.lightning.CSVLogger", "init_args": {"name": "follow"}})
+    r = run_train(tmp_path, "--trainer.default_root_dir", str(tmp_path / "elsewhere"), "--trainer.logger", logger,
+                  sub="validate")
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = csv_rows(tmp_path / "elsewhere/follow/version_0/metrics.csv")
+    assert 0 <= float(row["val/boundary_f"]) <= 1 and not (tmp_path / "follow").exists()

@@ -9,14 +9,17 @@ Raw data sets (items: ``image`` float32 (H, W, 3) in [0, 1], ``segmentations`` i
 - :class:`FolderSegmentation` — a user's ``images/`` + ``labels/`` folder.
 
 Per-image processing (in loader workers): :mod:`~hiseg.data.transforms` (joint flips,
-rescale, crops), superpixels (:mod:`hiseg.segmentation.superpixels`),
-:mod:`~hiseg.data.targets` (majority labels, edge targets, boundary maps), all tied
-together by :class:`SegmentationGraphDataset`; :func:`collate_graph_batch` makes a
+rescale, crops), superpixels (:mod:`hiseg.segmentation.superpixels`; computed once per
+image and augmented with it by :mod:`~hiseg.data.cache`, or on every sample, or not at
+all when the model builds them from its prediction), :mod:`~hiseg.data.targets`
+(majority labels, edge targets, boundary maps), all tied together by
+:class:`SegmentationGraphDataset`; :func:`collate_graph_batch` makes a
 :class:`GraphBatch`. LightningDataModules: :class:`SyntheticDataModule`,
 :class:`BSDS500DataModule`, :class:`FolderDataModule` (imported lazily, as they pull in
 Lightning).
 """
 from .bsds import BSDS500, find_bsds_root
+from .cache import SuperpixelCache
 from .collate import GraphBatch, SegmentationGraphDataset, collate_graph_batch, make_graph_sample
 from .folder import FolderSegmentation, read_labels
 from .synthetic import SyntheticSegmentation, make_synthetic_sample
@@ -27,7 +30,7 @@ from .transforms import (CenterCrop, Compose, RandomCrop, RandomFlip, RandomResc
 _LAZY = {"SyntheticDataModule", "BSDS500DataModule", "FolderDataModule"}
 
 __all__ = [
-    "BSDS500", "find_bsds_root",
+    "BSDS500", "find_bsds_root", "SuperpixelCache",
     "GraphBatch", "SegmentationGraphDataset", "collate_graph_batch", "make_graph_sample",
     "FolderSegmentation", "read_labels",
     "SyntheticSegmentation", "make_synthetic_sample",
