@@ -26,6 +26,7 @@ __all__ = [
     "knn_graph",
     "RegionAdjacencyGraph",
     "region_adjacency_graph",
+    "compact_labels",
 ]
 
 
@@ -305,12 +306,29 @@ class RegionAdjacencyGraph:
         return np.diff(self.frontier_ptr)
 
 
+def compact_labels(labels) -> np.ndarray:
+    """Rank of every label among the sorted distinct labels (int64, same shape): labels
+    renumbered ``0..K-1`` in increasing order. O(n) when the label range is at most about
+    4 n (a bincount), else O(n log n) (a sort)."""
+    labels = np.asarray(labels)
+    if labels.size == 0:
+        return labels.astype(np.int64)
+    lo, hi = int(labels.min()), int(labels.max())
+    if hi - lo <= 4 * labels.size + 1024:  # dense range: bincount + cumsum, no sort
+        shifted = labels.astype(np.int64) - lo
+        rank = np.cumsum(np.bincount(shifted.ravel(), minlength=hi - lo + 1) > 0) - 1
+        return rank[shifted]
+    return np.unique(labels, return_inverse=True)[1].astype(np.int64).reshape(labels.shape)
+
+
 def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
     """Build the 4-adjacency region adjacency graph of a 2-D label image.
 
     Regions are the distinct label values (relabelled to ``0..R-1`` in order of first
     appearance in raster order would be arbitrary, so in increasing label order).
-    A region that is not connected stays one vertex. Cost O(H W log(H W)).
+    A region that is not connected stays one vertex. Cost O(H W + P log P) for P
+    frontier pixel pairs (a label range much wider than H W adds a sort of the pixels):
+    ~1.5 ms for 700 superpixels on 320x320.
 
     Raises ValueError for a non 2-D or empty image, TypeError for non-integer labels.
     """
@@ -319,22 +337,26 @@ def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
         raise ValueError(f"labels must be a non-empty 2-D image, got shape {labels.shape}")
     if not np.issubdtype(labels.dtype, np.integer):
         raise TypeError(f"labels must be integers, got {labels.dtype}")
-    _, lab = np.unique(labels, return_inverse=True)
-    lab = lab.reshape(labels.shape).astype(np.int64)
+    lab = compact_labels(labels)
     r = int(lab.max()) + 1
-    px = grid_graph(lab.shape)
-    flat = lab.ravel()
-    ls, lt = flat[px.sources], flat[px.targets]
+    # the two ends of every edge of grid_graph(lab.shape): horizontal edges, then vertical
+    ls = np.concatenate([lab[:, :-1].ravel(), lab[:-1, :].ravel()])
+    lt = np.concatenate([lab[:, 1:].ravel(), lab[1:, :].ravel()])
     cross = np.flatnonzero(ls != lt)
     a = np.minimum(ls[cross], lt[cross])
     b = np.maximum(ls[cross], lt[cross])
     key = a * r + b
-    uniq, inv = np.unique(key, return_inverse=True)
-    pixel_edge_map = np.full(px.num_edges, -1, dtype=np.int64)
-    pixel_edge_map[cross] = inv
-    order = np.argsort(inv, kind="stable")
+    # sort the P frontier pixel-edges by RAG edge (stable: raster order within an edge)
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    first = np.ones(sorted_key.size, dtype=bool)
+    first[1:] = sorted_key[1:] != sorted_key[:-1]
+    uniq = sorted_key[first]
+    edge_of_sorted = np.cumsum(first) - 1
+    pixel_edge_map = np.full(ls.size, -1, dtype=np.int64)
+    pixel_edge_map[cross[order]] = edge_of_sorted
     frontier_edges = cross[order]
-    counts = np.bincount(inv, minlength=uniq.size)
+    counts = np.bincount(edge_of_sorted, minlength=uniq.size)
     frontier_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     g = EdgeList((uniq // r).astype(np.int64), (uniq % r).astype(np.int64), r)
     return RegionAdjacencyGraph(g, lab, pixel_edge_map, frontier_ptr, frontier_edges)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..graph import compact_labels
 from ..segmentation.superpixels import label_boundaries
 
 __all__ = ["superpixel_labels", "edge_targets", "boundary_maps", "mean_boundary", "compute_targets"]
@@ -36,18 +37,6 @@ def _check_sp_seg(superpixels, segmentations):
     if sp.size and sp.min() < 0:
         raise ValueError("superpixel labels must be >= 0")
     return sp.astype(np.int64, copy=False), seg
-
-
-def _compact(labels: np.ndarray) -> np.ndarray:
-    """Rank of every label among the sorted distinct labels (int64), O(n) for small ranges."""
-    if labels.size == 0:
-        return labels.astype(np.int64)
-    lo, hi = int(labels.min()), int(labels.max())
-    if hi - lo <= 4 * labels.size + 1024:  # dense range: bincount + cumsum, no sort
-        shifted = labels.astype(np.int64) - lo
-        rank = np.cumsum(np.bincount(shifted, minlength=hi - lo + 1) > 0) - 1
-        return rank[shifted]
-    return np.unique(labels, return_inverse=True)[1].astype(np.int64).reshape(labels.shape)
 
 
 def superpixel_labels(superpixels, segmentations, num_regions: int | None = None) -> np.ndarray:
@@ -75,7 +64,7 @@ def superpixel_labels(superpixels, segmentations, num_regions: int | None = None
     flat_sp = sp.ravel()
     out = np.full((seg.shape[0], r), -1, np.int64)
     for a in range(seg.shape[0]):
-        g = _compact(seg[a].ravel())
+        g = compact_labels(seg[a].ravel())
         k = int(g.max()) + 1 if g.size else 1
         key = flat_sp * k + g
         if r * k <= _DENSE_LIMIT:
