@@ -33,8 +33,9 @@ def main():
     if args.image is None:
         sys.exit("no image: give one (BSDS500 val 197017 was not found)")
     from PIL import Image
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.bench_view import chromium
 
     from hiseg.inference import Segmenter
     from hiseg.io import read_image
@@ -46,11 +47,7 @@ def main():
     tmp = Path(tempfile.mkdtemp())
     page = tmp / f"{stem}.html"
     page.write_text(build_page(img, res.ucm2, title=stem, source="checkpoint bsds500"))
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = shutil.which("chromium")
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"):
-        opts.add_argument(a)
-    d = webdriver.Chrome(service=Service(shutil.which("chromedriver")), options=opts)
+    d = chromium()
     try:
         d.get(page.as_uri())
         extra = d.execute_script("return [outerWidth - innerWidth, outerHeight - innerHeight]")

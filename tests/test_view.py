@@ -297,10 +297,9 @@ def test_browser_cuts_match_python_learned_path(browser, learned, tmp_path):
     levels = show(d, page, img, res.ucm2, title=name, source="bsds500")
     assert d.execute_script("return hisegView.levels()") == levels.tolist()
     ms = check_three_levels(d, tmp_path, name, levels, lambda t: res.cut(threshold=t))
-    med = statistics.median(ms)
-    print(f"\nms per slider move ({img.shape[1]}x{img.shape[0]}): median {med:.1f}, max {max(ms):.1f}; "
-          f"page {page.stat().st_size / 1024:.0f} KiB; screenshots in {tmp_path}")
-    assert med < 50, ms
+    # speed is measured by benchmarks/bench_view.py, not asserted here
+    print(f"\nms per slider move ({img.shape[1]}x{img.shape[0]}): median {statistics.median(ms):.1f}, "
+          f"max {max(ms):.1f}; page {page.stat().st_size / 1024:.0f} KiB; screenshots in {tmp_path}")
     # the real keyboard on the slider: End is the top level (one region), Home the finest
     from selenium.webdriver.common.keys import Keys
 
