@@ -1,24 +1,39 @@
-"""Time per sample of each data stage; compare superpixel methods on BSDS500 crops.
+"""Data throughput per core of each data path, stage by stage; superpixel methods compared.
 
 Usage::
 
-    python benchmarks/bench_data.py                     # stage timings (synthetic, BSDS if present)
+    python benchmarks/bench_data.py                     # data paths (synthetic, and BSDS500 if present)
     python benchmarks/bench_data.py --superpixels       # SLIC vs watershed (BSDS500 crops, else synthetic)
-    python benchmarks/bench_data.py --bsds-root PATH --n 20
+    python benchmarks/bench_data.py --bsds-root PATH --n 24
 
-Prints markdown tables. The time of a step on one sample is the minimum over
+The paths (what a loader worker does for one training sample,
+:class:`hiseg.data.SegmentationGraphDataset`):
+
+* ``per_sample``: colour superpixels computed on every augmented sample;
+* ``cached``: colour superpixels of each whole image computed once (the first time a
+  worker sees it; reported apart, as "first sight"), augmented with the image, relabelled
+  connected, the RAG re-derived (:mod:`hiseg.data.cache`);
+* ``none``: no superpixels in the loader (``superpixel_method: none``): the model's
+  pipeline rebuilds them from its prediction inside the training step
+  (``pipeline.superpixels: boundary_watershed``, the BSDS recipe). That rebuild is CPU
+  work of the step; its cost per sample (``--rebuild``: on the boundary maps of the
+  pixel-stage network ``models/pixel_stage.ckpt`` when present, else of an untrained one)
+  is given too, as it bounds what a GPU run of that recipe is fed.
+
+Prints markdown tables. The time of a stage on one sample is the minimum over
 ``--repeat`` calls of the process's CPU time (``--wall``: wall-clock time); everything
-runs single-threaded, so on an idle machine both agree, and CPU time stays meaningful
-on a machine shared with other jobs. Tables give the
-median (and mean) of that over ``--n`` samples, in one process (one core, OpenCV
-single-threaded). The ``x floor`` column divides by the time of one pass over the
-image's memory (``np.copy`` of the float32 image), measured in the same run.
+runs single-threaded (OpenCV and torch with one thread), so CPU time per sample is the
+cost on one core and stays meaningful on a machine shared with other jobs. The ``end to
+end`` line times the data set's own ``__getitem__`` (one call per sample, CPU time, the
+cache warm; the stage sum is a check of it); samples/s per core = 1 / (end to end +
+collate per sample).
 """
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +42,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hiseg.data import (BSDS500, Compose, RandomCrop, RandomFlip, RandomRescale,  # noqa: E402
-                        SyntheticSegmentation, collate_graph_batch, compute_targets, make_graph_sample)
+                        SegmentationGraphDataset, SyntheticSegmentation, collate_graph_batch, make_graph_sample)
+from hiseg.data.cache import SuperpixelCache  # noqa: E402
+from hiseg.data.collate import _graph_item  # noqa: E402
+from hiseg.data.targets import edge_targets, mean_boundary, superpixel_labels  # noqa: E402
 from hiseg.segmentation import (Superpixels, achievable_segmentation_accuracy, boundary_recall,  # noqa: E402
                                 frontier_pixel_pairs, slic_superpixels, watershed_superpixels)
+from hiseg.segmentation.superpixels import make_connected  # noqa: E402
 from hiseg.graph import region_adjacency_graph  # noqa: E402
 
 SHARED_BSDS = ROOT.parent / "shared" / "data" / "BSDS500"
+PATHS = ("per_sample", "cached", "none")
 
 
 def _bsds_root(arg):
@@ -58,57 +78,146 @@ def _timed(fn, *args):
     return out, best
 
 
+def _once(fn, *args):
+    t = CLOCK()
+    out = fn(*args)
+    return out, CLOCK() - t
+
+
 def _rag_and_frontier(sp):
     rag = region_adjacency_graph(sp)
     frontier_pixel_pairs(rag)
     return rag
 
 
-def stage_table(title: str, raw, transform, sp_fn, n: int, batch: int = 8):
-    rng = np.random.default_rng(0)
-    rows = {k: [] for k in ("load", "augment", "superpixels", "RAG + frontier", "targets", "collate (per sample)")}
-    floor = []
-    n_sp, n_edges = [], []
-    items = []
-    # warm-up (lazy imports, caches)
-    s0 = raw[0]
-    make_graph_sample(transform(s0, rng) if transform else s0, sp_fn)
+def _graph_targets(rag, seg):
+    lab = superpixel_labels(rag.labels, seg, rag.num_regions)
+    return lab, edge_targets(rag.graph, lab)
+
+
+STAGES = ("load (decode image + ground truth)", "cache lookup", "augment",
+          "augment (image, annotations, superpixels)", "superpixels (colour watershed)",
+          "relabel connected (make_connected)", "RAG + frontier", "graph targets (majority labels, edge targets)",
+          "boundary map target", "collate (per sample)")
+
+
+def path_stages(raw, transform, sp_fn, path: str, n: int, batch: int = 8) -> dict:
+    """Per-sample CPU time of each stage of a data path on ``n`` samples (see the docstring)."""
+    rows = defaultdict(list)
+    first = []
+    cache = SuperpixelCache(sp_fn) if path == "cached" else None
+    items, n_sp = [], []
     for i in range(n):
-        s, t = _timed(raw.__getitem__, i % len(raw))
-        rows["load"].append(t)
-        if transform is not None:
-            s, t = _timed(transform, s, rng)
-        else:
-            t = 0.0
-        rows["augment"].append(t)
-        _, t = _timed(np.copy, s["image"])
-        floor.append(t)
-        sp, t = _timed(sp_fn, s["image"])
-        rows["superpixels"].append(t)
-        rag, t = _timed(_rag_and_frontier, sp)
-        rows["RAG + frontier"].append(t)
-        _, t = _timed(compute_targets, rag, s["segmentations"])
-        rows["targets"].append(t)
-        n_sp.append(rag.num_regions)
-        n_edges.append(rag.graph.num_edges)
-        items.append(make_graph_sample(s, sp_fn))
-    for j in range(0, len(items) - batch + 1, batch) or [0]:
-        chunk = items[j:j + batch] or items
+        idx = i % len(raw)
+        s, t = _timed(raw.__getitem__, idx)
+        rows["load (decode image + ground truth)"].append(t)
+        if path == "cached":
+            _, t0 = _once(cache, idx, s["image"], s.get("name", ""))  # the first sight computes
+            sp0, t = _timed(cache, idx, s["image"], s.get("name", ""))
+            first.append(t0 - t)
+            rows["cache lookup"].append(t)
+            s = dict(s, superpixels=sp0)
+        seed = [0, i]
+        s, t = _timed(lambda: transform(s, np.random.default_rng(seed)) if transform else s)
+        rows["augment" + (" (image, annotations, superpixels)" if path == "cached" else "")].append(t)
+        seg = s["segmentations"]
+        if path == "per_sample":
+            sp, t = _timed(sp_fn, s["image"])
+            rows["superpixels (colour watershed)"].append(t)
+        elif path == "cached":
+            sp, t = _timed(make_connected, s["superpixels"])
+            rows["relabel connected (make_connected)"].append(t)
+        if path != "none":
+            rag, t = _timed(_rag_and_frontier, sp)
+            rows["RAG + frontier"].append(t)
+            _, t = _timed(_graph_targets, rag, seg)
+            rows["graph targets (majority labels, edge targets)"].append(t)
+            n_sp.append(int(sp.max()) + 1)
+            s = dict(s, superpixels=sp)
+        _, t = _timed(mean_boundary, seg)
+        rows["boundary map target"].append(t)
+        items.append(make_graph_sample(s, None))
+    for j in range(0, max(1, len(items) - batch + 1), batch):
+        chunk = items[j:j + batch]
         _, t = _timed(collate_graph_batch, chunk)
         rows["collate (per sample)"].append(t / len(chunk))
-    fl = float(np.median(floor))
+    # end to end: the data set's own __getitem__, the cache warm
+    ds = SegmentationGraphDataset(raw, transform, sp_fn, superpixels=path)
+    if path == "cached":
+        for i in range(n):
+            ds[(i % len(raw), (0, 0))]
+    t = CLOCK()
+    for i in range(n):
+        ds[(i % len(raw), (0, 1))]
+    e2e = (CLOCK() - t) / n
     h, w = items[0]["image"].shape[-2:]
-    print(f"\n### {title}: {n} samples of {h}x{w}, {np.mean(n_sp):.0f} superpixels and "
-          f"{np.mean(n_edges):.0f} RAG edges on average\n")
-    print("| stage | median ms / sample | mean ms | x floor |")
-    print("|---|---:|---:|---:|")
-    total = 0.0
-    for k, v in rows.items():
-        med = float(np.median(v))
-        total += med
-        print(f"| {k} | {1e3 * med:.2f} | {1e3 * float(np.mean(v)):.2f} | {med / fl:.0f} |")
-    print(f"| **total** | {1e3 * total:.2f} | | {total / fl:.0f} |")
-    print(f"| floor (np.copy of the image) | {1e3 * fl:.3f} | | 1 |")
+    return dict(rows=rows, first=first, e2e=e2e, size=(h, w), n_sp=n_sp)
+
+
+def paths_table(title: str, raw, transform, sp_fn, n: int, rebuild: dict | None = None) -> dict:
+    res = {p: path_stages(raw, transform, sp_fn, p, n) for p in PATHS}
+    h, w = res["per_sample"]["size"]
+    print(f"\n### {title}: {n} samples of {h}x{w}, {np.mean(res['per_sample']['n_sp']):.0f} colour superpixels "
+          f"per sample ({np.mean(res['cached']['n_sp']):.0f} on the cached path)\n")
+    stages = [k for k in STAGES if any(k in res[p]["rows"] for p in PATHS)]
+    print("| stage (ms per sample, median) | " + " | ".join(PATHS) + " |")
+    print("|---|" + "---:|" * len(PATHS))
+    for k in stages:
+        cells = []
+        for p in PATHS:
+            v = res[p]["rows"].get(k)
+            cells.append(f"{1e3 * float(np.median(v)):.2f}" if v else "-")
+        print(f"| {k} | " + " | ".join(cells) + " |")
+    stage_sum = {p: sum(float(np.median(v)) for v in res[p]["rows"].values()) for p in PATHS}
+    print("| sum of the stages | " + " | ".join(f"{1e3 * stage_sum[p]:.1f}" for p in PATHS) + " |")
+    print("| end to end (`__getitem__`, mean) | " + " | ".join(f"{1e3 * res[p]['e2e']:.1f}" for p in PATHS) + " |")
+    # what a worker sustains: its items (end to end) and their collation
+    totals = {p: res[p]["e2e"] + float(np.median(res[p]["rows"]["collate (per sample)"])) for p in PATHS}
+    print("| **samples/s per core** (end to end + collate) | " + " | ".join(f"**{1 / totals[p]:.0f}**"
+                                                                        for p in PATHS) + " |")
+    first = float(np.median(res["cached"]["first"]))
+    print(f"\nCached path, first sight of an image (whole-image superpixels, once per image and worker, "
+          f"or once per image with a cache_dir): +{1e3 * first:.1f} ms (median).")
+    if rebuild is not None:
+        per = rebuild["per_sample"]
+        print(f"\n`none` path: the training step rebuilds the superpixels, RAG and targets from the prediction "
+              f"on the CPU: {1e3 * per:.1f} ms per sample ({rebuild['what']}); loader + rebuild: "
+              f"{1e3 * (totals['none'] + per):.1f} ms, **{1 / (totals['none'] + per):.0f} samples/s per core**.")
+    return totals
+
+
+def rebuild_cost(raw, transform, n: int, region_size: float = 8.0) -> dict:
+    """CPU time per sample of the step's rebuild (boundary watershed + RAG + targets) on
+    predicted boundary maps of ``n`` augmented samples."""
+    import torch
+
+    from hiseg.models import get_model
+    from hiseg.segmentation import Pipeline
+
+    ckpt = ROOT / "models" / "pixel_stage.ckpt"
+    model = get_model("compact_boundary_net", width=32, blocks=[2, 2, 3, 3], side_channels=16)
+    what = "boundary maps of an untrained network"
+    if ckpt.is_file():
+        from hiseg.models.weights import load_weights
+
+        load_weights(model, ckpt)
+        what = "boundary maps of the pixel-stage network, models/pixel_stage.ckpt"
+    model.eval()
+    pipe = Pipeline(superpixels="boundary_watershed", region_size=region_size)
+    samples = [transform(raw[i % len(raw)], np.random.default_rng([0, i])) for i in range(n)]
+    with torch.no_grad():
+        prob = [torch.sigmoid(model(torch.from_numpy(s["image"].transpose(2, 0, 1).copy())[None]))[0, 0].numpy()
+                for s in samples]
+    times, n_sp = [], []
+    for p, s in zip(prob, samples):
+        def rebuild():  # what the step does per image (with_superpixels)
+            sp = pipe.make_superpixels(p)
+            return sp, frontier_pixel_pairs(_graph_item(sp, s["segmentations"])["rag"])
+        (sp, _), t = _timed(rebuild)
+        times.append(t)
+        n_sp.append(int(sp.max()) + 1)
+    what += f", {np.mean(n_sp):.0f} superpixels of region size {region_size:g}"
+    return {"per_sample": float(np.median(times)), "what": what}
 
 
 def superpixel_table(root: str | None, n: int, crop: int = 320):
@@ -148,14 +257,15 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=16, help="samples per table")
     p.add_argument("--bsds-root", default=None)
+    p.add_argument("--crop", type=int, default=320, help="BSDS500 training crop side")
     p.add_argument("--superpixels", action="store_true", help="only the superpixel comparison table")
+    p.add_argument("--no-rebuild", action="store_true", help="skip the rebuild cost of the none path")
     p.add_argument("--repeat", type=int, default=3, help="time of a step = min over this many calls")
     p.add_argument("--wall", action="store_true", help="wall-clock time instead of process CPU time")
     args = p.parse_args(argv)
-    p_wall = args.wall
     global REPEAT, CLOCK
     REPEAT = args.repeat
-    if p_wall:
+    if args.wall:
         CLOCK = time.perf_counter
     import cv2
     cv2.setNumThreads(1)
@@ -167,11 +277,17 @@ def main(argv=None):
             print("(BSDS500 not found: superpixels compared on synthetic 320x320 images instead)")
         superpixel_table(root, args.n)
         return 0
-    stage_table("Synthetic (default data module)", SyntheticSegmentation(args.n, 128, 4, seed=0),
-                Compose([RandomFlip(0.5, 0.5)]), Superpixels(region_size=8.0), args.n)
+    print(f"(times: {'wall-clock' if args.wall else 'process CPU time'}, one thread)")
+    syn = SyntheticSegmentation(args.n, 128, 4, seed=0)
+    flips = Compose([RandomFlip(0.5, 0.5)])
+    paths_table("Synthetic (default data module: 128x128, flips, superpixels of 8 px)", syn, flips,
+                Superpixels(region_size=8.0), args.n)
     if root is not None:
-        tr = Compose([RandomRescale((0.75, 1.25)), RandomFlip(0.5), RandomCrop(320)])
-        stage_table("BSDS500 train, 320x320 crops", BSDS500(root, "train"), tr, Superpixels(region_size=12.0), args.n)
+        raw = BSDS500(root, "train")
+        tr = Compose([RandomRescale((0.75, 1.25)), RandomFlip(0.5), RandomCrop(args.crop)])
+        rebuild = None if args.no_rebuild else rebuild_cost(raw, tr, args.n)
+        paths_table(f"BSDS500 train, {args.crop}x{args.crop} crops (rescale 0.75-1.25, flips; colour superpixels "
+                    "of 12 px)", raw, tr, Superpixels(region_size=12.0), args.n, rebuild)
     else:
         print("\n(BSDS500 not found: BSDS rows skipped)")
     return 0

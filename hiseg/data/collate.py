@@ -25,13 +25,13 @@ import torch
 
 from ..graph import BatchedGraph, batch_graphs, region_adjacency_graph
 from ..segmentation.pooling import frontier_pixel_pairs
-from ..segmentation.superpixels import Superpixels
-from ..segmentation.superpixels import make_connected
+from ..segmentation.superpixels import Superpixels, make_connected
 from .cache import SuperpixelCache
 from .targets import edge_targets, mean_boundary, superpixel_labels
 from .transforms import as_numpy_generator
 
-__all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "make_graph_sample"]
+__all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "make_graph_sample", "with_superpixels",
+           "SUPERPIXEL_MODES"]
 
 
 SUPERPIXEL_MODES = ("per_sample", "cached", "none")
