@@ -13,6 +13,7 @@ There is no ``predict``: the hierarchy is defined on the fitted samples only.
 from __future__ import annotations
 
 import numbers
+import time
 from typing import Optional
 
 import numpy as np
@@ -20,72 +21,22 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from .cuts import cut_num_clusters, kcut_merges
+
 __all__ = ["UltrametricClustering", "cut_num_clusters"]
 
 
-def cut_num_clusters(parents, n_clusters: int) -> np.ndarray:
-    """Flat clustering with exactly ``n_clusters`` clusters from a binary hierarchy.
-
-    The hierarchy is the canonical binary partition tree built by
-    :func:`hiseg.build_hierarchy` / ``higra.bpt_canonical``: leaves ``0..N-1``, internal
-    nodes numbered in the order of their merges (so altitudes never decrease with the
-    node id), root last.  Removing the ``n_clusters - 1`` last merges (the internal nodes
-    with the largest ids, hence the highest altitudes) leaves exactly ``n_clusters``
-    subtrees; their leaves are the clusters.
-
-    Ties: when several merges share the altitude of the cut, a cut *by altitude* could
-    not give exactly ``n_clusters`` clusters; the merge order decides instead (merges at
-    equal altitude are ordered by edge index, as Kruskal's algorithm in
-    :func:`hiseg.ultrametric.canonical_edge_order` processes them), so the merges of the
-    tie that Kruskal made last are undone first.  The result is deterministic.
-
-    Parameters
-    ----------
-    parents : int array (2N - 1,) or higra ``Tree``
-        Parent array of a binary tree whose parents have larger ids than their children.
-    n_clusters : int in ``[1, N]``
-
-    Returns
-    -------
-    labels : int64 array (N,) with values ``0..n_clusters-1``; clusters are numbered
-        in the order of their smallest sample index.
-
-    Cost: O(N).
-
-    Raises
-    ------
-    ValueError
-        ``n_clusters`` outside ``[1, N]`` or a tree that is not binary.
-    """
-    if hasattr(parents, "parents") and callable(parents.parents):
-        parents = parents.parents()
-    parents = np.asarray(parents, dtype=np.int64)
-    n_nodes = parents.shape[0]
-    n = (n_nodes + 1) // 2
-    if n_nodes != 2 * n - 1:
-        raise ValueError(f"cut_num_clusters expects a binary tree (2N - 1 nodes), got {n_nodes} nodes")
-    if isinstance(n_clusters, bool) or not isinstance(n_clusters, numbers.Integral):
-        raise TypeError(f"n_clusters must be an integer, got {type(n_clusters).__name__}")
-    if not 1 <= n_clusters <= n:
-        raise ValueError(f"n_clusters must be in [1, n_samples = {n}], got {n_clusters}")
-    keep = n_nodes - (int(n_clusters) - 1)  # nodes [0, keep) survive the cut
-    rep = _cluster_roots(parents, keep)[:n]
-    roots, first = np.unique(rep, return_index=True)
-    lut = np.empty(n_nodes, dtype=np.int64)
-    lut[roots[np.argsort(first, kind="stable")]] = np.arange(roots.size)
-    return lut[rep]
+#: ``min_cluster_size="auto"`` without labels: this fraction of an even share (n / k)
+AUTO_MIN_FRACTION = 0.1
 
 
-def _cluster_roots(parents: np.ndarray, keep: int) -> np.ndarray:
-    """For every node, its highest ancestor among the kept nodes ``[0, keep)``. O(N)."""
-    import higra as hg
+def _components(s, t, n):
+    """Connected components of the edges (s, t) on n vertices, numbered by smallest vertex."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
 
-    tree = hg.Tree(parents)
-    values = np.arange(parents.shape[0], dtype=np.int64)
-    # condition[n]: n takes its parent's value (the parent is kept, n is not the root)
-    condition = parents < keep
-    condition[-1] = False
-    return np.asarray(hg.propagate_sequential(tree, values, condition), dtype=np.int64)
+    m = coo_matrix((np.ones(s.size, dtype=np.int8), (s, t)), shape=(n, n))
+    return connected_components(m, directed=False)[1].astype(np.int64)
 
 
 def _validate_data(est, X, reset: bool = True):
@@ -205,7 +156,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
                  triplet_weight=1.0, margin=1.0, max_triplets=None, sigmoid_slope=5.0,
-                 n_neighbors=5, lr=None, max_iter=200, positivity="softplus", patience=50,
+                 n_neighbors=5, knn="auto", connect="auto", init="input", min_cluster_size="auto",
+                 lr=None, max_iter=200, positivity="softplus", patience=50,
                  optimizer="amsgrad", random_state=None):
         self.n_clusters = n_clusters
         self.loss = loss
@@ -216,6 +168,10 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.max_triplets = max_triplets
         self.sigmoid_slope = sigmoid_slope
         self.n_neighbors = n_neighbors
+        self.knn = knn
+        self.connect = connect
+        self.init = init
+        self.min_cluster_size = min_cluster_size
         self.lr = lr
         self.max_iter = max_iter
         self.positivity = positivity
@@ -256,6 +212,17 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         real("sigmoid_slope", positive=True)
         for name in ("size_weight", "triplet_weight", "margin"):
             real(name)
+        if self.knn not in ("auto", "exact", "approximate"):
+            raise ValueError(f"knn must be 'auto', 'exact' or 'approximate', got {self.knn!r}")
+        if self.connect not in ("auto", "mst", "components", True):
+            raise ValueError(f"connect must be 'auto', 'mst' or 'components', got {self.connect!r}")
+        if isinstance(self.init, str) and self.init not in ("input", "average"):
+            raise ValueError(f"init must be 'input' or 'average', got {self.init!r}")
+        m = self.min_cluster_size
+        if not (m == "auto" if isinstance(m, str) else isinstance(m, numbers.Real) and not isinstance(m, bool)
+                and np.isfinite(m) and m >= 0):
+            raise ValueError("min_cluster_size must be 'auto', a number of samples >= 1, a fraction of "
+                             f"the samples in [0, 1) or 0, got {m!r}")
         if self.positivity not in ("softplus", "relu", "exp", None):
             raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
         if self.optimizer not in ("amsgrad", "adam", "sgd", "newton"):
@@ -342,44 +309,80 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         if self.n_clusters > n:
             raise ValueError(f"n_clusters = {self.n_clusters} is larger than n_samples = {n}")
         y = self._check_y(y, n)
-        graph, w = knn_graph(X, self.n_neighbors)
+        seed = self.random_state
+        if seed is not None and not isinstance(seed, numbers.Integral):  # a RandomState instance
+            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
+        t0 = time.perf_counter()
+        graph, w = knn_graph(X, self.n_neighbors, connect=self.connect, method=self.knn,
+                             random_state=0 if seed is None else seed)
+        t1 = time.perf_counter()
+        # the fit sees distances in units of their mean: scale-free losses and settings
+        scale = float(w.mean()) if w.size and w.max() > 0 else 1.0
+        wn = w / scale
         kw = {}
         terms = self.loss.split("+")
         if "size" in terms:
             kw.update(size_weight=float(self.size_weight), top_nodes=int(self.top_nodes))
         if "triplet" in terms:
-            seed = self.random_state
-            if seed is not None and not isinstance(seed, numbers.Integral):  # a RandomState instance
-                seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
             kw.update(labels=y, triplet_weight=float(self.triplet_weight), margin=float(self.margin),
                       max_triplets=self.max_triplets, random_state=seed)
-        fit_w = w
+        fit_w = wn
         if terms[0] == "dasgupta":
             kw.update(sigmoid_slope=float(self.sigmoid_slope))
             # duplicated samples give zero distances, which the dissimilarity mode divides by
-            if w.size and w.max() > 0:
-                fit_w = np.maximum(w, 1e-9 * w.max())
-            else:
-                fit_w = np.ones_like(w)
+            fit_w = np.maximum(wn, 1e-9 * wn.max()) if wn.max() > 0 else np.ones_like(wn)
         with torch.no_grad():
             wt = torch.as_tensor(fit_w, dtype=torch.float64)
         lr = None if self.lr is None else float(self.lr)
         res = fit_ultrametric(graph, wt, loss=self.loss, lr=lr, max_iter=int(self.max_iter),
-                              positivity=self.positivity, patience=self.patience,
+                              positivity=self.positivity, patience=self.patience, init=self.init,
                               optimizer=self.optimizer, full_output=True, **kw)
+        t2 = time.perf_counter()
         h = res.hierarchy
         best = res.ultrametric.detach()
         self.graph_ = graph
         self.edge_weights_ = w
-        self.ultrametric_ = best.cpu().numpy().astype(np.float64)
+        self.weight_scale_ = scale
+        self.ultrametric_ = best.cpu().numpy().astype(np.float64) * scale
         self.parents_ = np.asarray(h.parents, dtype=np.int64)
         # node altitudes: the building (MST) edge of a node is its own pass edge, so the
         # ultrametric carries the best iterate's values there
-        self.altitudes_ = h.node_altitudes(best).detach().cpu().numpy().astype(np.float64)
+        self.altitudes_ = h.node_altitudes(best).detach().cpu().numpy().astype(np.float64) * scale
         self.loss_history_ = list(res.history)
         self.n_iter_ = int(res.n_iter)
-        self.labels_ = cut_num_clusters(self.parents_, int(self.n_clusters))
+        self.min_cluster_size_ = self._min_size(y, n)
+        self.labels_ = self._cut(h, graph, self.min_cluster_size_)
+        self.timings_ = dict(graph=t1 - t0, fit=t2 - t1, cut=time.perf_counter() - t2)
         return self
+
+    def _min_size(self, y, n):
+        """The minimum cluster size of the cut (samples)."""
+        m = self.min_cluster_size
+        if isinstance(m, str):  # "auto"
+            k = int(self.n_clusters)
+            if y is not None and (y >= 0).any():
+                # half the smallest labelled class share, in samples
+                counts = np.bincount(y[y >= 0])
+                share = counts[counts > 0].min() / counts.sum()
+                return max(1.0, 0.5 * share * n)
+            return max(1.0, AUTO_MIN_FRACTION * n / k)
+        return float(m) * n if 0 < m < 1 else float(m)
+
+    def _cut(self, h, graph, min_size):
+        """Labels of the size-aware cut into n_clusters (min_size halved until it has them all)."""
+        k = int(self.n_clusters)
+        n = graph.num_vertices
+        if min_size <= 1 or k == 1:
+            return cut_num_clusters(self.parents_, k)
+        while True:
+            keep = kcut_merges(self.parents_, k, min_size)
+            if n - 1 - int(keep.sum()) == k - 1 or min_size <= 1:
+                break
+            min_size /= 2
+        if min_size <= 1:
+            return cut_num_clusters(self.parents_, k)
+        e = h.mst_edge_map[keep]
+        return _components(graph.sources[e], graph.targets[e], n)
 
     def fit_predict(self, X, y=None):
         """Fit and return ``labels_`` (see :meth:`fit`)."""

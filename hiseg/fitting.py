@@ -179,9 +179,14 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
     J = make_loss(loss, **loss_kwargs)
     # ---- start
     if isinstance(init, str):
-        if init != "input":
-            raise ValueError(f"init must be 'input' or a (E,) array/tensor, got {init!r}")
-        start = w.clone()
+        if init not in ("input", "average"):
+            raise ValueError(f"init must be 'input', 'average' or a (E,) array/tensor, got {init!r}")
+        if init == "average":
+            from .ultrametric import average_linkage_ultrametric
+
+            start = average_linkage_ultrametric(el, w.detach(), check=False).detach()
+        else:
+            start = w.clone()
     else:
         start = torch.as_tensor(init, dtype=w.dtype, device=w.device).detach().clone()
         check_weights(start, el.num_edges, name="init")

@@ -212,65 +212,123 @@ def grid_graph(shape: Sequence[int]) -> EdgeList:
     return EdgeList(s, t, h * w)
 
 
-def knn_graph(X, n_neighbors: int = 5, *, connect: bool = True):
-    """Symmetric k-nearest-neighbour graph of points, made connected by MST edges.
+#: ``knn_graph(method="auto")`` searches exact neighbours up to this many points (or at
+#: any size in at most :data:`EXACT_KNN_MAX_DIM` dimensions, where KD-trees stay fast)
+EXACT_KNN_MAX_POINTS = 20000
+EXACT_KNN_MAX_DIM = 3
+#: ``knn_graph(connect="auto")`` adds the exact Euclidean MST up to this many points
+EXACT_MST_MAX_POINTS = 20000
+
+
+def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", random_state=0):
+    """Symmetric k-nearest-neighbour graph of points, made connected by spanning edges.
 
     Every point is joined to its ``n_neighbors`` nearest neighbours (Euclidean); the
     edge set is symmetrised (an edge found from one side only is kept once, with no
-    halving of its weight); if ``connect`` is true, the edges of the minimum spanning
-    tree of the complete Euclidean graph are added, so the graph is connected (the
-    paper's 5-NN + MST construction).
+    halving of its weight). Then, unless ``connect`` is false, edges are added so that
+    the graph is connected:
+
+    * ``"mst"``: the edges of the exact minimum spanning tree of the complete Euclidean
+      graph (the paper's kNN + MST construction); Prim's algorithm, O(n^2 d) time but
+      O(n d) memory;
+    * ``"components"``: edges joining the connected components of the kNN graph, found
+      by nearest-neighbour searches between components (Borůvka-style rounds; see
+      :func:`hiseg._neighbors.spanning_edges`): nothing is added when the kNN graph is
+      connected, otherwise about one edge per component, each a close pair of points
+      of two nearby components; O(n) memory and time per round, at most
+      log2(components) rounds;
+    * ``"auto"`` (or ``True``): ``"mst"`` up to :data:`EXACT_MST_MAX_POINTS` points,
+      ``"components"`` above.
+
+    Parameters
+    ----------
+    X : (n, d) array of finite values.
+    n_neighbors : int >= 1.
+    connect : ``"auto"``, ``True``, ``"mst"``, ``"components"`` or ``False``.
+    method : neighbour search: ``"exact"`` (scikit-learn's ``NearestNeighbors``: KD-tree,
+        ball tree or chunked brute force), ``"approximate"`` (random-projection forest +
+        NN-descent, :func:`hiseg._neighbors.approximate_knn`; about 90% of the true
+        neighbours on 16-d Gaussian blobs, the others near ones) or ``"auto"``: exact up
+        to :data:`EXACT_KNN_MAX_POINTS` points or in at most :data:`EXACT_KNN_MAX_DIM`
+        dimensions, approximate otherwise.
+    random_state : int, seed of the approximate search (deterministic for a given seed).
 
     Returns
     -------
     graph : EdgeList
     weights : float64 array, the Euclidean length of each edge.
 
-    Cost: O(n log n) for the kNN search (KD-tree) plus O(n^2) time and O(n^2) memory
-    for the exact MST of the complete graph when ``connect`` (fine up to ~2e4 points).
+    The search runs on the points centred and rescaled by a power of two, so the graph
+    does not depend on the scale of ``X`` (``X * 1e300`` and ``X * 1e-300`` give the same
+    edges; weights scale with ``X``). Memory O(n (k + d)) whatever the method.
 
     Raises
     ------
     ValueError
-        Non-finite coordinates, fewer than ``n_neighbors + 1`` points, bad ``n_neighbors``.
+        Non-finite coordinates, edge lengths beyond the float64 range, fewer than
+        ``n_neighbors + 1`` points, bad ``n_neighbors``, ``connect`` or ``method``.
     """
-    from scipy.spatial import cKDTree
+    from . import _neighbors as nb
 
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
         raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {X.shape}")
-    n = X.shape[0]
+    n, d = X.shape
     if not np.all(np.isfinite(X)):
         raise ValueError("X contains NaN or infinite values")
-    if int(n_neighbors) != n_neighbors or n_neighbors < 1:
+    if isinstance(n_neighbors, bool) or int(n_neighbors) != n_neighbors or n_neighbors < 1:
         raise ValueError(f"n_neighbors must be a positive integer, got {n_neighbors}")
     n_neighbors = int(n_neighbors)
     if n < n_neighbors + 1:
         raise ValueError(f"need at least n_neighbors + 1 = {n_neighbors + 1} samples, got {n}")
-    tree = cKDTree(X)
-    _, nn = tree.query(X, k=n_neighbors + 1)
+    if connect is True:
+        connect = "auto"
+    if connect not in ("auto", "mst", "components", False, None):
+        raise ValueError(f"connect must be 'auto', 'mst', 'components' or False, got {connect!r}")
+    if method not in ("auto", "exact", "approximate"):
+        raise ValueError(f"method must be 'auto', 'exact' or 'approximate', got {method!r}")
+    Xs, scale = _normalised_points(X)
+    if method == "auto":
+        method = "exact" if n <= EXACT_KNN_MAX_POINTS or d <= EXACT_KNN_MAX_DIM else "approximate"
+    if method == "exact":
+        nn = nb.exact_knn(Xs, n_neighbors)
+    else:
+        nn = nb.approximate_knn(Xs, n_neighbors, random_state=random_state)
     src = np.repeat(np.arange(n), n_neighbors)
-    dst = nn[:, 1:].ravel()
-    # duplicated points: the query may return the point itself later in the list
-    keep = src != dst
-    src, dst = src[keep], dst[keep]
-    if connect:
-        from scipy.sparse.csgraph import minimum_spanning_tree
-        from scipy.spatial.distance import pdist, squareform
-
-        D = squareform(pdist(X))
-        # zero distances (duplicates) would vanish from a sparse matrix: nudge them
-        D[D == 0] = np.finfo(np.float64).tiny
-        np.fill_diagonal(D, 0)
-        mst = minimum_spanning_tree(D).tocoo()
-        src = np.concatenate([src, mst.row])
-        dst = np.concatenate([dst, mst.col])
+    dst = nn.ravel()
+    if connect == "auto":
+        connect = "mst" if n <= EXACT_MST_MAX_POINTS else "components"
+    if connect == "mst":
+        ms, mt = nb.euclidean_mst(Xs)
+    elif connect == "components":
+        ms, mt = nb.spanning_edges(Xs, src, dst)
+    else:
+        ms = mt = np.zeros(0, dtype=np.int64)
+    src, dst = np.concatenate([src, ms]), np.concatenate([dst, mt])
     a = np.minimum(src, dst).astype(np.int64)
     b = np.maximum(src, dst).astype(np.int64)
     key = np.unique(a * n + b)
     a, b = key // n, key % n
-    w = np.linalg.norm(X[a] - X[b], axis=1)
+    w = np.sqrt(np.einsum("ij,ij->i", Xs[a] - Xs[b], Xs[a] - Xs[b])) * scale
+    if not np.all(np.isfinite(w)):
+        raise ValueError("distances between samples exceed the float64 range (about 1.8e308): "
+                         "rescale X")
     return EdgeList(a, b, n), w
+
+
+def _normalised_points(X: np.ndarray):
+    """``(Z, scale)`` with ``X = Z * scale + mean``: ``Z`` centred, its largest coordinate
+    in [0.5, 1), ``scale`` a power of two (rescaling by powers of two is exact, and squared
+    norms of ``Z`` neither overflow nor underflow whatever the scale of ``X``)."""
+    e1 = int(np.frexp(np.abs(X).max())[1]) if X.size else 0
+    Y = np.ldexp(X, -e1)
+    Y -= Y.mean(axis=0)
+    m = float(np.abs(Y).max()) if Y.size else 0.0
+    if m == 0.0:  # all points equal
+        return Y, 1.0
+    e2 = int(np.frexp(m)[1])
+    with np.errstate(over="ignore"):  # inf: distances beyond the float64 range (caller's error)
+        return np.ldexp(Y, -e2), float(np.ldexp(1.0, e1 + e2))
 
 
 @dataclass(frozen=True)

@@ -96,9 +96,10 @@ def test_partial_labels_are_used():
     partial = np.full(120, -1)
     idx = rng.choice(120, 24, replace=False)
     partial[idx] = y[idx]
-    unsup = UltrametricClustering(2, loss="closest", max_iter=80).fit(X)
+    # the plain cut (min_cluster_size=0) shows the hierarchy itself: the labels change its top
+    unsup = UltrametricClustering(2, loss="closest", max_iter=80, min_cluster_size=0).fit(X)
     semi = UltrametricClustering(2, loss="closest+triplet", margin=1.0, triplet_weight=1.0,
-                                 max_iter=80).fit(X, partial)
+                                 max_iter=80, min_cluster_size=0).fit(X, partial)
     assert _accuracy(y, semi.labels_) > 0.95
     assert _accuracy(y, semi.labels_) > _accuracy(y, unsup.labels_) + 0.2
     # the size term can be added to the semi-supervised loss
@@ -165,6 +166,77 @@ def test_bad_input_gives_a_clear_error(blobs, make, err, msg):
     Xb, yb, params = make(X, y)
     with pytest.raises(err, match=msg):
         UltrametricClustering(max_iter=2, **params).fit(Xb, yb)
+
+
+@pytest.mark.parametrize("factor", [1e300, 1e-300])
+def test_extreme_scales_give_the_same_clustering(blobs, factor):
+    X, _ = blobs
+    ref = UltrametricClustering(3, max_iter=30).fit(X)
+    est = UltrametricClustering(3, max_iter=30).fit(X * factor)
+    np.testing.assert_array_equal(est.labels_, ref.labels_)
+    # the fit sees the same normalised distances (up to rounding: near-ties may flip later)
+    assert est.loss_history_[0] == pytest.approx(ref.loss_history_[0], rel=1e-12)
+    np.testing.assert_allclose(est.altitudes_[-2:], ref.altitudes_[-2:] * factor, rtol=1e-3)
+    np.testing.assert_allclose(est.edge_weights_, ref.edge_weights_ * factor, rtol=1e-12)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value:RuntimeWarning")  # scikit-learn's finiteness check sums X
+def test_distances_beyond_float64_are_refused():
+    X = np.array([[-1e308, 0.0], [1e308, 0.0]] * 5) + np.arange(10)[:, None] * [0.0, 1e300]
+    with pytest.raises(ValueError, match="float64 range"):
+        UltrametricClustering(2, max_iter=2, n_neighbors=2).fit(X)
+
+
+@pytest.fixture(scope="module")
+def blobs_with_outliers():
+    """Three blobs of 60 points and two far outliers (labels: the blob, -1 for the outliers)."""
+    X, y = make_blobs(180, centers=[[0, 0], [8, 0], [0, 8]], cluster_std=0.8, random_state=1)
+    X = np.concatenate([X, [[30.0, 30.0], [-25.0, 20.0]]])
+    y = np.concatenate([y, [-1, -1]])
+    return X, y
+
+
+def test_outliers_merged_last_do_not_become_clusters(blobs_with_outliers):
+    X, y = blobs_with_outliers
+    blob = y >= 0
+    plain = UltrametricClustering(3, loss="closest", min_cluster_size=0, max_iter=50).fit(X)
+    assert np.bincount(plain.labels_).min() <= 2  # the plain cut isolates the outliers
+    est = UltrametricClustering(3, loss="closest", min_cluster_size="auto", max_iter=50).fit(X)
+    assert est.min_cluster_size_ == pytest.approx(0.1 * len(X) / 3)
+    assert _accuracy(y[blob], est.labels_[blob]) == 1.0
+    assert np.bincount(est.labels_).min() >= est.min_cluster_size_
+    np.testing.assert_array_equal(est.parents_, plain.parents_)  # same hierarchy, another cut
+    # semi-supervised: the minimum size is half the smallest labelled class share
+    partial = np.where(np.arange(len(y)) % 6 == 0, y, -1)
+    partial[-2:] = -1
+    semi = UltrametricClustering(3, loss="closest+triplet", max_iter=50).fit(X, partial)
+    counts = np.bincount(partial[partial >= 0])
+    assert semi.min_cluster_size_ == pytest.approx(0.5 * counts.min() / counts.sum() * len(X))
+    assert _accuracy(y[blob], semi.labels_[blob]) == 1.0
+
+
+def test_min_cluster_size_falls_back_to_k_clusters(blobs):
+    X, y = blobs
+    # no three clusters of 40 samples in 90: halved until the cut has three clusters
+    est = UltrametricClustering(3, min_cluster_size=40, max_iter=30).fit(X)
+    assert np.unique(est.labels_).size == 3
+    assert _accuracy(y, est.labels_) == 1.0
+    frac = UltrametricClustering(3, min_cluster_size=0.2, max_iter=30).fit(X)
+    assert frac.min_cluster_size_ == pytest.approx(18)
+    np.testing.assert_array_equal(frac.labels_, est.labels_)
+
+
+@pytest.mark.parametrize("params, msg", [
+    (dict(knn="kd_tree"), "knn must be"),
+    (dict(connect="full"), "connect must be"),
+    (dict(init="ward"), "init must be"),
+    (dict(min_cluster_size=-1), "min_cluster_size must be"),
+    (dict(min_cluster_size=float("nan")), "min_cluster_size must be"),
+    (dict(min_cluster_size="big"), "min_cluster_size must be"),
+])
+def test_bad_graph_and_cut_options(blobs, params, msg):
+    with pytest.raises(ValueError, match=msg):
+        UltrametricClustering(max_iter=2, **params).fit(blobs[0])
 
 
 def test_sparse_input_is_refused(blobs):

@@ -39,15 +39,100 @@ def test_knn_graph_is_knn_plus_mst(rng):
     assert g2.num_edges < g.num_edges
 
 
-@pytest.mark.parametrize("X, k, msg", [
-    (np.array([[0.0, np.nan], [1, 1]]), 1, "NaN"),
-    (np.zeros((3, 2)), 5, "at least n_neighbors"),
-    (np.zeros(3), 1, "2-D"),
-    (np.zeros((4, 2)), 0, "positive integer"),
+def _components(g):
+    m = coo_matrix((np.ones(g.num_edges), (g.sources, g.targets)), shape=(g.num_vertices,) * 2)
+    return connected_components(m, directed=False)
+
+
+def test_euclidean_mst_matches_scipy(rng):
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial.distance import pdist, squareform
+
+    from hiseg._neighbors import euclidean_mst
+
+    X = rng.normal(size=(300, 7))
+    D = squareform(pdist(X))
+    ref = minimum_spanning_tree(D).tocoo()
+    s, t = euclidean_mst(X)
+    assert s.size == 299
+    assert {tuple(sorted(e)) for e in zip(s, t)} == {tuple(sorted(e)) for e in zip(ref.row, ref.col)}
+
+
+def _blobs(n, d, centers, seed):
+    from sklearn.datasets import make_blobs
+
+    return make_blobs(n, n_features=d, centers=centers, cluster_std=1.0, center_box=(-30, 30),
+                      random_state=seed)
+
+
+def test_approximate_knn_finds_most_true_neighbours():
+    from sklearn.neighbors import NearestNeighbors
+
+    X, _ = _blobs(4000, 16, 3, 0)
+    g, w = knn_graph(X, 5, method="approximate", connect=False)
+    true = NearestNeighbors(n_neighbors=6).fit(X).kneighbors(X, return_distance=False)[:, 1:]
+    edges = set(zip(g.sources.tolist(), g.targets.tolist()))
+    found = np.mean([(min(i, j), max(i, j)) in edges for i in range(len(X)) for j in true[i]])
+    assert found > 0.9
+    np.testing.assert_allclose(w, np.linalg.norm(X[g.sources] - X[g.targets], axis=1), rtol=1e-12)
+    # every point keeps k edges of its own (the graph is symmetrised, not pruned)
+    assert np.all(np.bincount(np.concatenate([g.sources, g.targets]), minlength=len(X)) >= 5)
+    # deterministic for a seed
+    g2, _ = knn_graph(X, 5, method="approximate", connect=False)
+    np.testing.assert_array_equal(g.sources, g2.sources)
+
+
+def test_component_edges_join_components_by_near_closest_pairs():
+    from scipy.sparse.csgraph import minimum_spanning_tree
+    from scipy.spatial.distance import cdist
+
+    X, y = _blobs(1500, 8, 6, 1)
+    g0, _ = knn_graph(X, 5, connect=False)
+    c, lab = _components(g0)
+    assert c >= 6  # far apart blobs: the kNN graph alone is disconnected
+    g, w = knn_graph(X, 5, connect="components")
+    assert _components(g)[0] == 1
+    added = lab[g.sources] != lab[g.targets]
+    assert added.sum() == c - 1
+    # truth: the MST of the components weighted by their exact closest-pair distances
+    C = np.zeros((c, c))
+    for i in range(c):
+        for j in range(i + 1, c):
+            C[i, j] = cdist(X[lab == i], X[lab == j]).min()
+    exact = minimum_spanning_tree(C).sum()
+    assert exact <= w[added].sum() <= 1.05 * exact
+
+
+@pytest.mark.parametrize("method", ["exact", "approximate"])
+@pytest.mark.parametrize("factor", [1e300, 1e-300])
+def test_knn_graph_is_scale_invariant(method, factor):
+    X, _ = _blobs(600, 5, 3, 2)
+    X = X + 100.0  # off-centre: the search centres the points first
+    g, w = knn_graph(X, 5, method=method)
+    gs, ws = knn_graph(X * factor, 5, method=method)
+    np.testing.assert_array_equal(g.sources, gs.sources)
+    np.testing.assert_array_equal(g.targets, gs.targets)
+    np.testing.assert_allclose(ws, w * factor, rtol=1e-12)
+
+
+@pytest.mark.parametrize("X, k, kw, msg", [
+    (np.array([[0.0, np.nan], [1, 1]]), 1, {}, "NaN"),
+    (np.array([[0.0, np.inf], [1, 1]]), 1, {}, "infinite"),
+    (np.zeros((3, 2)), 5, {}, "at least n_neighbors"),
+    (np.zeros(3), 1, {}, "2-D"),
+    (np.zeros((4, 2)), 0, {}, "positive integer"),
+    (np.array([[-1e308, 0], [1e308, 0], [0, 1e308]]), 1, {}, "float64 range"),
+    (np.zeros((4, 2)), 1, dict(method="kd_tree"), "method must be"),
+    (np.zeros((4, 2)), 1, dict(connect="full"), "connect must be"),
 ])
-def test_knn_bad_input(X, k, msg):
+def test_knn_bad_input(X, k, kw, msg):
     with pytest.raises(ValueError, match=msg):
-        knn_graph(X, k)
+        knn_graph(X, k, **kw)
+
+
+def test_knn_graph_of_identical_points():
+    g, w = knn_graph(np.ones((8, 3)), 3)
+    assert _components(g)[0] == 1 and np.all(w == 0)
 
 
 def test_rag_and_frontiers(rng):

@@ -19,6 +19,7 @@ import torch
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from ..cuts import kcut_merges, size_constrained_merges  # noqa: F401 (re-exported)
 from ..graph import RegionAdjacencyGraph, grid_graph
 from ..ultrametric import Hierarchy, build_hierarchy
 
@@ -163,38 +164,9 @@ def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, k: int, min
         raise ValueError(f"k must be between 1 and the number of superpixels ({n}), got {k}")
     if not np.isfinite(min_size) or min_size < 0:
         raise ValueError(f"min_size must be a finite number of pixels >= 0, got {min_size}")
-    if min_size == 0:
-        return _components(rag, hierarchy.mst_edge_map[: n - int(k)])
-    area = np.bincount(rag.labels.ravel(), minlength=n)
-    return _components(rag, size_constrained_merges(hierarchy.parents, hierarchy.mst_edge_map, area, k, min_size))
-
-
-def size_constrained_merges(parents, mst_edge_map, leaf_area, k: int, min_area: float) -> np.ndarray:
-    """The merges (edges of ``mst_edge_map``) kept by the size-aware cut with ``k`` regions.
-
-    ``parents``: a binary tree whose internal node ``N + i`` is built by merge ``i``
-    (``mst_edge_map[i]``), in increasing altitude order (canonical BPT or average
-    linkage). A merge is relevant when both of its children cover at least ``min_area``
-    (sum of ``leaf_area``); the k-1 relevant merges of highest index are undone, every
-    other merge is kept. Why no region is smaller than ``min_area``: take a region C and
-    the undone merge of lowest index on its border; C contains that merge's child on its
-    side whole (an undone edge inside it would have a lower index and border C, or cut a
-    path of the child's tree from C), and that child is at least ``min_area``. O(N log N).
-    """
-    import higra as hg
-
-    parents = np.asarray(parents, dtype=np.int64)
-    area_leaf = np.asarray(leaf_area, dtype=np.float64)
-    n = area_leaf.size
-    if parents.size != 2 * n - 1:
-        raise ValueError(f"parents has {parents.size} nodes, expected a binary tree on {n} leaves ({2 * n - 1})")
-    area = hg.accumulate_sequential(hg.Tree(parents), area_leaf, hg.Accumulators.sum)
-    child = np.argsort(parents[:-1], kind="stable").reshape(-1, 2)  # the two children of N, N+1, ...
-    relevant = np.minimum(area[child[:, 0]], area[child[:, 1]]) >= min_area
-    undo = np.flatnonzero(relevant)[::-1][: max(0, int(k) - 1)]
-    keep = np.ones(n - 1, dtype=bool)
-    keep[undo] = False
-    return np.asarray(mst_edge_map)[keep]
+    area = np.bincount(rag.labels.ravel(), minlength=n) if min_size > 0 else None
+    keep = kcut_merges(hierarchy.parents, int(k), min_size, area)
+    return _components(rag, hierarchy.mst_edge_map[keep])
 
 
 def resolve_min_size(min_size, k: int, num_pixels: int) -> float:
