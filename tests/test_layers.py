@@ -14,7 +14,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "hiseg"
 
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
-ORDER = ["io", "graph", "ultrametric", "losses", "fitting", "plotting", "clustering",
+ORDER = ["io", "_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting", "plotting", "clustering",
          "segmentation", "metrics", "data", "models", "edge_training", "lightning",
          "inference", "view", "cli", "cli_train"]
 #: modules inside the sub-packages, bottom first
