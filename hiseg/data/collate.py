@@ -81,10 +81,10 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
     thick); ``segmentations`` int numpy (A, H, W); ``name`` str. With
     ``superpixels="none"``: only ``image``, ``boundary``, ``segmentations``, ``name``.
 
-    Cost per item (CPU, one core; ``benchmarks/results/data.md``): ~60 ms for a 320x320
-    BSDS500 crop with per-sample superpixels (load 10, augmentation 5, superpixels 30,
-    RAG + frontier 9, targets 6); the cached and ``none`` paths leave out the superpixels
-    (and ``none`` the RAG and graph targets too).
+    Cost per item (CPU, one core; ``benchmarks/results/data.md``) for a 320x320 BSDS500
+    crop: ~36 ms with per-sample superpixels (load 6, augmentation 3, superpixels 21,
+    RAG + frontier 2, targets 3), ~16 ms cached (the superpixels replaced by a 1 ms
+    relabelling), ~10 ms with none (no RAG, no graph targets either).
     """
 
     def __init__(self, raw_dataset, transform: Callable | None = None,
