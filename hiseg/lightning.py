@@ -19,7 +19,7 @@ import math
 import random
 import time
 import warnings
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 import pytorch_lightning as pl
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 import torchmetrics
 
-from . import losses as L
+from . import losses
 from .models import get_model
 from .segmentation.pooling import frontier_mean
 from .segmentation.saliency import ucm2_from_rag
@@ -61,7 +61,7 @@ def sample_batch_triplets(sp_labels: np.ndarray, vertex_ptr: np.ndarray, per_ima
             uniq, counts = np.unique(lab[lab >= 0], return_counts=True)
             if uniq.size < 2 or counts.max() < 2:
                 continue
-            r, p, n = L.make_triplets(lab, max_triplets=m, random_state=rng)
+            r, p, n = losses.make_triplets(lab, max_triplets=m, random_state=rng)
             refs.append(r + v0); poss.append(p + v0); negs.append(n + v0)
     if not refs:
         return None
@@ -105,19 +105,19 @@ class SegmentationMetrics(torchmetrics.Metric):
         self.add_state("loss_images", torch.zeros(len(LOSS_KEYS), **f64), dist_reduce_fx="sum")
         self.add_state("counts", torch.zeros(int(n_thresholds), 4, **f64), dist_reduce_fx="sum")
 
-    def update(self, losses: dict, counts, batch_size: int) -> None:
-        """One batch: ``losses`` (name -> float, names in :data:`LOSS_KEYS`), ``counts``
+    def update(self, loss_values: dict, counts, batch_size: int) -> None:
+        """One batch: ``loss_values`` (name -> float, names in :data:`LOSS_KEYS`), ``counts``
         (n_thresholds, 4) summed over its images, ``batch_size`` images."""
         counts = torch.as_tensor(np.asarray(counts, dtype=np.float64), device=self.counts.device)
         if counts.shape != self.counts.shape:
             raise ValueError(f"boundary counts of shape {tuple(counts.shape)}, expected {tuple(self.counts.shape)}")
-        unknown = set(losses) - set(LOSS_KEYS)
+        unknown = set(loss_values) - set(LOSS_KEYS)
         if unknown:
             raise ValueError(f"unknown losses {sorted(unknown)}; expected some of {LOSS_KEYS}")
         self.images += batch_size
         for i, k in enumerate(LOSS_KEYS):
-            if k in losses:
-                self.loss_sums[i] += float(losses[k]) * batch_size
+            if k in loss_values:
+                self.loss_sums[i] += float(loss_values[k]) * batch_size
                 self.loss_images[i] += batch_size
         self.counts += counts
 
@@ -231,6 +231,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             pipeline = {"superpixels": "color_watershed", "linkage": "average"}
         self.pipeline = Pipeline.from_dict(pipeline, source="model.pipeline") if not isinstance(
             pipeline, Pipeline) else pipeline
+        if self.pipeline.linkage == "closest":
+            raise ValueError("model.pipeline.linkage 'closest' is a fit, not a differentiable layer (inference "
+                             "only): train with linkage 'average' or 'single'")
         pipeline = self.pipeline.to_dict()  # save_hyperparameters reads this local: the full settings
         self.save_hyperparameters()
         # LightningCLI records the parsed config instead of the locals (pipeline: None when the
@@ -402,13 +405,13 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         out = {}
         total = w.new_zeros(())
         if hp.closest_weight:
-            out["closest"] = L.closest(u, batch.edge_target.to(w.dtype))
+            out["closest"] = losses.closest(u, batch.edge_target.to(w.dtype))
             total = total + hp.closest_weight * out["closest"]
         if hp.triplet_weight:
             trip = sample_batch_triplets(batch.sp_labels.cpu().numpy(), batch.graph.vertex_ptr,
                                          hp.triplets_per_image, self._rng)
             if trip is not None:
-                out["triplet"] = L.triplet(h, w, trip, margin=hp.margin)
+                out["triplet"] = losses.triplet(h, w, trip, margin=hp.margin)
                 total = total + hp.triplet_weight * out["triplet"]
         if hp.pixel_weight and hp.pixel_loss == "edge":
             from .edge_training import edge_loss

@@ -10,7 +10,6 @@ from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
 from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation
 from hiseg.lightning import HierarchicalSegmentationModule, sample_batch_triplets
-from hiseg.ultrametric import subdominant_ultrametric
 
 
 @pytest.fixture(scope="module")
@@ -412,3 +411,21 @@ def test_csv_logger_without_save_dir_follows_default_root_dir(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     (row,) = csv_rows(tmp_path / "elsewhere/follow/version_0/metrics.csv")
     assert 0 <= float(row["val/boundary_f"]) <= 1 and not (tmp_path / "follow").exists()
+
+
+def test_bf16_mixed_training_runs(tmp_path):
+    """``--trainer.precision bf16-mixed``: training and validation go through (here on the
+    CPU), and the weights stay float32."""
+    r = run_train(tmp_path, "--trainer.max_steps", "3", "--trainer.precision", "bf16-mixed")
+    assert r.returncode == 0, r.stderr[-3000:]
+    ck = load_ckpt(max(tmp_path.glob("runs/**/last.ckpt"), key=lambda p: p.stat().st_mtime))
+    assert ck["global_step"] == 3
+    assert all(v.dtype == torch.float32 for k, v in ck["state_dict"].items() if v.is_floating_point())
+    rows = [r for r in csv_rows(next(tmp_path.glob("runs/**/metrics.csv"))) if r.get("val/boundary_f")]
+    assert rows and all(0 <= float(r["val/boundary_f"]) <= 1 for r in rows)
+
+
+def test_closest_linkage_is_refused_for_training():
+    with pytest.raises(ValueError, match="linkage 'closest' is a fit"):
+        HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pipeline={"linkage": "closest",
+                                                                          "superpixels": "color_watershed"})
