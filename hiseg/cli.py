@@ -1,4 +1,4 @@
-"""The ``hiseg`` command: ``hiseg predict`` (saliency maps) and ``hiseg evaluate`` (BSDS benchmark)."""
+"""The ``hiseg`` command: ``hiseg predict`` (saliency maps and cuts), ``hiseg view`` (explorer pages) and ``hiseg evaluate`` (BSDS benchmark)."""
 from __future__ import annotations
 
 import argparse
