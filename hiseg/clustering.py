@@ -22,6 +22,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .cuts import cut_num_clusters, kcut_merges
+from .fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
 
 __all__ = ["UltrametricClustering", "cut_num_clusters"]
 
@@ -152,11 +153,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     (60,)
     """
 
-    _LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta", "dasgupta+size")
-
     def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
-                 triplet_weight=1.0, margin=1.0, max_triplets=None, sigmoid_slope=5.0,
-                 n_neighbors=5, knn="auto", connect="auto", init="input", min_cluster_size="auto",
+                 triplet_weight=1.0, margin=1.0, max_triplets=100000, sigmoid_slope=5.0,
+                 n_neighbors=5, knn="auto", connect="auto", init="average", min_cluster_size="auto",
                  lr=None, max_iter=200, positivity="softplus", patience=50,
                  optimizer="amsgrad", random_state=None):
         self.n_clusters = n_clusters
@@ -199,8 +198,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             if not positive and v < 0:
                 raise ValueError(f"{name} must be >= 0, got {v}")
 
-        if self.loss not in self._LOSSES:
-            raise ValueError(f"loss must be one of {self._LOSSES}, got {self.loss!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
         integer("n_clusters", 1)
         integer("n_neighbors", 1)
         integer("top_nodes", 0)
@@ -216,16 +215,16 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"knn must be 'auto', 'exact' or 'approximate', got {self.knn!r}")
         if self.connect not in ("auto", "mst", "components", True):
             raise ValueError(f"connect must be 'auto', 'mst' or 'components', got {self.connect!r}")
-        if isinstance(self.init, str) and self.init not in ("input", "average"):
+        if isinstance(self.init, str) and self.init not in INITS:
             raise ValueError(f"init must be 'input' or 'average', got {self.init!r}")
         m = self.min_cluster_size
         if not (m == "auto" if isinstance(m, str) else isinstance(m, numbers.Real) and not isinstance(m, bool)
                 and np.isfinite(m) and m >= 0):
             raise ValueError("min_cluster_size must be 'auto', a number of samples >= 1, a fraction of "
                              f"the samples in [0, 1) or 0, got {m!r}")
-        if self.positivity not in ("softplus", "relu", "exp", None):
+        if self.positivity not in POSITIVITY:
             raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
-        if self.optimizer not in ("amsgrad", "adam", "sgd", "newton"):
+        if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {self.optimizer!r}")
         if self.optimizer == "newton" and self.loss.startswith("dasgupta"):
             raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")
@@ -296,7 +295,6 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         """
         import torch
 
-        from .fitting import fit_ultrametric
         from .graph import knn_graph
 
         self._check_params()

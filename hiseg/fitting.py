@@ -18,16 +18,10 @@ from . import losses as L
 from .graph import as_edge_list
 from .ultrametric import Hierarchy, build_hierarchy, check_weights
 
-__all__ = ["fit_ultrametric", "FitResult", "LOSSES", "make_loss"]
+__all__ = ["fit_ultrametric", "FitResult", "LOSSES", "OPTIMIZERS", "POSITIVITY", "INITS", "make_loss"]
 
 LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta",
           "dasgupta+size")
-
-
-def _inv_softplus(x: torch.Tensor) -> torch.Tensor:
-    # log(exp(x) - 1), stable for large x; tiny x clamped to keep it finite
-    x = x.clamp_min(1e-12)
-    return x + torch.log(-torch.expm1(-x))
 
 
 def make_loss(loss: Union[str, Callable], *, size_weight: float = 1.0, top_nodes: int = 0,
@@ -69,19 +63,10 @@ def make_loss(loss: Union[str, Callable], *, size_weight: float = 1.0, top_nodes
     return J
 
 
-def _newton_step(theta: torch.Tensor, h: Hierarchy, lr: float, project: bool) -> None:
-    """In place: theta_p -= lr * grad_p * |E| / (2 c_p) on pass edges (c_p edges map to p)."""
-    E = theta.numel()
-    with torch.no_grad():
-        idx = h._index("pass_edge", h.pass_edge, theta.device)
-        counts = torch.bincount(idx, minlength=E).to(theta.dtype)
-        g = theta.grad
-        if g is None:
-            return
-        scale = torch.where(counts > 0, E / (2.0 * counts.clamp_min(1)), torch.zeros_like(counts))
-        theta.sub_(lr * g * scale)
-        if project:
-            theta.clamp_(min=0)
+#: options of :func:`fit_ultrametric` (and of the clustering estimator, which reuses them)
+OPTIMIZERS = ("amsgrad", "adam", "sgd", "newton")
+POSITIVITY = ("softplus", "relu", "exp", None)
+INITS = ("input", "average")
 
 
 @dataclass
@@ -114,10 +99,16 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
     lr : step size; default 0.1 (the paper's AMSGrad step) for ``"amsgrad"``, ``"adam"``
         and ``"sgd"``, 1.0 (the full Gauss-Newton step) for ``"newton"``.
     max_iter : maximum number of iterations.
-    positivity : ``"softplus"`` (w~ = softplus(theta)), ``"relu"``, ``"exp"`` (w~ = exp(theta),
-        steps in log space) or ``None``. With ``optimizer="newton"`` the step is taken on
-        w~ itself and any positivity other than ``None`` is a projection (clamp at 0).
-    init : ``"input"`` (w~ starts at w) or a (E,) tensor/array (e.g. another ultrametric).
+    positivity : ``"softplus"`` (w~ = s softplus(theta)), ``"relu"``, ``"exp"`` (w~ = s exp(theta),
+        steps in log space) or ``None`` (w~ = s theta), with ``s`` the mean of ``|w|``: a
+        step of the optimiser moves the weights by the same relative amount whatever
+        their unit (with the paper's ``softplus(theta)``, small weights such as mean
+        image gradients of ~0.05 sit in softplus's exponential regime and AMSGrad ends
+        above average linkage on some RAGs, ``experiments/rag_fitting.py``). With
+        ``optimizer="newton"`` the step is taken on w~ itself and any positivity other
+        than ``None`` is a projection (clamp at 0).
+    init : ``"input"`` (w~ starts at w), ``"average"`` (at the average-linkage ultrametric
+        of ``w`` on the graph) or a (E,) tensor/array (e.g. another ultrametric).
     patience, min_delta : stop when the best loss has not decreased by more than
         ``min_delta`` (relative) for ``patience`` iterations (``None``: never).
     optimizer : ``"amsgrad"`` (the paper), ``"adam"``, ``"sgd"`` or ``"newton"``.
@@ -127,9 +118,9 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
         ``p``. For the pure closest loss with ``lr=1`` this sets each node's altitude to
         the mean input weight of the edges it merges (the exact minimiser for the current
         hierarchy), the merge order then changes and the iteration goes on. On superpixel
-        RAGs it ends below average linkage's error in ~50-150 iterations, where AMSGrad
-        stalls near it (``experiments/rag_fitting.py``). Needs a closest term: refused for
-        the Dasgupta losses.
+        RAGs it ends below average linkage's error in ~50-150 iterations
+        (``experiments/rag_fitting.py``). Needs a closest term: refused for the Dasgupta
+        losses.
     lr_decay : optional multiplicative decay of the step size per iteration.
     return_history : also return the list of loss values per iteration.
     full_output : return a :class:`FitResult` instead.
@@ -149,6 +140,21 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
     ValueError / TypeError: invalid graph, weights (NaN, inf, wrong length, integer
     dtype, negative values for a Dasgupta loss), unknown loss or options.
     """
+    el, w = _check_graph_and_weights(graph, weights, loss, positivity, dtype)
+    lr = _check_options(loss, positivity, optimizer, lr, max_iter)
+    J = make_loss(loss, **loss_kwargs)
+    theta, param, scale = _parametrisation(_start(init, el, w), w, positivity, newton=optimizer == "newton")
+    step = _stepper(optimizer, theta, lr, lr_decay, project=positivity is not None, scale=scale)
+    name = loss if isinstance(loss, str) else getattr(loss, "__name__", "callable")
+    res = _descend(el, w, J, theta, param, step, int(max_iter), _EarlyStopping(patience, min_delta),
+                   callback, name)
+    if full_output:
+        return res
+    return (res.ultrametric, res.history) if return_history else res.ultrametric
+
+
+# ----------------------------------------------------------------------------- validation
+def _check_graph_and_weights(graph, weights, loss, positivity, dtype):
     el = as_edge_list(graph)
     if not isinstance(weights, torch.Tensor):
         weights = torch.as_tensor(np.asarray(weights))
@@ -156,78 +162,153 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
     if dtype is not None:
         weights = weights.to(dtype)
     w = weights.detach()
-    name = loss if isinstance(loss, str) else getattr(loss, "__name__", "callable")
     if isinstance(loss, str) and loss.startswith("dasgupta"):
         check_weights(w, el.num_edges, nonnegative=True)
-    if positivity not in ("softplus", "relu", "exp", None):
-        raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {positivity!r}")
     if positivity is not None and bool((w < 0).any()):
         raise ValueError("weights contain negative values but positivity is enforced "
                          f"({positivity!r}); pass positivity=None for signed weights")
-    if optimizer not in ("amsgrad", "adam", "sgd", "newton"):
+    big = float(w.abs().max()) if w.numel() else 0.0
+    mean = float(w.abs().mean()) if w.numel() else 0.0
+    fi = torch.finfo(w.dtype)
+    if big * big > fi.max or (mean > 0 and mean * mean < fi.tiny):
+        raise ValueError(f"weights of magnitude {mean:.3g} (mean) / {big:.3g} (max): their squares, which "
+                         f"the losses take, {'overflow' if big * big > fi.max else 'underflow'} "
+                         f"{str(w.dtype).replace('torch.', '')}; rescale them (UltrametricClustering "
+                         "divides the distances by their mean)")
+    return el, w
+
+
+def _check_options(loss, positivity, optimizer, lr, max_iter) -> float:
+    """Validate the options; return the step size (the optimizer's default for None)."""
+    if positivity not in POSITIVITY:
+        raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {positivity!r}")
+    if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {optimizer!r}")
-    newton = optimizer == "newton"
-    if newton and isinstance(loss, str) and not loss.startswith("closest"):
+    if optimizer == "newton" and isinstance(loss, str) and not loss.startswith("closest"):
         raise ValueError(f"optimizer='newton' preconditions with the closest term's curvature; loss "
                          f"{loss!r} has no closest term (use 'amsgrad')")
     if lr is None:
-        lr = 1.0 if newton else 0.1
+        lr = 1.0 if optimizer == "newton" else 0.1
     if not (lr > 0):
         raise ValueError(f"lr must be positive, got {lr}")
     if int(max_iter) < 1:
         raise ValueError(f"max_iter must be >= 1, got {max_iter}")
-    J = make_loss(loss, **loss_kwargs)
-    # ---- start
+    return float(lr)
+
+
+# ----------------------------------------------------------------------------- start, parametrisation
+def _start(init, el, w: torch.Tensor) -> torch.Tensor:
+    """The starting weights w~_0."""
     if isinstance(init, str):
-        if init not in ("input", "average"):
+        if init not in INITS:
             raise ValueError(f"init must be 'input', 'average' or a (E,) array/tensor, got {init!r}")
         if init == "average":
             from .ultrametric import average_linkage_ultrametric
 
-            start = average_linkage_ultrametric(el, w.detach(), check=False).detach()
-        else:
-            start = w.clone()
-    else:
-        start = torch.as_tensor(init, dtype=w.dtype, device=w.device).detach().clone()
-        check_weights(start, el.num_edges, name="init")
+            return average_linkage_ultrametric(el, w, check=False).detach()
+        return w.clone()
+    start = torch.as_tensor(init, dtype=w.dtype, device=w.device).detach().clone()
+    check_weights(start, el.num_edges, name="init")
+    return start
+
+
+def _inv_softplus(x: torch.Tensor) -> torch.Tensor:
+    # log(exp(x) - 1), stable for large x; tiny x clamped to keep it finite
+    x = x.clamp_min(1e-12)
+    return x + torch.log(-torch.expm1(-x))
+
+
+def _parametrisation(start: torch.Tensor, w: torch.Tensor, positivity, newton: bool):
+    """``(theta, param, s)``: the optimised tensor and ``w~ = param(theta)``, scale-free
+    (``w~ = s f(theta)``, ``s`` the mean of ``|w|``); newton steps on w~ itself (s = 1)."""
+    scale = float(w.abs().mean()) if w.numel() else 1.0
+    scale = scale if np.isfinite(scale) and scale > 0 else 1.0
     if newton:
-        theta0 = start.clamp_min(0) if positivity is not None else start
-        param = lambda x: x  # noqa: E731
+        theta0, f = (start.clamp_min(0) if positivity is not None else start), None
+        scale = 1.0
     elif positivity == "softplus":
-        theta0 = _inv_softplus(start)
-        param = torch.nn.functional.softplus
-    elif positivity == "exp":
-        # log-space: an optimiser step changes the weights by a relative amount
-        theta0 = torch.log(start.clamp_min(1e-12))
-        param = torch.exp
+        theta0, f = _inv_softplus(start / scale), torch.nn.functional.softplus
+    elif positivity == "exp":  # log space: a step changes the weights by a relative amount
+        theta0, f = torch.log(start.clamp_min(1e-12 * scale) / scale), torch.exp
     elif positivity == "relu":
-        theta0 = start.clamp_min(0)
-        param = torch.relu
+        theta0, f = start.clamp_min(0) / scale, torch.relu
     else:
-        theta0 = start
-        param = lambda x: x  # noqa: E731
-    theta = theta0.clone().requires_grad_(True)
-    opt = sched = None
-    if newton:
-        pass
-    elif optimizer == "amsgrad":
-        opt = torch.optim.Adam([theta], lr=lr, amsgrad=True)
-    elif optimizer == "adam":
-        opt = torch.optim.Adam([theta], lr=lr)
-    elif optimizer == "sgd":
+        theta0, f = start / scale, None
+
+    def param(theta):
+        return scale * (theta if f is None else f(theta))
+
+    return theta0.clone().requires_grad_(True), param, scale
+
+
+# ----------------------------------------------------------------------------- steps
+def _stepper(optimizer: str, theta: torch.Tensor, lr: float, lr_decay, project: bool, scale: float = 1.0):
+    """``step(hierarchy)``: one update of ``theta`` from its gradient. Adam's epsilon is
+    scaled by ``scale**2``, the unit of the closest term's gradient, so that the steps do
+    not depend on the unit of the weights (a fixed 1e-8 dominates tiny gradients)."""
+    if optimizer == "newton":
+        state = {"lr": lr}
+
+        def step(h):
+            _newton_step(theta, h, state["lr"], project)
+            if lr_decay:
+                state["lr"] *= lr_decay
+
+        return step
+    if optimizer == "sgd":
         opt = torch.optim.SGD([theta], lr=lr)
-    if opt is not None and lr_decay:
-        sched = torch.optim.lr_scheduler.ExponentialLR(opt, lr_decay)
-    step_size = float(lr)
-    best = (math.inf, None, -1)
+    else:
+        fi = torch.finfo(theta.dtype)  # 0 < eps < inf: edges with no gradient, huge units
+        eps = min(max(1e-8 * scale * scale, float(fi.tiny)), float(fi.max))
+        opt = torch.optim.Adam([theta], lr=lr, amsgrad=optimizer == "amsgrad", eps=eps)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, lr_decay) if lr_decay else None
+
+    def step(h):
+        opt.step()
+        if sched is not None:
+            sched.step()
+
+    return step
+
+
+def _newton_step(theta: torch.Tensor, h: Hierarchy, lr: float, project: bool) -> None:
+    """In place: theta_p -= lr * grad_p * |E| / (2 c_p) on pass edges (c_p edges map to p)."""
+    g = theta.grad
+    if g is None:
+        return
+    E = theta.numel()
+    with torch.no_grad():
+        counts = torch.from_numpy(np.bincount(h.pass_edge, minlength=E)).to(theta.device, theta.dtype)
+        scale = torch.where(counts > 0, E / (2.0 * counts.clamp_min(1)), torch.zeros_like(counts))
+        theta.sub_(lr * g * scale)
+        if project:
+            theta.clamp_(min=0)
+
+
+class _EarlyStopping:
+    """Tracks the best iterate; ``update`` says when ``patience`` iterations have passed
+    without a relative improvement of ``min_delta`` of the best loss."""
+
+    def __init__(self, patience: Optional[int], min_delta: float):
+        self.patience, self.min_delta = patience, min_delta
+        self.best_loss, self.best_weights, self.best_iter = math.inf, None, -1
+        self.since_best = 0
+
+    def update(self, it: int, loss: float, weights: torch.Tensor) -> bool:
+        first = self.best_weights is None
+        self.since_best = 0 if first or loss < self.best_loss - self.min_delta * abs(self.best_loss) \
+            else self.since_best + 1
+        if first or loss < self.best_loss:  # the best iterate itself is always kept
+            self.best_loss, self.best_weights, self.best_iter = loss, weights.detach().clone(), it
+        return self.patience is not None and self.since_best >= self.patience
+
+
+def _descend(el, w, J, theta, param, step, max_iter: int, stopper: _EarlyStopping, callback, name) -> FitResult:
+    """The optimisation loop; returns the best iterate's ultrametric and hierarchy."""
     history = []
-    since_best = 0
     it = 0
-    for it in range(int(max_iter)):
-        if opt is not None:
-            opt.zero_grad(set_to_none=True)
-        else:
-            theta.grad = None
+    for it in range(max_iter):
+        theta.grad = None
         wt = param(theta)
         h = build_hierarchy(el, wt, check=False)
         u = h.ultrametric(wt)
@@ -236,30 +317,13 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
             raise FloatingPointError(f"loss {name!r} became {val.item()} at iteration {it}")
         lv = float(val.detach())
         history.append(lv)
-        # patience counts iterations without a significant improvement of the best loss
-        if best[1] is None or lv < best[0] - min_delta * abs(best[0]):
-            since_best = 0
-        else:
-            since_best += 1
-        if best[1] is None or lv < best[0]:  # the best iterate itself is always kept
-            best = (lv, wt.detach().clone(), it)
+        stop = stopper.update(it, lv, wt)
         if callback is not None:
             callback(it, lv, u.detach())
-        if patience is not None and since_best >= patience:
+        if stop:
             break
         val.backward()
-        if newton:
-            _newton_step(theta, h, step_size, project=positivity is not None)
-            if lr_decay:
-                step_size *= lr_decay
-        else:
-            opt.step()
-        if sched is not None:
-            sched.step()
+        step(h)
     # the final iterate has not been evaluated after its last step: keep the best seen
-    wbest = best[1]
-    h = build_hierarchy(el, wbest, check=False)
-    u = h.ultrametric(wbest)
-    if full_output:
-        return FitResult(u, h, best[0], it + 1, best[2], history)
-    return (u, history) if return_history else u
+    h = build_hierarchy(el, stopper.best_weights, check=False)
+    return FitResult(h.ultrametric(stopper.best_weights), h, stopper.best_loss, it + 1, stopper.best_iter, history)

@@ -93,6 +93,38 @@ def test_bad_weights():
     with pytest.raises(ValueError, match="negative"):
         fit_ultrametric(g, w - 2, loss="dasgupta", positivity=None)
     fit_ultrametric(g, w - 2, positivity=None, max_iter=3)  # signed weights are fine without positivity
+    with pytest.raises(ValueError, match="squares.*overflow float64; rescale"):
+        fit_ultrametric(g, w * 1e300)
+    with pytest.raises(ValueError, match="squares.*underflow float64; rescale"):
+        fit_ultrametric(g, w * 1e-300)
+    with pytest.raises(ValueError, match="underflow float32"):
+        fit_ultrametric(g, (w * 1e-30).float())
+    w[0] = float("inf")
+    with pytest.raises(ValueError, match="infinite"):
+        fit_ultrametric(g, w)
     w[0] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         fit_ultrametric(g, w)
+
+
+@pytest.mark.parametrize("positivity", ["softplus", "relu", "exp", None])
+def test_fit_does_not_depend_on_the_unit_of_the_weights(blobs, positivity):
+    # a power of two rescales every float exactly: only the optimiser's epsilon could differ
+    _, _, g, w = blobs
+    c = 2.0 ** -12
+    u = fit_ultrametric(g, torch.tensor(w), positivity=positivity, max_iter=40)
+    uc = fit_ultrametric(g, torch.tensor(w * c), positivity=positivity, max_iter=40)
+    np.testing.assert_allclose(uc.numpy(), u.numpy() * c, rtol=1e-6)
+
+
+def test_average_linkage_start(blobs):
+    import higra as hg
+
+    _, _, g, w = blobs
+    tree, alt = hg.binary_partition_tree_average_linkage(g.to_higra(), w)
+    al = alt[tree.lowest_common_ancestor_preprocess().lca(g.sources, g.targets)]
+    res = fit_ultrametric(g, torch.tensor(w), init="average", max_iter=30, full_output=True)
+    assert res.history[0] == pytest.approx(np.mean((al - w) ** 2), rel=1e-9)
+    assert res.loss <= res.history[0]
+    with pytest.raises(ValueError, match="init must be"):
+        fit_ultrametric(g, torch.tensor(w), init="ward")
