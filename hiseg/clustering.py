@@ -27,6 +27,11 @@ from .fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
 __all__ = ["UltrametricClustering", "cut_num_clusters"]
 
 
+#: ``init="auto"`` starts from the average-linkage ultrametric up to this many samples and
+#: from the input distances above (higra's graph average linkage is quadratic at worst:
+#: 277 s for 1e5 points on a 5-NN graph of blobs, against 3 s for 1e4)
+AUTO_AVERAGE_START_MAX_POINTS = 20000
+
 #: ``min_cluster_size="auto"`` without labels: this fraction of an even share (n / k)
 AUTO_MIN_FRACTION = 0.1
 
@@ -155,7 +160,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
                  triplet_weight=1.0, margin=1.0, max_triplets=100000, sigmoid_slope=5.0,
-                 n_neighbors=5, knn="auto", connect="auto", init="average", min_cluster_size="auto",
+                 n_neighbors=5, knn="auto", connect="auto", init="auto", min_cluster_size="auto",
                  lr=None, max_iter=200, positivity="softplus", patience=50,
                  optimizer="amsgrad", random_state=None):
         self.n_clusters = n_clusters
@@ -215,8 +220,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"knn must be 'auto', 'exact' or 'approximate', got {self.knn!r}")
         if self.connect not in ("auto", "mst", "components", True):
             raise ValueError(f"connect must be 'auto', 'mst' or 'components', got {self.connect!r}")
-        if isinstance(self.init, str) and self.init not in INITS:
-            raise ValueError(f"init must be 'input' or 'average', got {self.init!r}")
+        if isinstance(self.init, str) and self.init not in INITS + ("auto",):
+            raise ValueError(f"init must be 'auto', 'input' or 'average', got {self.init!r}")
         m = self.min_cluster_size
         if not (m == "auto" if isinstance(m, str) else isinstance(m, numbers.Real) and not isinstance(m, bool)
                 and np.isfinite(m) and m >= 0):
@@ -331,9 +336,12 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             fit_w = np.maximum(wn, 1e-9 * wn.max()) if wn.max() > 0 else np.ones_like(wn)
         with torch.no_grad():
             wt = torch.as_tensor(fit_w, dtype=torch.float64)
+        init = self.init
+        if isinstance(init, str) and init == "auto":  # higra's average linkage is quadratic at worst
+            init = "average" if n <= AUTO_AVERAGE_START_MAX_POINTS else "input"
         lr = None if self.lr is None else float(self.lr)
         res = fit_ultrametric(graph, wt, loss=self.loss, lr=lr, max_iter=int(self.max_iter),
-                              positivity=self.positivity, patience=self.patience, init=self.init,
+                              positivity=self.positivity, patience=self.patience, init=init,
                               optimizer=self.optimizer, full_output=True, **kw)
         t2 = time.perf_counter()
         h = res.hierarchy

@@ -14,7 +14,7 @@ from typing import Callable, Optional, Union
 import numpy as np
 import torch
 
-from . import losses as L
+from . import losses
 from .graph import as_edge_list
 from .ultrametric import Hierarchy, build_hierarchy, check_weights
 
@@ -46,17 +46,17 @@ def make_loss(loss: Union[str, Callable], *, size_weight: float = 1.0, top_nodes
         if (labels is None) == (triplets is None):
             raise ValueError(f"loss {loss!r} needs exactly one of `labels` or `triplets`")
         if triplets is None:
-            triplets = L.make_triplets(labels, max_triplets=max_triplets, random_state=random_state)
+            triplets = losses.make_triplets(labels, max_triplets=max_triplets, random_state=random_state)
 
     def J(h: Hierarchy, u: torch.Tensor, wt: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if terms[0] == "closest":
-            val = L.closest(u, w)
+            val = losses.closest(u, w)
         else:
-            val = L.dasgupta(h, wt, w, lam=sigmoid_slope, mode=dasgupta_mode)
+            val = losses.dasgupta(h, wt, w, lam=sigmoid_slope, mode=dasgupta_mode)
         if "size" in terms:
-            val = val + size_weight * L.cluster_size(u, h, top_nodes=top_nodes)
+            val = val + size_weight * losses.cluster_size(u, h, top_nodes=top_nodes)
         if "triplet" in terms:
-            val = val + triplet_weight * L.triplet(h, wt, triplets, margin=margin)
+            val = val + triplet_weight * losses.triplet(h, wt, triplets, margin=margin)
         return val
 
     J.__name__ = loss

@@ -197,9 +197,9 @@ def batch_graphs(graphs: Sequence) -> BatchedGraph:
 def grid_graph(shape: Sequence[int]) -> EdgeList:
     """4-adjacency graph of a 2-D image of ``shape = (H, W)`` (row-major pixel ids).
 
-    Edge order: for each pixel in raster order, its right neighbour then its bottom
-    neighbour would interleave; we use the simpler blocked order *all horizontal edges
-    (raster order) then all vertical edges (raster order)*.  ``E = H(W-1) + (H-1)W``.
+    Edge order: all horizontal edges (pixel and its right neighbour, in raster order),
+    then all vertical edges (pixel and its bottom neighbour, in raster order).
+    ``E = H(W-1) + (H-1)W``.
     """
     if len(shape) != 2:
         raise ValueError(f"grid_graph expects a 2-D shape (H, W), got {tuple(shape)}")
@@ -382,9 +382,8 @@ def compact_labels(labels) -> np.ndarray:
 def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
     """Build the 4-adjacency region adjacency graph of a 2-D label image.
 
-    Regions are the distinct label values (relabelled to ``0..R-1`` in order of first
-    appearance in raster order would be arbitrary, so in increasing label order).
-    A region that is not connected stays one vertex. Cost O(H W + P log P) for P
+    Regions are the distinct label values, renumbered ``0..R-1`` in increasing label
+    order. A region that is not connected stays one vertex. Cost O(H W + P log P) for P
     frontier pixel pairs (a label range much wider than H W adds a sort of the pixels):
     ~1.5 ms for 700 superpixels on 320x320.
 

@@ -68,16 +68,13 @@ def to_linkage(parents, altitudes) -> np.ndarray:
         raise ValueError("the tree is not binary: every internal node needs exactly two children")
     if n == 1:
         return np.zeros((0, 4))
-    order = np.argsort(parents[:-1], kind="stable")  # children grouped by parent, smaller id first
-    kids = child[order].reshape(n - 1, 2)
-    alt = altitudes[n:]
-    child_alt = np.where(kids >= n, altitudes[np.maximum(kids, n)], -np.inf)
-    if np.any(child_alt.max(axis=1) > alt + 1e-12 * np.maximum(1, np.abs(alt))):
+    # a child's altitude above its parent's (leaves excluded) is not a dendrogram
+    child_alt = np.where(child >= n, altitudes[np.maximum(child, n)], -np.inf)
+    if np.any(child_alt > altitudes[parents[:-1]] + 1e-12 * np.maximum(1, np.abs(altitudes[parents[:-1]]))):
         raise ValueError("altitudes decrease from a child to its parent: not a valid dendrogram")
-    size = np.ones(m, dtype=np.float64)
-    for i in range(n - 1):  # sizes bottom-up (children have smaller ids)
-        size[n + i] = size[kids[i, 0]] + size[kids[i, 1]]
-    return np.column_stack([kids.astype(np.float64), alt, size[n:]])
+    import higra as hg
+
+    return hg.binary_hierarchy_to_scipy_linkage_matrix(hg.Tree(parents), altitudes)
 
 
 def plot_dendrogram(parents=None, altitudes=None, *, linkage=None, top_nodes: int = 30, ax=None,

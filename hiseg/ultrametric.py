@@ -238,15 +238,18 @@ class Hierarchy:
         return self._sizes
 
     def children(self) -> tuple[np.ndarray, np.ndarray]:
-        """The two children (smaller id, larger id) of every internal node."""
+        """The two children (smaller id, larger id) of every internal node.
+
+        ``ufunc.at`` applies repeated indices one after the other (a plain fancy-index
+        assignment leaves which write wins unspecified). O(N)."""
         if "children" not in self._index_cache:
             nl = self.num_leaves
             child = np.arange(self.num_nodes - 1)
             pc = self.parents[:-1] - nl
-            big = np.empty(self.num_nodes - nl, dtype=np.int64)
-            big[pc] = child
-            small = np.empty(self.num_nodes - nl, dtype=np.int64)
-            small[pc[::-1]] = child[::-1]
+            small = np.full(self.num_nodes - nl, np.iinfo(np.int64).max, dtype=np.int64)
+            np.minimum.at(small, pc, child)
+            big = np.full(self.num_nodes - nl, -1, dtype=np.int64)
+            np.maximum.at(big, pc, child)
             self._index_cache["children"] = (small, big)
         return self._index_cache["children"]
 

@@ -104,6 +104,11 @@ def test_node_sizes_and_altitudes(rng):
     for c, p in enumerate(h.parents[:-1]):
         ch[p].append(c)
     assert all(gamma[i] == min(h.sizes[ch[50 + i]]) for i in range(49))
+    # children(): (smaller id, larger id) of every internal node, as higra lists them
+    small, big = h.children()
+    ref = np.array([sorted(tree.children(50 + i)) for i in range(49)])
+    np.testing.assert_array_equal(small, ref[:, 0])
+    np.testing.assert_array_equal(big, ref[:, 1])
 
 
 # ----------------------------------------------------------------------------- properties
