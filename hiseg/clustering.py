@@ -1,14 +1,15 @@
 r"""Hierarchical clustering by ultrametric fitting: a scikit-learn style estimator.
 
 :class:`UltrametricClustering` builds the paper's graph on the samples (k nearest
-neighbours + the Euclidean minimum spanning tree, :func:`hiseg.graph.knn_graph`), fits an
-ultrametric on its edges with :func:`hiseg.fitting.fit_ultrametric` (closest, cluster
-size, triplet or Dasgupta losses), and cuts the resulting hierarchy into
-``n_clusters`` flat clusters with :func:`cut_num_clusters`.
+neighbours made connected by spanning edges, :func:`hiseg.graph.knn_graph`, without n^2
+memory), fits an ultrametric on its edges with :func:`hiseg.fitting.fit_ultrametric`
+(closest, cluster size, triplet or Dasgupta losses), and cuts the resulting hierarchy
+into ``n_clusters`` flat clusters with a size-aware cut (:mod:`hiseg.cuts`).
 
 Partial labels ``y`` (``-1`` = unlabelled) feed the triplet term of the semi-supervised
-losses ``"closest+triplet"`` and ``"closest+size+triplet"``; the others ignore them.
-There is no ``predict``: the hierarchy is defined on the fitted samples only.
+losses ``"closest+triplet"`` and ``"closest+size+triplet"`` and set the cut's minimum
+cluster size; the other losses ignore them. There is no ``predict``: the hierarchy is
+defined on the fitted samples only.
 """
 from __future__ import annotations
 
@@ -59,49 +60,69 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     r"""Hierarchical clustering by ultrametric fitting (Chierchia & Perret, NeurIPS 2019).
 
     The samples are the vertices of a graph: every sample is joined to its
-    ``n_neighbors`` nearest neighbours and the edges of the Euclidean minimum spanning
-    tree are added so that the graph is connected; edge weights are Euclidean
-    distances.  An ultrametric on that graph is fitted by gradient descent
+    ``n_neighbors`` nearest neighbours and spanning edges are added so that the graph is
+    connected (:func:`hiseg.graph.knn_graph`: the exact Euclidean MST up to 2e4 samples,
+    the paper's construction; edges joining the kNN graph's components above); edge
+    weights are Euclidean distances, divided by their mean for the fit (the losses and
+    their settings are then unit-free: ``X * 1e300`` and ``X * 1e-300`` give the same
+    clustering). An ultrametric on that graph is fitted by gradient descent
     (:func:`hiseg.fitting.fit_ultrametric`, AMSGrad on :math:`J(\Phi(\tilde w))`); its
-    single-linkage tree is the hierarchy, cut into ``n_clusters`` clusters.
+    single-linkage tree is the hierarchy, cut into ``n_clusters`` clusters by a
+    size-aware cut (:func:`hiseg.cuts.kcut_merges`): groups smaller than
+    ``min_cluster_size`` merged last (outliers) are not split off as clusters of their
+    own but stay with the cluster they merged into.
 
     Parameters
     ----------
     n_clusters : int, default=2
-        Number of flat clusters of ``labels_`` (a cut of the hierarchy that removes its
-        ``n_clusters - 1`` highest merges; see :func:`cut_num_clusters` for ties).
+        Number of flat clusters of ``labels_``.
     loss : {"closest+size", "closest", "closest+triplet", "closest+size+triplet", "dasgupta", \
             "dasgupta+size"}, default="closest+size"
         The cost function: closest ultrametric (mean squared error to the input
         distances), plus the cluster-size regularisation (``size``), plus the triplet
         term built from the partial labels ``y`` (``triplet``), or the relaxed Dasgupta
-        cost (with the kNN distances as dissimilarities). With the triplet term alone,
-        the labelled classes are separated inside the hierarchy but unlabelled outliers
-        may still be merged last, so that a cut into few clusters isolates them; adding
-        ``size`` (``"closest+size+triplet"``) pushes such merges down
-        (``experiments/real.py``, breast cancer).
+        cost (with the kNN distances as dissimilarities).
     size_weight : float, default=10.0
-        Weight of the cluster-size term (the paper's unsupervised setting: 10 with the
-        top 10 nodes, for features scaled to [-1, 1]). The closest term scales as the
-        square of the feature distances and the size term linearly: rescale it with the
-        data.
+        Weight of the cluster-size term (distances in units of their mean).
     top_nodes : int, default=10
         Only the edges whose lca is one of the ``top_nodes`` highest nodes enter the
         cluster-size term (0: all of them).
     triplet_weight : float, default=1.0
         Weight of the triplet term.
     margin : float, default=1.0
-        Margin :math:`\alpha` of the triplet term, in units of the feature distances.
-    max_triplets : int or None, default=None
-        Use that many triplets drawn at random (``random_state``) instead of all of
-        them (all of them is O(L^3) for L labelled samples).
+        Margin :math:`\alpha` of the triplet term, in units of the mean edge length.
+    max_triplets : int or None, default=100000
+        At most that many triplets, drawn at random (``random_state``) when the labelled
+        samples make more (None: all of them, O(L^3) for L labelled samples).
     sigmoid_slope : float, default=5.0
         Slope :math:`\lambda` of the soft cardinal of the Dasgupta losses.
     n_neighbors : int, default=5
         Number of nearest neighbours of the graph.
+    knn : {"auto", "exact", "approximate"}, default="auto"
+        Neighbour search (``method`` of :func:`hiseg.graph.knn_graph`): exact up to 2e4
+        samples (or in at most 3 dimensions), a random-projection forest with NN-descent
+        above.
+    connect : {"auto", "mst", "components"}, default="auto"
+        Spanning edges of the graph (:func:`hiseg.graph.knn_graph`): the exact Euclidean
+        MST (``"mst"``, O(n^2) time, O(n) memory) up to 2e4 samples, edges joining the
+        kNN graph's components above.
+    init : {"auto", "input", "average"} or array, default="auto"
+        Start of the descent: the input distances, the average-linkage ultrametric of
+        the graph (``"average"``), or an (E,) array in units of the mean distance;
+        ``"auto"``: ``"average"`` up to 2e4 samples, ``"input"`` above (higra's graph
+        average linkage is quadratic at worst). Chosen on the toy sets' pilot draws
+        (``experiments/toy.py``).
+    min_cluster_size : "auto", float or 0, default="auto"
+        Smallest cluster the cut splits off: a number of samples (>= 1), a fraction of
+        the samples (in (0, 1)) or 0 (plain cut: the ``n_clusters - 1`` highest merges
+        undone, ties broken as in :func:`cut_num_clusters`). ``"auto"``: with partial
+        labels, half the smallest labelled class share of the samples; without, 10% of
+        an even share (``0.1 n / n_clusters``). When the hierarchy has fewer than
+        ``n_clusters`` clusters of that size, the size is halved until it has them.
+        Without a minimum size, outliers merged last become clusters of their own
+        (closest+triplet stayed at .63 on breast cancer, ``experiments/real.py``).
     lr : float or None, default=None
-        Step size; None: 0.1 for AMSGrad/Adam/SGD (the paper's value, the softplus
-        parametrisation makes it roughly a relative change of the weights), 1.0 for
+        Step size; None: 0.1 for AMSGrad/Adam/SGD (the paper's value), 1.0 for
         ``optimizer="newton"``.
     max_iter : int, default=200
         Maximum number of gradient iterations.
@@ -114,38 +135,49 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         ``"newton"``: gradient steps preconditioned by the closest term's curvature (see
         :func:`hiseg.fitting.fit_ultrametric`); closest losses only.
     random_state : int, RandomState instance or None, default=None
-        Seeds the triplet sampling (only used with ``max_triplets``).
+        Seeds the approximate neighbour search (seed 0 when None) and the triplet
+        sampling.
 
     Attributes
     ----------
     labels_ : int64 ndarray (n_samples,)
-        Cluster of every sample, ``0..n_clusters-1``.
+        Cluster of every sample, ``0..n_clusters-1``, numbered by smallest sample index.
     graph_ : :class:`hiseg.graph.EdgeList`
-        The kNN + MST graph (``num_vertices = n_samples``).
+        The kNN graph with its spanning edges (``num_vertices = n_samples``).
     edge_weights_ : float64 ndarray (n_edges,)
-        Euclidean length of each edge of ``graph_`` (the input of the fit).
+        Euclidean length of each edge of ``graph_``.
+    weight_scale_ : float
+        Their mean: the fit sees ``edge_weights_ / weight_scale_``.
     ultrametric_ : float64 ndarray (n_edges,)
-        The fitted ultrametric on the edges of ``graph_``.
+        The fitted ultrametric on the edges of ``graph_`` (in the unit of ``X``).
     parents_ : int64 ndarray (2 n_samples - 1,)
         Parent array of the fitted binary hierarchy (leaves are the samples).
     tree_ : higra ``Tree``
         The same hierarchy as a higra tree (built from ``parents_``).
     altitudes_ : float64 ndarray (2 n_samples - 1,)
-        Altitude of every node of ``tree_`` (0 for the leaves); the ultrametric
-        distance of two samples is the altitude of their lowest common ancestor.
+        Altitude of every node of ``tree_`` (0 for the leaves, unit of ``X``); the
+        ultrametric distance of two samples is the altitude of their lowest common
+        ancestor.
+    min_cluster_size_ : float
+        The minimum cluster size asked of the cut (samples), before any halving.
     loss_history_ : list of float
         Loss value at every iteration.
     n_iter_ : int
         Number of iterations run.
+    timings_ : dict
+        Seconds spent building the graph, fitting, and cutting.
     n_features_in_ : int
     feature_names_in_ : ndarray of str (only when ``X`` has string column names)
 
     Notes
     -----
-    Cost of ``fit``: O(n^2) time and memory for the exact minimum spanning tree of the
-    complete graph (see :func:`hiseg.graph.knn_graph`; fine up to ~2e4 samples), then
-    ``max_iter`` iterations of O(E log E) each (E ~ n_neighbors * n edges) plus the
-    loss: O(|T|) for the triplet term, O(n K) for Dasgupta.
+    Cost of ``fit``, n samples in d dimensions, E ~ 4 n edges: the graph in O(n^2 d) time
+    up to 2e4 samples and about O(n (T L + R k^2) d) above (approximate search, see
+    :func:`hiseg._neighbors.approximate_knn`), O(n (k + d)) memory in both cases; then at
+    most ``max_iter`` iterations of O(E log E) (one canonical BPT, its lcas, the loss,
+    one AMSGrad step), plus O(|T|) for the triplet term or O(n K) for Dasgupta; the cut
+    O(n log n). Measured (``benchmarks/results/clustering_scale.md``): 1e5 points in
+    about 15 s and 1.1 GB, 1e6 points in 16-d in minutes and under 3 GB.
 
     There is no ``predict``: a hierarchy is fitted on the given samples only.
 

@@ -138,10 +138,12 @@ def cut_num_clusters(parents, n_clusters: int) -> np.ndarray:
     parents, n = _binary_parents(parents)
     n_clusters = _check_k(n_clusters, n)
     n_nodes = parents.shape[0]
-    keep = n_nodes - (n_clusters - 1)  # nodes [0, keep) survive the cut
-    # every node takes the value of its highest ancestor among the kept nodes
-    condition = parents < keep
-    condition[-1] = False
+    keep = kcut_merges(parents, n_clusters)
+    # every node takes the value of its highest ancestor reached through kept merges (for
+    # this cut, the kept merges are the n - k first ones: ancestors of kept nodes are kept
+    # or undone, never again kept above an undone one)
+    condition = np.zeros(n_nodes, dtype=bool)
+    condition[:-1] = keep[parents[:-1] - n]
     rep = np.asarray(hg.propagate_sequential(hg.Tree(parents), np.arange(n_nodes, dtype=np.int64), condition),
                      dtype=np.int64)[:n]
     roots, first = np.unique(rep, return_index=True)

@@ -258,6 +258,44 @@ def test_no_predict_and_not_fitted_errors():
         est.linkage_matrix()
 
 
+def test_kcut_merges_against_brute_force(rng):
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    from hiseg import build_hierarchy
+    from hiseg.cuts import kcut_merges
+    from hiseg.graph import knn_graph
+
+    X = rng.normal(size=(70, 2))
+    X[:4] += 12  # a small far group
+    g, w = knn_graph(X, 3)
+    h = build_hierarchy(g, w)
+    n = 70
+    leaves = [{i} for i in range(n)] + [set() for _ in range(n - 1)]
+    kids = [[] for _ in range(2 * n - 1)]
+    for c, p in enumerate(h.parents[:-1]):
+        kids[p].append(c)
+        leaves[p] |= leaves[c]  # children have smaller ids: complete before their parent
+    for min_size in (0, 3, 10):
+        relevant = [min(len(leaves[c]) for c in kids[n + i]) >= min_size for i in range(n - 1)]
+        for k in (1, 2, 4, 8):
+            undo = [i for i in range(n - 2, -1, -1) if relevant[i]][: k - 1]
+            expected = np.ones(n - 1, dtype=bool)
+            expected[undo] = False
+            keep = kcut_merges(h.parents, k, min_size)
+            np.testing.assert_array_equal(keep, expected)
+            e = h.mst_edge_map[keep]
+            m = coo_matrix((np.ones(e.size), (g.sources[e], g.targets[e])), shape=(n, n))
+            c, lab = connected_components(m, directed=False)
+            assert c == min(k, 1 + sum(relevant))
+            if k >= 2:
+                assert np.bincount(lab).min() >= min_size
+    with pytest.raises(ValueError, match="min_size"):
+        kcut_merges(h.parents, 2, -1)
+    with pytest.raises(ValueError, match="leaf_size"):
+        kcut_merges(h.parents, 2, 2, np.ones(3))
+
+
 def test_cut_num_clusters_errors():
     parents = np.array([3, 3, 4, 4, 4])
     assert np.array_equal(cut_num_clusters(parents, 2), [0, 0, 1])
