@@ -34,6 +34,12 @@ def knn_chain_graph(n, seed=0):
     return a, b, np.linalg.norm(X[a] - X[b], axis=1)
 
 
+def _higra_version():
+    from importlib.metadata import version
+
+    return version("higra")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--vertices", default="75000,1000000")
@@ -64,7 +70,7 @@ def main():
         rows.append((n, a.size, np.median(priv), np.median(pub), np.median(pub_graph), same))
         print(rows[-1], flush=True)
     lines = ["# Canonical binary partition tree: hiseg's path against higra's public call", "",
-             f"higra {hg.__version__}; median of {args.repeat} calls; 5-NN + chain graphs of uniform points "
+             f"higra {_higra_version()}; median of {args.repeat} calls; 5-NN + chain graphs of uniform points "
              "(`benchmarks/bench_bpt_canonical.py`). *hiseg*: `canonical_edge_order` (numpy sort, ties by "
              "edge index) + `hg.cpp._bpt_canonical`; *public*: `hg.bpt_canonical(graph, w, "
              "compute_mst=False)` on a prebuilt higra graph; *public + graph*: the graph built in the call "
