@@ -216,6 +216,20 @@ def test_outliers_merged_last_do_not_become_clusters(blobs_with_outliers):
     assert _accuracy(y[blob], semi.labels_[blob]) == 1.0
 
 
+def test_auto_start_is_chosen_on_the_labelled_samples(blobs_with_outliers):
+    X, y = blobs_with_outliers
+    partial = np.where(np.arange(len(y)) % 9 == 0, y, -1)
+    lab = partial >= 0
+    est = UltrametricClustering(3, loss="closest+triplet", max_iter=40).fit(X, partial)
+    fits = {s: UltrametricClustering(3, loss="closest+triplet", max_iter=40, init=s).fit(X, partial)
+            for s in ("average", "input")}
+    scores = {s: _accuracy(y[lab], f.labels_[lab]) for s, f in fits.items()}
+    expected = "average" if scores["average"] >= scores["input"] else "input"
+    assert est.init_ == expected
+    np.testing.assert_array_equal(est.labels_, fits[expected].labels_)
+    assert UltrametricClustering(3, max_iter=5).fit(X).init_ == "average"  # no labels: one start
+
+
 def test_min_cluster_size_falls_back_to_k_clusters(blobs):
     X, y = blobs
     # no three clusters of 40 samples in 90: halved until the cut has three clusters
