@@ -1,9 +1,9 @@
 """hiseg: hierarchical clustering and learned hierarchical image segmentation by ultrametric fitting.
 
-Core (no I/O, no Lightning): :mod:`hiseg.graph`, :mod:`hiseg.ultrametric`,
+Core (no I/O, no Lightning): :mod:`hiseg.graph`, :mod:`hiseg.ultrametric`, :mod:`hiseg.cuts`,
 :mod:`hiseg.losses`, :mod:`hiseg.fitting`.
 """
-from . import graph, losses, ultrametric
+from . import cuts, graph, losses, ultrametric
 from .graph import (BatchedGraph, EdgeList, RegionAdjacencyGraph, batch_graphs, grid_graph,
                     knn_graph, region_adjacency_graph)
 from .ultrametric import (AverageLinkageHierarchy, AverageLinkageUltrametric, Hierarchy, SubdominantUltrametric,
