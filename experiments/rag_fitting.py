@@ -121,8 +121,7 @@ def run(images, sizes, max_iter=300):
                 if kw is None:
                     u, history, best_it, n_iter = paper_fit(g, w, max_iter)
                 else:
-                    res = fit_ultrametric(g, wt, loss="closest", max_iter=max_iter, patience=50,
-                                          full_output=True, **kw)
+                    res = fit_ultrametric(g, wt, loss="closest", max_iter=max_iter, patience=50, **kw)
                     u, history, best_it, n_iter = res.ultrametric.numpy(), res.history, res.best_iter, res.n_iter
                 r[key] = mse(u)
                 r[key + "_iter"] = best_it + 1

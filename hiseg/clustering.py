@@ -396,7 +396,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             t = time.perf_counter()
             res = fit_ultrametric(graph, wt, loss=self.loss, lr=lr, max_iter=int(self.max_iter),
                                   positivity=self.positivity, patience=self.patience, init=init,
-                                  optimizer=self.optimizer, full_output=True, **kw)
+                                  optimizer=self.optimizer, **kw)
             t2 = time.perf_counter()
             labels = self._cut(res.hierarchy, graph, min_size)
             fit_s, cut_s = fit_s + t2 - t, cut_s + time.perf_counter() - t2

@@ -71,7 +71,8 @@ INITS = ("input", "average")
 
 @dataclass
 class FitResult:
-    """What :func:`fit_ultrametric` learned (``full_output=True``)."""
+    """What :func:`fit_ultrametric` returns: the ultrametric of the best iterate, its
+    hierarchy, its loss, the iterations run, the best one, and the loss per iteration."""
 
     ultrametric: torch.Tensor
     hierarchy: Hierarchy
@@ -84,8 +85,7 @@ class FitResult:
 def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, lr: Optional[float] = None,
                     max_iter: int = 500, positivity: Optional[str] = "softplus", init="input",
                     patience: Optional[int] = 50, min_delta: float = 1e-6, optimizer: str = "amsgrad",
-                    lr_decay: Optional[float] = None, return_history: bool = False,
-                    full_output: bool = False, callback: Optional[Callable] = None,
+                    lr_decay: Optional[float] = None, callback: Optional[Callable] = None,
                     dtype: Optional[torch.dtype] = None, **loss_kwargs):
     r"""Fit an ultrametric to an edge-weighted graph: Algorithm 1 (AMSGrad on J(Phi(w~))).
 
@@ -122,15 +122,13 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
         (``experiments/rag_fitting.py``). Needs a closest term: refused for the Dasgupta
         losses.
     lr_decay : optional multiplicative decay of the step size per iteration.
-    return_history : also return the list of loss values per iteration.
-    full_output : return a :class:`FitResult` instead.
     callback : called as ``callback(iteration, loss_value, u)`` after each iteration.
     dtype : computation dtype (default: that of ``weights``, float64 for integer input is refused).
 
     Returns
     -------
-    u : tensor (E,), the ultrametric :math:`\Phi(\tilde w^*)` of the best iterate; with
-    ``return_history`` a tuple ``(u, history)``; with ``full_output`` a :class:`FitResult`.
+    FitResult: ``.ultrametric`` (tensor (E,)), the ultrametric :math:`\Phi(\tilde w^*)` of the
+    best iterate, ``.hierarchy``, ``.loss``, ``.n_iter``, ``.best_iter``, ``.history``.
 
     Cost per iteration: one :func:`~hiseg.build_hierarchy` (CPU) + the loss + one
     optimiser step, O(E log E).
@@ -146,11 +144,8 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
     theta, param, scale = _parametrisation(_start(init, el, w), w, positivity, newton=optimizer == "newton")
     step = _stepper(optimizer, theta, lr, lr_decay, project=positivity is not None, scale=scale)
     name = loss if isinstance(loss, str) else getattr(loss, "__name__", "callable")
-    res = _descend(el, w, J, theta, param, step, int(max_iter), _EarlyStopping(patience, min_delta),
-                   callback, name)
-    if full_output:
-        return res
-    return (res.ultrametric, res.history) if return_history else res.ultrametric
+    return _descend(el, w, J, theta, param, step, int(max_iter), _EarlyStopping(patience, min_delta),
+                    callback, name)
 
 
 # ----------------------------------------------------------------------------- validation

@@ -376,13 +376,13 @@ def test_newton_fit_ends_below_average_linkage(coins_rag):
     g, w = coins_rag
     tree, alt = hg.binary_partition_tree_average_linkage(g.to_higra(), w)
     al = alt[tree.lowest_common_ancestor_preprocess().lca(g.sources, g.targets)]
-    res = fit_ultrametric(g, torch.tensor(w), optimizer="newton", max_iter=100, full_output=True)
+    res = fit_ultrametric(g, torch.tensor(w), optimizer="newton", max_iter=100)
     u = res.ultrametric.numpy()
     assert is_ultrametric_on_graph(g, u) and np.all(u >= 0)
     assert np.mean((u - w) ** 2) < 0.97 * np.mean((al - w) ** 2)
     assert res.best_iter < 60
     # AMSGrad in log space (positivity="exp") also runs and improves on the start
-    res2 = fit_ultrametric(g, torch.tensor(w), positivity="exp", max_iter=30, full_output=True)
+    res2 = fit_ultrametric(g, torch.tensor(w), positivity="exp", max_iter=30)
     assert res2.loss < res2.history[0]
     with pytest.raises(ValueError, match="no closest term"):
         fit_ultrametric(g, torch.tensor(w), loss="dasgupta", optimizer="newton")

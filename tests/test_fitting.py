@@ -26,7 +26,7 @@ def test_fit_returns_an_ultrametric_and_decreases_the_loss(blobs, loss):
         lab = np.full(len(y), -1)
         lab[::5] = y[::5]
         kw = dict(labels=lab, margin=1.0)
-    res = fit_ultrametric(g, torch.tensor(w), loss=loss, max_iter=60, full_output=True, **kw)
+    res = fit_ultrametric(g, torch.tensor(w), loss=loss, max_iter=60, **kw)
     u = res.ultrametric.numpy()
     assert is_ultrametric_on_graph(g, u)
     assert np.all(u >= 0)
@@ -37,15 +37,16 @@ def test_fit_returns_an_ultrametric_and_decreases_the_loss(blobs, loss):
 def test_closest_fit_beats_subdominant(blobs):
     _, _, g, w = blobs
     sub = hiseg.subdominant_ultrametric(g, torch.tensor(w)).numpy()
-    u, hist = fit_ultrametric(g, torch.tensor(w), max_iter=200, return_history=True)
+    res = fit_ultrametric(g, torch.tensor(w), max_iter=200)
+    u, hist = res.ultrametric, res.history
     assert np.mean((u.numpy() - w) ** 2) < 0.5 * np.mean((sub - w) ** 2)
     assert hist[0] == pytest.approx(np.mean((sub - w) ** 2))
 
 
 def test_best_iterate_and_early_stopping(blobs):
     _, _, g, w = blobs
-    u, hist = fit_ultrametric(g, torch.tensor(w), lr=0.05, max_iter=1000, patience=5, min_delta=1e-2,
-                              return_history=True)
+    res = fit_ultrametric(g, torch.tensor(w), lr=0.05, max_iter=1000, patience=5, min_delta=1e-2)
+    u, hist = res.ultrametric, res.history
     assert len(hist) < 1000
     # the returned ultrametric has the best recorded loss
     assert np.mean((u.numpy() - w) ** 2) == pytest.approx(min(hist))
@@ -60,13 +61,13 @@ def test_relu_and_custom_loss_and_init(blobs):
         return ((u - w0) ** 2).sum()
 
     u = fit_ultrametric(g, w, loss=J, positivity="relu", max_iter=10, init=np.asarray(w) * 0.5,
-                        callback=lambda i, v, uu: None)
+                        callback=lambda i, v, uu: None).ultrametric
     assert len(calls) >= 10 and is_ultrametric_on_graph(g, u.numpy())
 
 
 def test_float32_and_device_kept(blobs):
     _, _, g, w = blobs
-    u = fit_ultrametric(g, torch.tensor(w, dtype=torch.float32), max_iter=5)
+    u = fit_ultrametric(g, torch.tensor(w, dtype=torch.float32), max_iter=5).ultrametric
     assert u.dtype == torch.float32
 
 
@@ -112,8 +113,8 @@ def test_fit_does_not_depend_on_the_unit_of_the_weights(blobs, positivity):
     # a power of two rescales every float exactly: only the optimiser's epsilon could differ
     _, _, g, w = blobs
     c = 2.0 ** -12
-    u = fit_ultrametric(g, torch.tensor(w), positivity=positivity, max_iter=40)
-    uc = fit_ultrametric(g, torch.tensor(w * c), positivity=positivity, max_iter=40)
+    u = fit_ultrametric(g, torch.tensor(w), positivity=positivity, max_iter=40).ultrametric
+    uc = fit_ultrametric(g, torch.tensor(w * c), positivity=positivity, max_iter=40).ultrametric
     np.testing.assert_allclose(uc.numpy(), u.numpy() * c, rtol=1e-6)
 
 
@@ -123,7 +124,7 @@ def test_average_linkage_start(blobs):
     _, _, g, w = blobs
     tree, alt = hg.binary_partition_tree_average_linkage(g.to_higra(), w)
     al = alt[tree.lowest_common_ancestor_preprocess().lca(g.sources, g.targets)]
-    res = fit_ultrametric(g, torch.tensor(w), init="average", max_iter=30, full_output=True)
+    res = fit_ultrametric(g, torch.tensor(w), init="average", max_iter=30)
     assert res.history[0] == pytest.approx(np.mean((al - w) ** 2), rel=1e-9)
     assert res.loss <= res.history[0]
     with pytest.raises(ValueError, match="init must be"):

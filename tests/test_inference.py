@@ -198,7 +198,7 @@ def test_classical_path_is_the_closest_fit_of_the_colour_gradient():
     res = Segmenter(region_size=6.0, fit_iterations=20).segment(img)
     rag = region_adjacency_graph(Superpixels(region_size=6.0)(img))
     w = rag_frontier_mean(rag, color_gradient(img, 1.0))
-    u = fit_ultrametric(rag.graph, w / w.max(), max_iter=20)
+    u = fit_ultrametric(rag.graph, w / w.max(), max_iter=20).ultrametric
     np.testing.assert_array_equal(res.rag.labels, rag.labels)
     np.testing.assert_allclose(res.ultrametric, u.numpy(), rtol=0, atol=1e-12)
 

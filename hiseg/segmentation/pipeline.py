@@ -216,7 +216,7 @@ class Pipeline:
         if self.linkage == "closest":
             w = weights / weights.max().clamp_min(1e-12)
             if self.fit_iterations > 0:
-                w = fit_ultrametric(graph, w, max_iter=self.fit_iterations)
+                w = fit_ultrametric(graph, w, max_iter=self.fit_iterations).ultrametric
             h = build_hierarchy(graph, w)
             return h.ultrametric(w), h
         return subdominant_ultrametric(graph, weights, return_hierarchy=True)
