@@ -338,7 +338,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return self.model(images)
 
     def edge_weights(self, batch, logits=None):
-        """RAG edge weights (E_total,) of a batch: mean boundary probability per frontier."""
+        """``(w, logits)``: the RAG edge weights (E_total,) of a batch, the mean boundary
+        probability along each frontier (float32), and the network's logits they came from
+        (computed unless given)."""
         if logits is None:
             logits = self(batch.images)
         # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
