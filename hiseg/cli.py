@@ -29,17 +29,6 @@ def _collect_images(inputs: Sequence[str]) -> list[Path]:
     return files
 
 
-def _check_no_collision(files: Sequence[Path], out: Path) -> None:
-    """Refuse (before anything is written) when an output would replace an input."""
-    from .inference import output_paths
-
-    inputs = {f.resolve() for f in files}
-    hit = sorted(str(p) for f in files for p in output_paths(out, f.stem).values() if p.resolve() in inputs)
-    if hit:
-        raise ValueError(f"output file(s) {hit[:3]} would overwrite input images: choose another --out "
-                         "folder (or move the inputs)")
-
-
 def _threshold(text: str) -> float:
     try:
         v = float(text)
@@ -108,11 +97,15 @@ def run_predict(args) -> int:
     if args.tile < 0:
         raise ValueError(f"--tile must be >= 0, got {args.tile}")
     out = Path(args.out)
-    _check_no_collision(files, out)
+    from .inference import output_paths
+    from .io import refuse_overwrite
+
+    outputs = [p for f in files for p in output_paths(out, f.stem).values()]
     if args.html:
         from . import view
 
-        view.check_no_overwrite(view.page_outputs(out, [f.stem for f in files]), files)
+        outputs += view.page_outputs(out, [f.stem for f in files]).values()
+    refuse_overwrite(outputs, files)  # before anything is written
     pages = []
     for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
         img = read_image(f)

@@ -38,6 +38,8 @@ __all__ = [
     "load_ground_truth",
     "atomic_write",
     "atomic_write_files",
+    "refuse_overwrite",
+    "set_usual_mode",
     "write_png",
     "write_ucm2_mat",
 ]
@@ -231,6 +233,22 @@ def _umask() -> int:
     return m
 
 
+def set_usual_mode(path) -> None:
+    """Give a file made by ``mkstemp`` / ``mkdtemp`` (private, 0600) the mode a plain
+    ``open`` would have: ``0666 & ~umask``."""
+    os.chmod(path, 0o666 & ~_umask())
+
+
+def refuse_overwrite(outputs, inputs) -> None:
+    """ValueError, before anything is written, when one of the ``outputs`` paths is one of
+    the ``inputs`` files (the message names them)."""
+    ins = {Path(p).resolve() for p in inputs}
+    hit = sorted(str(p) for p in outputs if Path(p).resolve() in ins)
+    if hit:
+        raise ValueError(f"output file(s) {hit[:3]} would overwrite input files: choose another --out folder "
+                         "(or move the inputs)")
+
+
 def _temp_beside(path: Path) -> str:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
     os.close(fd)
@@ -255,7 +273,7 @@ def atomic_write(path, write: Callable[[str], object]) -> None:
     tmp = _temp_beside(path)
     try:
         write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600
+        set_usual_mode(tmp)
         os.replace(tmp, path)
     except BaseException:
         _discard(tmp)
@@ -287,7 +305,7 @@ def atomic_write_files(out_dir, files: Mapping[str, bytes | str]) -> list[Path]:
             temps.append((dest, _temp_beside(dest)))
             with open(temps[-1][1], "wb") as fh:
                 fh.write(data)
-            os.chmod(temps[-1][1], 0o666 & ~_umask())
+            set_usual_mode(temps[-1][1])
         for dest, tmp in temps:
             os.replace(tmp, dest)
         written, temps = [dest for dest, _ in temps], []

@@ -31,10 +31,10 @@ from typing import Sequence
 
 import numpy as np
 
-from .io import _umask, atomic_write, read_image, to_float_rgb
+from .io import atomic_write, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs",
-           "check_no_overwrite", "write_pages", "write_page_file", "write_index_file", "add_arguments", "run"]
+           "write_pages", "write_page_file", "write_index_file", "add_arguments", "run"]
 
 INDEX = "index.html"
 _MAX_LEVELS = 1 << 24  # ranks travel in the 24 bits of an RGB pixel
@@ -109,6 +109,11 @@ def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "") -> st
     ``image``: (H, W[, 3]) float in [0, 1] or integers; ``ucm2``: (2H+1, 2W+1), checked by
     :func:`check_ucm2`. ``source`` (what made the hierarchy) is shown beside the title.
     """
+    return _build_page(image, ucm2, title, source)[0]
+
+
+def _build_page(image, ucm2: np.ndarray, title: str, source: str) -> tuple[str, int]:
+    """(page text, number of distinct levels) of :func:`build_page`."""
     rgb = _rgb8(image)
     u = check_ucm2(ucm2, rgb.shape, where=f"ucm2 of {title or 'the image'}")
     levels, ranks = ucm2_ranks(u)
@@ -117,8 +122,8 @@ def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "") -> st
             "image": _b64(_png(rgb)), "ucm": _b64(_png(packed)),
             "levels": _b64(levels.astype("<f8").tobytes()), "rankSum": int(ranks.sum(dtype=np.int64))}
     template = resources.files("hiseg").joinpath("view_page.html").read_text(encoding="utf-8")
-    return (template.replace("__HISEG_TITLE__", html.escape(title))
-            .replace("__HISEG_DATA__", _script_json(data)))
+    text = template.replace("__HISEG_TITLE__", html.escape(title)).replace("__HISEG_DATA__", _script_json(data))
+    return text, levels.size
 
 
 def thumbnail(image, ucm2: np.ndarray, size: int = 240) -> bytes:
@@ -185,18 +190,9 @@ def page_outputs(out, stems: Sequence[str]) -> dict:
     return {n: out / n for n in names}
 
 
-def check_no_overwrite(outputs: dict, inputs: Sequence) -> None:
-    """Refuse (before anything is written) when an output would replace an input file."""
-    ins = {Path(p).resolve() for p in inputs}
-    hit = sorted(str(p) for p in outputs.values() if p.resolve() in ins)
-    if hit:
-        raise ValueError(f"output file(s) {hit[:3]} would overwrite input files: choose another --out folder")
-
-
 def _page(stem: str, image, ucm2, source: str):
     """(page text, index entry) of one image."""
-    text = build_page(image, ucm2, title=stem, source=source)
-    levels = np.unique(np.asarray(ucm2)).size
+    text, levels = _build_page(image, ucm2, stem, source)  # one np.unique of the ucm2, not two
     return text, (f"{stem}.html", f"{stem} ({levels} levels)", thumbnail(image, ucm2))
 
 
@@ -244,7 +240,7 @@ def write_pages(out, items, progress=None) -> list[Path]:
         if len(entries) > 1:
             (stage / INDEX).write_text(build_index(entries), encoding="utf-8")
         for name, path in targets.items():
-            os.chmod(stage / name, 0o666 & ~_umask())  # mkdtemp's folder is private, the pages are not
+            set_usual_mode(stage / name)  # mkdtemp's folder is private, the pages are not
             os.replace(stage / name, path)
         return list(targets.values())
     except BaseException:
@@ -308,7 +304,7 @@ def run(args, files: Sequence[Path], make_segmenter) -> int:
         inputs += mats
     elif args.checkpoint and Path(args.checkpoint).exists():
         inputs.append(Path(args.checkpoint))
-    check_no_overwrite(page_outputs(out, [f.stem for f in files]), inputs)
+    refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs)
     seg = None if args.ucm is not None else make_segmenter(args)
     source = f"ucm2 from {args.ucm}" if seg is None else source_of(args)
 
