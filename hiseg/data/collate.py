@@ -27,7 +27,7 @@ from ..graph import BatchedGraph, batch_graphs, region_adjacency_graph
 from ..segmentation.pooling import frontier_pixel_pairs
 from ..segmentation.superpixels import Superpixels, make_connected
 from .cache import SuperpixelCache
-from .targets import edge_targets, mean_boundary, superpixel_labels
+from .targets import graph_targets, mean_boundary
 from .transforms import as_numpy_generator
 
 __all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "make_graph_sample", "with_superpixels",
@@ -344,12 +344,10 @@ def _graph_fields(samples: Sequence[dict], sizes, hp: int, wp: int) -> dict:
 
 
 def _graph_item(sp: np.ndarray, seg) -> dict:
-    """RAG and graph targets (:func:`~hiseg.data.targets.compute_targets` without the
-    boundary map) of superpixels ``sp`` and ground truths ``seg`` (A, H, W)."""
+    """RAG and :func:`~hiseg.data.targets.graph_targets` of superpixels ``sp`` and ground
+    truths ``seg`` (A, H, W)."""
     rag = region_adjacency_graph(sp)
-    lab = superpixel_labels(rag.labels, seg, rag.num_regions)
-    return {"rag": rag, "sp_labels": torch.from_numpy(lab),
-            "edge_target": torch.from_numpy(edge_targets(rag.graph, lab))}
+    return {"rag": rag, **{k: torch.from_numpy(v) for k, v in graph_targets(rag, seg).items()}}
 
 
 def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_fn=map) -> GraphBatch:

@@ -17,7 +17,7 @@ import numpy as np
 from ..graph import compact_labels
 from ..segmentation.superpixels import label_boundaries
 
-__all__ = ["superpixel_labels", "edge_targets", "boundary_maps", "mean_boundary", "compute_targets"]
+__all__ = ["superpixel_labels", "edge_targets", "boundary_maps", "mean_boundary", "graph_targets", "compute_targets"]
 
 # above this many (superpixel, label) cells a dense bincount table would be too large
 _DENSE_LIMIT = 1 << 22
@@ -147,6 +147,12 @@ def mean_boundary(segmentations, thick: bool = True) -> np.ndarray:
     return boundary_maps(seg, thick).mean(0, dtype=np.float32)
 
 
+def graph_targets(rag, segmentations) -> dict:
+    """The targets on the RAG: ``sp_labels`` int64 (A, R) and ``edge_target`` float32 (E,)."""
+    sp_lab = superpixel_labels(rag.labels, segmentations, rag.num_regions)
+    return {"sp_labels": sp_lab, "edge_target": edge_targets(rag.graph, sp_lab)}
+
+
 def compute_targets(rag, segmentations) -> dict:
     """All targets of one image given its RAG (see the functions above).
 
@@ -161,6 +167,4 @@ def compute_targets(rag, segmentations) -> dict:
     dict with ``sp_labels`` int64 (A, R), ``edge_target`` float32 (E,), ``boundary``
     float32 (H, W). Cost O(A H W).
     """
-    sp_lab = superpixel_labels(rag.labels, segmentations, rag.num_regions)
-    return {"sp_labels": sp_lab, "edge_target": edge_targets(rag.graph, sp_lab),
-            "boundary": mean_boundary(segmentations)}
+    return {**graph_targets(rag, segmentations), "boundary": mean_boundary(segmentations)}
