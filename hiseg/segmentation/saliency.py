@@ -19,12 +19,12 @@ import torch
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from ..cuts import kcut_merges, size_constrained_merges  # noqa: F401 (re-exported)
+from ..cuts import kcut_merges
 from ..graph import RegionAdjacencyGraph, grid_graph
 from ..ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
-           "size_constrained_merges", "resolve_min_size", "upsample_labels", "ucm2_from_labels",
+           "resolve_min_size", "upsample_labels", "ucm2_from_labels",
            "ucm2_edge_views"]
 
 
