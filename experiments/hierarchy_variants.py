@@ -7,7 +7,6 @@ For each val image: the network's boundary map, then each variant's ucm2 (.mat) 
 own folder, then the Python BSDS benchmark on each folder, and one table.
 """
 import argparse
-import json
 import shutil
 import time
 from pathlib import Path

@@ -8,7 +8,7 @@ from .graph import (BatchedGraph, EdgeList, RegionAdjacencyGraph, batch_graphs, 
                     knn_graph, region_adjacency_graph)
 from .ultrametric import (AverageLinkageHierarchy, AverageLinkageUltrametric, Hierarchy, SubdominantUltrametric,
                           average_linkage_ultrametric, build_average_linkage_hierarchy, build_hierarchy,
-                          subdominant_ultrametric)
+                          subdominant_ultrametric, ward_linkage_ultrametric)
 
 __version__ = "0.1.0"
 

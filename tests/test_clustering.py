@@ -26,7 +26,8 @@ def blobs():
 
 
 # the estimator checks fit many times on small data: fewer iterations keep them short
-@parametrize_with_checks([UltrametricClustering(max_iter=15)])
+@parametrize_with_checks([UltrametricClustering(max_iter=15),
+                          UltrametricClustering(max_iter=15, dissimilarity="ward", n_neighbors=5)])
 def test_sklearn_estimator_checks(estimator, check):
     check(estimator)
 
@@ -245,6 +246,7 @@ def test_min_cluster_size_falls_back_to_k_clusters(blobs):
     (dict(knn="kd_tree"), "knn must be"),
     (dict(connect="full"), "connect must be"),
     (dict(init="ward"), "init must be"),
+    (dict(dissimilarity="cosine"), "dissimilarity must be one of"),
     (dict(min_cluster_size=-1), "min_cluster_size must be"),
     (dict(min_cluster_size=float("nan")), "min_cluster_size must be"),
     (dict(min_cluster_size="big"), "min_cluster_size must be"),
@@ -388,3 +390,70 @@ def test_newton_fit_ends_below_average_linkage(coins_rag):
         fit_ultrametric(g, torch.tensor(w), loss="dasgupta", optimizer="newton")
     with pytest.raises(ValueError, match="needs a closest term"):
         UltrametricClustering(loss="dasgupta", optimizer="newton").fit(np.random.default_rng(0).random((20, 2)))
+
+
+# ----------------------------------------------------------------------------- Ward's heights
+def test_ward_heights_on_a_complete_graph_give_scipys_ward():
+    """dissimilarity="ward" on the complete graph: the closest fit starts at its optimum, so
+    the hierarchy and its plain k-cuts are scipy's Ward linkage's."""
+    from scipy.cluster.hierarchy import fcluster, linkage
+    from sklearn.metrics import adjusted_rand_score
+
+    X, _ = make_blobs(50, centers=4, cluster_std=2.0, random_state=5)
+    est = UltrametricClustering(4, loss="closest", dissimilarity="ward", n_neighbors=49,
+                                min_cluster_size=0, max_iter=20).fit(X)
+    assert est.dissimilarity_ == "ward" and est.init_ == "input"
+    Z = linkage(X, "ward")
+    for k in (2, 3, 4, 7):
+        ref = fcluster(Z, k, criterion="maxclust")
+        assert adjusted_rand_score(ref, cut_num_clusters(est.parents_, k)) == 1.0
+    np.testing.assert_allclose(np.sort(est.altitudes_[50:]), np.sort(Z[:, 2]), rtol=1e-9)
+
+
+def _unequal_mixture(n, k, seed):
+    """k Gaussian classes in 64-d, centres in [-2, 2]^64, standard deviations in [1, 2]."""
+    std = np.random.default_rng(seed).uniform(1.0, 2.0, k)
+    return make_blobs(n, n_features=64, centers=k, cluster_std=std, center_box=(-2, 2), random_state=seed)
+
+
+def test_ward_heights_where_distances_fail():
+    # 64-d classes of unequal spreads: the 5-NN graph's distances mix classes, Ward's heights do not
+    X, y = _unequal_mixture(300, 6, 4)
+    eu = UltrametricClustering(6, dissimilarity="euclidean").fit(X)
+    wa = UltrametricClustering(6, dissimilarity="ward").fit(X)
+    assert _accuracy(y, wa.labels_) > 0.95
+    assert _accuracy(y, wa.labels_) > _accuracy(y, eu.labels_) + 0.1
+    assert wa.graph_.num_edges > eu.graph_.num_edges  # 15 neighbours, not 5
+
+
+@pytest.mark.parametrize("data, expected", [("circles", "euclidean"), ("mixture", "ward")])
+def test_auto_dissimilarity_is_chosen_on_the_labelled_samples(data, expected):
+    from sklearn.datasets import make_circles
+
+    if data == "circles":  # nested rings: Ward cannot separate them
+        X, y = make_circles(200, factor=0.5, noise=0.05, random_state=1)
+    else:
+        X, y = _unequal_mixture(300, 6, 4)
+    rng = np.random.default_rng(0)
+    partial = np.full(len(y), -1)
+    idx = rng.choice(len(y), len(y) // 10, replace=False)
+    partial[idx] = y[idx]
+    k = len(np.unique(y))
+    est = UltrametricClustering(k, loss="closest+triplet", max_iter=60).fit(X, partial)
+    assert est.dissimilarity_ == expected
+    single = UltrametricClustering(k, loss="closest+triplet", max_iter=60, dissimilarity=expected).fit(X, partial)
+    np.testing.assert_array_equal(est.labels_, single.labels_)
+    assert _accuracy(y, est.labels_) > 0.95
+    # without labels "auto" is the paper's Euclidean distances
+    assert UltrametricClustering(k, max_iter=5).fit(X).dissimilarity_ == "euclidean"
+
+
+def test_ward_needs_its_neighbours():
+    X, _ = make_blobs(12, centers=2, random_state=0)
+    with pytest.raises(ValueError, match=r"n_samples >= n_neighbors \+ 1 = 16, got n_samples = 12"):
+        UltrametricClustering(2, dissimilarity="ward").fit(X)
+    # "auto" with labels on so few samples fits the Euclidean distances only
+    partial = np.full(12, -1)
+    partial[:4] = [0, 0, 1, 1]
+    est = UltrametricClustering(2, loss="closest+triplet", max_iter=5).fit(X, partial)
+    assert est.dissimilarity_ == "euclidean"

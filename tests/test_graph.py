@@ -5,7 +5,7 @@ import higra as hg
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from hiseg.graph import as_edge_list, batch_graphs, grid_graph, knn_graph, region_adjacency_graph
+from hiseg.graph import batch_graphs, grid_graph, knn_graph, region_adjacency_graph
 
 
 def test_grid_graph_matches_higra_edge_set():

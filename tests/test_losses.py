@@ -5,12 +5,11 @@ import torch
 from hypothesis import given, settings, strategies as st
 from scipy.special import expit
 
-import hiseg
 from hiseg import losses
-from hiseg.graph import EdgeList, grid_graph
+from hiseg.graph import grid_graph
 from hiseg.ultrametric import build_hierarchy, subdominant_ultrametric
 
-from test_ultrametric import brute_minmax, random_connected_graph
+from test_ultrametric import random_connected_graph
 
 
 def naive_distances(g, w):

@@ -1,5 +1,4 @@
 """The subdominant-ultrametric layer against independent truths."""
-import itertools
 
 import higra as hg
 import numpy as np
@@ -7,7 +6,6 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 from scipy.cluster.hierarchy import cophenet, linkage
-from scipy.spatial.distance import squareform
 
 import hiseg
 from _graphs import complete_graph, random_connected_graph
@@ -267,3 +265,76 @@ def test_cuda_equals_cpu(rng):
     w2 = w.clone().requires_grad_(True)
     (subdominant_ultrametric(g, w2) * torch.arange(g.num_edges)).sum().backward()
     np.testing.assert_allclose(wc.grad.cpu().numpy(), w2.grad.numpy())
+
+
+# ----------------------------------------------------------------------------- Ward
+def brute_graph_ward(g: EdgeList, X: np.ndarray) -> np.ndarray:
+    """Ward's hierarchy restricted to g, merge by merge: at each step the adjacent pair of
+    clusters of least Ward cost |A||B|/(|A|+|B|) ||c_A - c_B||^2 is merged, at the largest
+    cost met so far (monotone heights); the value of edge (x, y) is sqrt(2 height) of the
+    merge that joins x and y."""
+    n = g.num_vertices
+    members = {i: [i] for i in range(n)}
+    adj = {i: set() for i in range(n)}
+    for s, t in zip(g.sources, g.targets):
+        adj[s].add(t)
+        adj[t].add(s)
+    joined = np.full((n, n), np.nan)
+    height = 0.0
+    while len(members) > 1:
+        best = None
+        for a in members:
+            for b in adj[a]:
+                if a < b:
+                    A, B = X[members[a]], X[members[b]]
+                    cost = len(A) * len(B) / (len(A) + len(B)) * np.sum((A.mean(0) - B.mean(0)) ** 2)
+                    if best is None or cost < best[0]:
+                        best = (cost, a, b)
+        cost, a, b = best
+        height = max(height, cost)
+        for i in members[a]:
+            for j in members[b]:
+                joined[i, j] = joined[j, i] = height
+        members[a] += members.pop(b)
+        adj[a] = (adj[a] | adj.pop(b)) - {a, b}
+        for c in adj[a]:
+            adj[c].discard(b)
+            adj[c].add(a)
+    return np.sqrt(2 * joined[g.sources, g.targets])
+
+
+@pytest.mark.parametrize("n", [2, 3, 12, 40])
+def test_ward_on_complete_graph_equals_scipy(n, rng):
+    X = rng.normal(size=(n, 3))
+    u = hiseg.ward_linkage_ultrametric(complete_graph(n), X)
+    np.testing.assert_allclose(u, cophenet(linkage(X, "ward")), rtol=1e-12, atol=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(graphs)
+def test_ward_on_sparse_graphs_equals_brute_force(gs):
+    g, seed = gs
+    X = np.random.default_rng(seed + 2).normal(size=(g.num_vertices, 2))
+    u = hiseg.ward_linkage_ultrametric(g, X)
+    np.testing.assert_allclose(u, brute_graph_ward(g, X), rtol=1e-10, atol=1e-12)
+    assert is_ultrametric_on_graph(g, u)
+
+
+@pytest.mark.parametrize("factor", [1e300, 1e-300])
+def test_ward_heights_scale_with_the_points(factor, rng):
+    g = random_connected_graph(rng, 30, 40)
+    X = rng.normal(size=(30, 4))
+    u = hiseg.ward_linkage_ultrametric(g, X)
+    np.testing.assert_allclose(hiseg.ward_linkage_ultrametric(g, X * factor) / factor, u, rtol=1e-12)
+
+
+@pytest.mark.parametrize("X, graph, msg", [
+    (np.zeros((3, 2)), EdgeList(np.array([0]), np.array([1]), 3), r"not connected \(2 components\)"),
+    (np.zeros((4, 2)), EdgeList(np.array([0, 1]), np.array([1, 2]), 3), "4 points for a graph of 3 vertices"),
+    (np.zeros(3), EdgeList(np.array([0, 1]), np.array([1, 2]), 3), "2-D array"),
+    (np.array([[0.0], [np.nan], [1.0]]), EdgeList(np.array([0, 1]), np.array([1, 2]), 3), "NaN or infinite"),
+    (np.array([[0.0], [1e308], [-1e308]]), EdgeList(np.array([0, 1]), np.array([1, 2]), 3), "float64 range"),
+])
+def test_ward_bad_input(X, graph, msg):
+    with pytest.raises(ValueError, match=msg):
+        hiseg.ward_linkage_ultrametric(graph, X)
