@@ -6,6 +6,8 @@ blobs, std 1, centres uniform in [-10, 10]^d), cut into 5 clusters.
 * hiseg: ``UltrametricClustering(n_clusters=5)`` with its defaults (closest+size, 5-NN
   graph: exact neighbours and the exact MST up to 2e4 points, approximate neighbours
   and component-joining edges above; 200 AMSGrad iterations at most, patience 50).
+* hiseg, Ward heights (``--methods``): the same with ``dissimilarity="ward"`` (15-NN graph,
+  Ward's heights on it by higra's graph Ward linkage, then the closest+size fit).
 * Ward: what a user would pick instead at this size, ``AgglomerativeClustering(5,
   linkage="ward", connectivity=kneighbors_graph(X, 10))`` (the connectivity graph is
   built in the timed run).
@@ -41,14 +43,15 @@ def worker(method: str, n: int, d: int) -> dict:
 
     X, y = make_blobs(n, n_features=d, centers=K, random_state=0)
     out = {}
-    if method == "hiseg":
+    if method.startswith("hiseg"):
         import torch
 
         torch.set_num_threads(1)
         from hiseg import UltrametricClustering
 
         t = time.perf_counter()
-        est = UltrametricClustering(n_clusters=K).fit(X)
+        dissimilarity = "ward" if method == "hiseg, Ward heights" else "auto"
+        est = UltrametricClustering(n_clusters=K, dissimilarity=dissimilarity).fit(X)
         out["seconds"] = time.perf_counter() - t
         out.update({k: round(v, 2) for k, v in est.timings_.items()})
         out["iterations"] = est.n_iter_
@@ -129,13 +132,16 @@ def main():
     ap.add_argument("--dims", default="10,10,16", help="dimension for each size")
     ap.add_argument("--ward-max", type=float, default=1e5, help="largest n Ward is run at")
     ap.add_argument("--note", default="", help="a line on the machine and its load, written above the table")
+    ap.add_argument("--methods", default="hiseg,ward",
+                    help="comma-separated: hiseg, 'hiseg, Ward heights' (write it 'hiseg-ward'), ward")
     ap.add_argument("--out", default=str(OUT))
     args = ap.parse_args()
     sizes = [int(float(s)) for s in args.sizes.split(",")]
     dims = [int(s) for s in args.dims.split(",")]
     rows = []
     for n, d in zip(sizes, dims):
-        for method in ("hiseg", "ward"):
+        methods = [m.replace("hiseg-ward", "hiseg, Ward heights") for m in args.methods.split(",")]
+        for method in methods:
             if method == "ward" and n > args.ward_max:
                 ran = [r for r in rows if r["method"] == "ward" and "peak_mb" in r["res"]]
                 seen = (f"; {ran[-1]['res']['peak_mb'] / 1024:.1f} GB peak already at {ran[-1]['n']:,} above"
