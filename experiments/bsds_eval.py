@@ -32,6 +32,9 @@ def export(ckpt, path, extra_meta):
                          if isinstance(v, (str, int, float, bool, type(None), dict, list))},
             "epoch": int(ck.get("epoch", -1)), "global_step": int(ck.get("global_step", -1))}
     meta["data"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in meta["data"].items()}
+    pipeline = (ck.get("hyper_parameters") or {}).get("pipeline")
+    if pipeline:  # the segmentation settings the model was trained with travel with it
+        meta["pipeline"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dict(pipeline).items()}
     meta.update(extra_meta)
     return save_weights(model, path, metadata=meta)
 
