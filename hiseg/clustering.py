@@ -153,7 +153,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         Start of the descent: the input distances, the average-linkage ultrametric of
         the graph (``"average"``), or an (E,) array in units of the mean distance;
         ``"auto"``: ``"input"`` for ``dissimilarity="ward"``; otherwise ``"average"`` up to
-        2e4 samples, ``"input"`` above (higra's graph average linkage is quadratic at worst), chosen on the toy sets' pilot draws
+        2e4 samples, ``"input"`` above (higra's graph average linkage is quadratic at
+        worst), chosen on the toy sets' pilot draws
         (``experiments/toy.py``); with partial labels (triplet losses, up to 2e4
         samples) both starts are fitted and the one whose cut agrees best with the
         labelled samples is kept (``init_``; ties: average linkage), a choice made on the
@@ -229,7 +230,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     most ``max_iter`` iterations of O(E log E) (one canonical BPT, its lcas, the loss,
     one AMSGrad step), plus O(|T|) for the triplet term or O(n K) for Dasgupta; the cut
     O(n log n). Measured (``benchmarks/results/clustering_scale.md``): 1e5 points in
-    about 15 s and 1.1 GB, 1e6 points in 16-d in minutes and under 3 GB.
+    about 15 s and 1.1 GB, 1e6 points in 16-d in minutes and under 3 GB; with
+    ``dissimilarity="ward"`` (15 neighbours, then higra's graph Ward linkage, O(E log E))
+    1e5 points in about 64 s and 2.1 GB (``clustering_scale_ward.md``).
 
     There is no ``predict``: a hierarchy is fitted on the given samples only.
 
@@ -244,7 +247,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
                  triplet_weight=1.0, margin=1.0, max_triplets=100000, sigmoid_slope=5.0,
-                 dissimilarity="auto", n_neighbors=None, knn="auto", connect="auto", init="auto", min_cluster_size="auto",
+                 dissimilarity="auto", n_neighbors=None, knn="auto", connect="auto", init="auto",
+                 min_cluster_size="auto",
                  lr=None, max_iter=200, positivity="softplus", patience=50,
                  optimizer="amsgrad", random_state=None):
         self.n_clusters = n_clusters
