@@ -34,7 +34,9 @@ def export(ckpt, path, extra_meta):
     meta["data"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in meta["data"].items()}
     pipeline = (ck.get("hyper_parameters") or {}).get("pipeline")
     if pipeline:  # the segmentation settings the model was trained with travel with it
-        meta["pipeline"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in dict(pipeline).items()}
+        from hiseg.segmentation import Pipeline
+
+        meta["pipeline"] = Pipeline.from_dict(pipeline, source=str(ckpt)).to_dict()
     meta.update(extra_meta)
     return save_weights(model, path, metadata=meta)
 

@@ -66,10 +66,6 @@ def _labelled_accuracy(labels, y) -> float:
     return C[r, col].sum() / m.sum()
 
 
-def _is_array_init(init) -> bool:
-    return not isinstance(init, str)
-
-
 def _validate_data(est, X, reset: bool = True):
     """``sklearn.utils.validation.validate_data`` (>= 1.6) or the estimator method before."""
     kw = dict(accept_sparse=False, dtype=np.float64, ensure_min_samples=1, ensure_min_features=1)
@@ -414,9 +410,10 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         lr = None if self.lr is None else float(self.lr)
         best = None
         graph_s = fit_s = cut_s = 0.0
+        knn = {}  # neighbour count -> (graph, edge lengths): built once when both fits share it
         for dissimilarity in dissimilarities:
             t0 = time.perf_counter()
-            graph, w = self._graph(X, dissimilarity, seed)
+            graph, w = self._graph(X, dissimilarity, seed, knn)
             graph_s += time.perf_counter() - t0
             # the fit sees distances in units of their mean: scale-free losses and settings
             scale = float(w.mean()) if w.size and w.max() > 0 else 1.0
@@ -461,8 +458,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         d = self.dissimilarity
         if d == "auto":
             d = "euclidean"
-            if (y is not None and not _is_array_init(self.init)
-                    and n >= self._n_neighbors("ward") + 1):
+            if y is not None and isinstance(self.init, str) and n >= self._n_neighbors("ward") + 1:
                 return ["euclidean", "ward"]
         k = self._n_neighbors(d)
         if n < k + 1:
@@ -471,12 +467,16 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                              "or give more samples")
         return [d]
 
-    def _graph(self, X, dissimilarity, seed):
-        """The kNN + spanning-edges graph and the input dissimilarity on its edges."""
+    def _graph(self, X, dissimilarity, seed, knn: dict):
+        """The kNN + spanning-edges graph and the input dissimilarity on its edges; ``knn``
+        caches the graphs by neighbour count."""
         from .graph import knn_graph
 
-        graph, w = knn_graph(X, self._n_neighbors(dissimilarity), connect=self.connect, method=self.knn,
-                             random_state=0 if seed is None else seed)
+        k = self._n_neighbors(dissimilarity)
+        if k not in knn:
+            knn[k] = knn_graph(X, k, connect=self.connect, method=self.knn,
+                               random_state=0 if seed is None else seed)
+        graph, w = knn[k]
         if dissimilarity == "ward":
             from .ultrametric import ward_linkage_ultrametric
 
