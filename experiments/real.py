@@ -5,20 +5,23 @@ Data: wine, breast cancer, iris (every feature scaled to [-1, 1], ``MinMaxScaler
 (:func:`mixture`: ``make_blobs`` with centres uniform in [-b, b]^64 and one standard
 deviation per class drawn uniformly in [lo, hi]): ``mix10 separated`` (1000 points, 10
 classes, b 5, std 0.5-3), ``mix10`` (1000, 10 classes, b 2, std 1-2) and ``mix20``
-(2000, 20 classes, b 2, std 1-2). Graph: 5-NN + MST (``knn_graph``).
+(2000, 20 classes, b 2, std 1-2). Graph: 5-NN + MST (``knn_graph``) for the Euclidean
+edge lengths, 15-NN + MST for Ward's heights (``dissimilarity="ward"``).
 
 * Unsupervised, cut at the true number of classes (deterministic, one run): Ward and
   average linkage (scikit-learn), :class:`hiseg.UltrametricClustering` with its defaults
   (closest+size, size weight 10 on the top 10 nodes, distances divided by their mean,
   started at the average-linkage ultrametric, size-aware cut with ``min_cluster_size=
-  "auto"``), the same with the plain cut (``min_cluster_size=0``) and from the input
-  distances (``init="input"``), plain closest, and Dasgupta+size.
+  "auto"``), the same on Ward's heights, with the plain cut (``min_cluster_size=0``) and
+  from the input distances (``init="input"``), plain closest, and Dasgupta+size.
 * Semi-supervised, with 10% (and 20%, 30%, 40% for the real sets) of labelled samples
   (stratified draws, 10 draws each): closest+triplet with the estimator's defaults
-  (margin 1, triplet weight 1; fitted from the average-linkage ultrametric and from the
-  input, the cut that agrees best with the labelled samples kept; size-aware cut whose
-  minimum size is half the smallest labelled class share), the same from average
-  linkage only and with the plain cut, and closest+size+triplet; an SVM (``SVC``, RBF, C=1) trained on the labelled part;
+  (``dissimilarity="auto"``: the Euclidean fits from the average-linkage ultrametric and
+  from the input, and the fit of Ward's heights, the cut that agrees best with the
+  labelled samples kept; margin 1, triplet weight 1; size-aware cut whose minimum size is
+  half the smallest labelled class share), the Euclidean fits only, Ward's heights only,
+  the Euclidean fit from average linkage only, the defaults with the plain cut, and
+  closest+size+triplet; an SVM (``SVC``, RBF, C=1) trained on the labelled part;
   spectral clustering (unsupervised, 10-NN affinity, seeded by the draw); Ward
   (unsupervised). Accuracy on the *unlabelled* samples (best cluster-to-class matching
   for the clusterings; plain accuracy for the SVM). 20000 triplets sampled per fit.
