@@ -12,7 +12,6 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ def main():
     from PIL import Image
 
     sys.path.insert(0, str(ROOT))
-    from benchmarks.bench_view import chromium
+    from benchmarks.bench_view import chromium, move, open_page
 
     from hiseg.inference import Segmenter
     from hiseg.io import read_image
@@ -49,18 +48,15 @@ def main():
     page.write_text(build_page(img, res.ucm2, title=stem, source="checkpoint bsds500"))
     d = chromium()
     try:
-        d.get(page.as_uri())
+        open_page(d, page)
         extra = d.execute_script("return [outerWidth - innerWidth, outerHeight - innerHeight]")
         d.set_window_size(2 * img.shape[1] + 120 + extra[0], img.shape[0] + 175 + extra[1])  # the page, no more
-        while not d.execute_script("return window.hisegView && hisegView.ready"):
-            time.sleep(0.05)
         levels = np.unique(res.ucm2)
         counts = np.array([res.cut(threshold=t).max() + 1 for t in levels])
         ms = []
         for i, n in enumerate(args.regions, 1):
             k = int(np.argmin(np.abs(counts - n)))
-            d.execute_script("var s = document.getElementById('slider'); s.value = arguments[0];"
-                             "s.dispatchEvent(new Event('input'));", k)
+            move(d, k)
             if i == 2:  # a clicked region: its area and merge level below the images
                 d.execute_script("hisegView.select(arguments[0], arguments[1])", *args.click)
             ms.append(d.execute_script("return hisegView.lastMs"))
@@ -72,9 +68,7 @@ def main():
             print(f"{out}: level {levels[k]:.4f}, {d.find_element('id', 'regions').text} regions "
                   f"(Python: {counts[k]}), {out.stat().st_size // 1024} KiB")
         for k in np.linspace(0, len(levels) - 1, 20).astype(int):
-            d.execute_script("var s = document.getElementById('slider'); s.value = arguments[0];"
-                             "s.dispatchEvent(new Event('input'));", int(k))
-            ms.append(d.execute_script("return hisegView.lastMs"))
+            ms.append(move(d, int(k)))
         print(f"ms per slider move: median {np.median(ms):.1f}, max {max(ms):.1f} ({len(ms)} moves); "
               f"page {page.stat().st_size // 1024} KiB")
     finally:

@@ -85,8 +85,8 @@ def add_predict_arguments(p: argparse.ArgumentParser):
 def run_predict(args) -> int:
     from tqdm import tqdm
 
-    from .io import read_image
-    from .inference import write_outputs
+    from .inference import output_paths, write_outputs
+    from .io import read_image, refuse_overwrite
 
     if args.regions is not None and args.threshold is not None:
         raise ValueError("give at most one of --regions and --threshold")
@@ -97,9 +97,6 @@ def run_predict(args) -> int:
     if args.tile < 0:
         raise ValueError(f"--tile must be >= 0, got {args.tile}")
     out = Path(args.out)
-    from .inference import output_paths
-    from .io import refuse_overwrite
-
     outputs = [p for f in files for p in output_paths(out, f.stem).values()]
     if args.html:
         from . import view

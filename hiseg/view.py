@@ -130,8 +130,10 @@ def thumbnail(image, ucm2: np.ndarray, size: int = 240) -> bytes:
     """JPEG of the image with its UCM drawn over it in white, at most ``size`` pixels a side."""
     import cv2
 
+    from .segmentation.saliency import saliency_from_ucm2
+
     rgb = _rgb8(image).astype(np.float32)
-    sal = np.asarray(ucm2, dtype=np.float32)[2::2, 2::2]
+    sal = saliency_from_ucm2(np.asarray(ucm2)).astype(np.float32)  # not a float32 copy of all of ucm2
     a = (sal / max(float(sal.max()), 1e-12))[..., None]
     over = rgb * (1 - a) + 255 * a
     h, w = sal.shape
@@ -231,12 +233,13 @@ def write_pages(out, items, progress=None) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(dir=out, prefix=".hiseg-view-"))
     try:
-        entries = []
+        entries, stems = [], []
         for stem, image, ucm2, source in (progress(items) if progress else items):
             text, entry = _page(stem, image, ucm2, source)
             (stage / entry[0]).write_text(text, encoding="utf-8")
             entries.append(entry)
-        targets = page_outputs(out, [name[:-len(".html")] for name, _, _ in entries])
+            stems.append(stem)
+        targets = page_outputs(out, stems)
         if len(entries) > 1:
             (stage / INDEX).write_text(build_index(entries), encoding="utf-8")
         for name, path in targets.items():
@@ -289,6 +292,7 @@ def run(args, files: Sequence[Path], make_segmenter) -> int:
         raise ValueError("give --ucm (read the hierarchies) or --checkpoint (compute them), not both")
     out = Path(args.out)
     inputs = list(files)
+    mats = [None] * len(files)  # with --ucm: each image's ucm2 file
     if args.ucm is not None:
         folder = Path(args.ucm)
         if not folder.is_dir():
@@ -309,12 +313,11 @@ def run(args, files: Sequence[Path], make_segmenter) -> int:
     source = f"ucm2 from {args.ucm}" if seg is None else source_of(args)
 
     def items():
-        for f in files:
+        from .metrics.predictions import load_prediction
+
+        for f, mat in zip(files, mats):
             img = read_image(f)
             if seg is None:
-                from .metrics.predictions import load_prediction
-
-                mat = Path(args.ucm) / f"{f.stem}.mat"
                 ucm2 = check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
             else:
                 ucm2 = seg.segment(img).ucm2

@@ -270,8 +270,8 @@ def same_partition(a, b):
 def check_three_levels(d, tmp_path, name, levels, truth):
     """Move the slider to three levels (many, some, few regions): the regions drawn are
     those of ``truth(threshold)`` (Python). Returns the ms per move the page measured."""
-    counts = np.array([truth(t).max() + 1 for t in levels[:: max(1, len(levels) // 64)]])
     sub = levels[:: max(1, len(levels) // 64)]
+    counts = np.array([truth(t).max() + 1 for t in sub])
     picks = [int(np.searchsorted(levels, sub[np.argmin(np.abs(counts - c))])) for c in
              (min(counts.max(), 200), min(counts.max(), 25), 3)]
     assert len(set(picks)) == 3, picks
