@@ -45,7 +45,7 @@ from hiseg.data import (BSDS500, Compose, RandomCrop, RandomFlip, RandomRescale,
                         SegmentationGraphDataset, SyntheticSegmentation, collate_graph_batch, make_graph_sample)
 from hiseg.data.cache import SuperpixelCache  # noqa: E402
 from hiseg.data.collate import _graph_item  # noqa: E402
-from hiseg.data.targets import edge_targets, mean_boundary, superpixel_labels  # noqa: E402
+from hiseg.data.targets import graph_targets, mean_boundary  # noqa: E402
 from hiseg.segmentation import (Superpixels, achievable_segmentation_accuracy, boundary_recall,  # noqa: E402
                                 frontier_pixel_pairs, slic_superpixels, watershed_superpixels)
 from hiseg.segmentation.superpixels import make_connected  # noqa: E402
@@ -90,11 +90,6 @@ def _rag_and_frontier(sp):
     return rag
 
 
-def _graph_targets(rag, seg):
-    lab = superpixel_labels(rag.labels, seg, rag.num_regions)
-    return lab, edge_targets(rag.graph, lab)
-
-
 STAGES = ("load (decode image + ground truth)", "cache lookup", "augment",
           "augment (image, annotations, superpixels)", "superpixels (colour watershed)",
           "relabel connected (make_connected)", "RAG + frontier", "graph targets (majority labels, edge targets)",
@@ -130,7 +125,7 @@ def path_stages(raw, transform, sp_fn, path: str, n: int, batch: int = 8) -> dic
         if path != "none":
             rag, t = _timed(_rag_and_frontier, sp)
             rows["RAG + frontier"].append(t)
-            _, t = _timed(_graph_targets, rag, seg)
+            _, t = _timed(graph_targets, rag, seg)
             rows["graph targets (majority labels, edge targets)"].append(t)
             n_sp.append(int(sp.max()) + 1)
             s = dict(s, superpixels=sp)

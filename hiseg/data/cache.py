@@ -79,7 +79,7 @@ def image_key(image: np.ndarray, name: str = "") -> str:
     return h.hexdigest()
 
 
-def _compact(labels: np.ndarray) -> np.ndarray:
+def _narrowest_dtype(labels: np.ndarray) -> np.ndarray:
     """Labels (>= 0) in the smallest unsigned dtype that holds them."""
     top = int(labels.max()) if labels.size else 0
     for dt in (np.uint16, np.uint32):
@@ -126,7 +126,7 @@ class SuperpixelCache:
         if not np.issubdtype(sp.dtype, np.integer) or (sp.size and sp.min() < 0):
             raise ValueError(f"superpixel function must return labels >= 0, got dtype {sp.dtype}")
         self.computed += 1
-        return _compact(sp)
+        return _narrowest_dtype(sp)
 
     def __call__(self, key: Hashable, image: np.ndarray, name: str = "") -> np.ndarray:
         image = np.asarray(image)

@@ -43,14 +43,12 @@ import pytorch_lightning as pl
 import torch
 from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from pytorch_lightning.trainer.states import TrainerFn
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from ..segmentation.superpixels import Superpixels
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
-from torch.utils.data import Subset
-
 from .collate import SegmentationGraphDataset, collate_graph_batch
 from .folder import FolderSegmentation
-from ..segmentation.superpixels import Superpixels
 from .synthetic import SyntheticSegmentation
 from .transforms import Compose, RandomCrop, RandomFlip, RandomRescale
 
