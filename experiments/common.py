@@ -51,5 +51,6 @@ def region_shares(labels):
     """Fraction of the image covered by each (non-empty) region of a label image."""
     import numpy as np
 
-    area = np.bincount(np.asarray(labels).ravel())
-    return area[area > 0] / np.asarray(labels).size
+    labels = np.asarray(labels)
+    area = np.bincount(labels.ravel())
+    return area[area > 0] / labels.size

@@ -254,10 +254,7 @@ def spanning_edges(X: np.ndarray, s: np.ndarray, t: np.ndarray, n_partners: int 
         centroid = np.stack([np.bincount(labels, weights=X[:, j], minlength=c) for j in range(X.shape[1])], 1)
         centroid /= count[:, None]
         p = min(c - 1, int(n_partners))
-        from sklearn.neighbors import NearestNeighbors
-
-        part = NearestNeighbors(n_neighbors=p + 1).fit(centroid).kneighbors(centroid, return_distance=False)
-        part = _drop_self(part, p)
+        part = exact_knn(centroid, p)
         g = np.repeat(np.arange(c), p)
         h = part.ravel()
         key = np.unique(np.minimum(g, h) * c + np.maximum(g, h))

@@ -309,7 +309,8 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
     b = np.maximum(src, dst).astype(np.int64)
     key = np.unique(a * n + b)
     a, b = key // n, key % n
-    w = np.sqrt(np.einsum("ij,ij->i", Xs[a] - Xs[b], Xs[a] - Xs[b])) * scale
+    diff = Xs[a] - Xs[b]
+    w = np.sqrt(np.einsum("ij,ij->i", diff, diff)) * scale
     if not np.all(np.isfinite(w)):
         raise ValueError("distances between samples exceed the float64 range (about 1.8e308): "
                          "rescale X")
@@ -410,9 +411,9 @@ def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
     first[1:] = sorted_key[1:] != sorted_key[:-1]
     uniq = sorted_key[first]
     edge_of_sorted = np.cumsum(first) - 1
-    pixel_edge_map = np.full(ls.size, -1, dtype=np.int64)
-    pixel_edge_map[cross[order]] = edge_of_sorted
     frontier_edges = cross[order]
+    pixel_edge_map = np.full(ls.size, -1, dtype=np.int64)
+    pixel_edge_map[frontier_edges] = edge_of_sorted
     counts = np.bincount(edge_of_sorted, minlength=uniq.size)
     frontier_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     g = EdgeList((uniq // r).astype(np.int64), (uniq % r).astype(np.int64), r)

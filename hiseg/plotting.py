@@ -68,9 +68,9 @@ def to_linkage(parents, altitudes) -> np.ndarray:
         raise ValueError("the tree is not binary: every internal node needs exactly two children")
     if n == 1:
         return np.zeros((0, 4))
-    # a child's altitude above its parent's (leaves excluded) is not a dendrogram
-    child_alt = np.where(child >= n, altitudes[np.maximum(child, n)], -np.inf)
-    if np.any(child_alt > altitudes[parents[:-1]] + 1e-12 * np.maximum(1, np.abs(altitudes[parents[:-1]]))):
+    # an internal node's altitude above its parent's (leaves excluded) is not a dendrogram
+    parent_alt = altitudes[parents[n:-1]]
+    if np.any(altitudes[n:-1] > parent_alt + 1e-12 * np.maximum(1, np.abs(parent_alt))):
         raise ValueError("altitudes decrease from a child to its parent: not a valid dendrogram")
     import higra as hg
 

@@ -52,7 +52,6 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components, min_weight_full_bipartite_matching
 
-
 __all__ = [
     "DEFAULT_MAX_DIST",
     "DEFAULT_OUTLIER_COST",

@@ -56,7 +56,7 @@ import torch.nn.functional as F
 from ..graph import region_adjacency_graph
 from .pooling import rag_frontier_mean
 from ..fitting import fit_ultrametric
-from ..ultrametric import average_linkage_ultrametric, build_hierarchy, subdominant_ultrametric
+from ..ultrametric import average_linkage_ultrametric, subdominant_ultrametric
 from .superpixels import Superpixels, all_minima_watershed, boundary_watershed, color_gradient
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
@@ -213,12 +213,10 @@ class Pipeline:
         ``closest``, a fit)."""
         if self.linkage == "average":
             return average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True)
-        if self.linkage == "closest":
-            w = weights / weights.max().clamp_min(1e-12)
+        if self.linkage == "closest":  # single linkage of the fitted ultrametric
+            weights = weights / weights.max().clamp_min(1e-12)
             if self.fit_iterations > 0:
-                w = fit_ultrametric(graph, w, max_iter=self.fit_iterations).ultrametric
-            h = build_hierarchy(graph, w)
-            return h.ultrametric(w), h
+                weights = fit_ultrametric(graph, weights, max_iter=self.fit_iterations).ultrametric
         return subdominant_ultrametric(graph, weights, return_hierarchy=True)
 
     def hierarchy_of_map(self, boundary: np.ndarray, image: Optional[np.ndarray] = None):

@@ -292,7 +292,6 @@ class Superpixels:
         return superpixels(image, self.method, self.region_size, **kw)
 
 
-# ----------------------------------------------------------------------------- quality measures
 # ----------------------------------------------------------- superpixels of a boundary map
 def boundary_watershed(boundary: np.ndarray, region_size: float = 8.0, sigma: float = 1.0) -> np.ndarray:
     """Superpixels aligned with a boundary map: watershed from its local minima.
@@ -322,7 +321,6 @@ def all_minima_watershed(boundary: np.ndarray) -> np.ndarray:
     g = hg.get_4_adjacency_graph(b.shape)
     ew = hg.weight_graph(g, b, hg.WeightFunction.mean)
     return np.asarray(hg.labelisation_watershed(g, ew), dtype=np.int64)
-
 
 
 # ----------------------------------------------------------- boundaries and quality measures
