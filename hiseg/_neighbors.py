@@ -204,7 +204,8 @@ def euclidean_mst(X: np.ndarray):
     return src, dst
 
 
-def _components(s, t, n):
+def components(s, t, n):
+    """(number of connected components, component of each vertex) of the edges (s, t) on n vertices."""
     m = coo_matrix((np.ones(s.size, dtype=np.int8), (s, t)), shape=(n, n))
     return connected_components(m, directed=False)
 
@@ -245,7 +246,7 @@ def spanning_edges(X: np.ndarray, s: np.ndarray, t: np.ndarray, n_partners: int 
     answer is the Euclidean MST of the contracted graph), deterministic.
     """
     n = X.shape[0]
-    c, labels = _components(s, t, n)
+    c, labels = components(s, t, n)
     add_s, add_t = [], []
     while c > 1:
         order = np.argsort(labels, kind="stable")
@@ -272,7 +273,7 @@ def spanning_edges(X: np.ndarray, s: np.ndarray, t: np.ndarray, n_partners: int 
         sel = np.array([pos[(min(i, j), max(i, j))] for i, j in zip(tree.row, tree.col)], dtype=np.int64)
         add_s.append(a[sel])
         add_t.append(b[sel])
-        c2, merged = _components(g[sel], h[sel], c)
+        c2, merged = components(g[sel], h[sel], c)
         labels = merged[labels]
         c = c2
     if not add_s:

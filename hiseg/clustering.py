@@ -23,6 +23,7 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .cuts import cut_num_clusters, kcut_merges
 from .fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
+from .graph import EdgeList, connected_components
 
 __all__ = ["UltrametricClustering", "cut_num_clusters"]
 
@@ -41,15 +42,6 @@ DEFAULT_NEIGHBORS = {"euclidean": 5, "ward": 15}
 
 #: ``min_cluster_size="auto"`` without labels: this fraction of an even share (n / k)
 AUTO_MIN_FRACTION = 0.1
-
-
-def _components(s, t, n):
-    """Connected components of the edges (s, t) on n vertices, numbered by smallest vertex."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    m = coo_matrix((np.ones(s.size, dtype=np.int8), (s, t)), shape=(n, n))
-    return connected_components(m, directed=False)[1].astype(np.int64)
 
 
 def _labelled_accuracy(labels, y) -> float:
@@ -526,7 +518,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         if min_size <= 1:
             return cut_num_clusters(h.parents, k)
         e = h.mst_edge_map[keep]
-        return _components(graph.sources[e], graph.targets[e], n)
+        return connected_components(EdgeList(graph.sources[e], graph.targets[e], n))[1].astype(np.int64)
 
     def fit_predict(self, X, y=None):
         """Fit and return ``labels_`` (see :meth:`fit`)."""

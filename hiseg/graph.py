@@ -27,6 +27,7 @@ __all__ = [
     "RegionAdjacencyGraph",
     "region_adjacency_graph",
     "compact_labels",
+    "connected_components",
 ]
 
 
@@ -315,6 +316,15 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
         raise ValueError("distances between samples exceed the float64 range (about 1.8e308): "
                          "rescale X")
     return EdgeList(a, b, n), w
+
+
+def connected_components(graph) -> tuple:
+    """``(count, labels)``: the number of connected components of a graph and the component
+    of each vertex (scipy's ``connected_components``; isolated vertices are components)."""
+    from ._neighbors import components
+
+    el = as_edge_list(graph)
+    return components(el.sources, el.targets, el.num_vertices)
 
 
 def _normalised_points(X: np.ndarray):

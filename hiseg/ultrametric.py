@@ -397,12 +397,10 @@ def build_hierarchy(graph: GraphLike, weights, *, check: bool = True) -> Hierarc
 
 
 def _disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    from .graph import connected_components
 
     n = el.num_vertices
-    m = coo_matrix((np.ones(el.num_edges), (el.sources, el.targets)), shape=(n, n))
-    ncomp, lab = connected_components(m, directed=False)
+    ncomp, lab = connected_components(el)
     if batch is not None:
         gi = batch.vertex_graph_index()
         bad = sorted({int(gi[v]) for v in range(n) if lab[v] != lab[batch.vertex_ptr[gi[v]]]})
@@ -697,16 +695,12 @@ def ward_linkage_ultrametric(graph: GraphLike, X) -> np.ndarray:
         raise ValueError(f"X has {X.shape[0]} points for a graph of {el.num_vertices} vertices")
     if not np.all(np.isfinite(X)):
         raise ValueError("X contains NaN or infinite values")
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    from .graph import connected_components
 
-    n = el.num_vertices
-    if n > 1:
-        adj = coo_matrix((np.ones(el.sources.size, dtype=np.int8), (el.sources, el.targets)), shape=(n, n))
-        nc = connected_components(adj, directed=False)[0]
-        if nc > 1:
-            raise ValueError(f"the graph is not connected ({nc} components): Ward's hierarchy needs a "
-                             "connected graph (knn_graph connects it)")
+    nc = connected_components(el)[0]
+    if nc > 1:
+        raise ValueError(f"the graph is not connected ({nc} components): Ward's hierarchy needs a "
+                         "connected graph (knn_graph connects it)")
     if el.sources.size == 0:
         return np.zeros(0, dtype=np.float64)
     Z, scale = _normalised_points(X)  # exact power-of-two rescaling: no overflow, no underflow

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from ..cuts import kcut_merges
-from ..graph import RegionAdjacencyGraph, grid_graph
+from ..graph import EdgeList, RegionAdjacencyGraph, connected_components, grid_graph
 from ..ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
@@ -132,10 +130,8 @@ def rag_hierarchy(rag: RegionAdjacencyGraph, weights) -> tuple[torch.Tensor, Hie
 
 
 def _components(rag: RegionAdjacencyGraph, merge: np.ndarray) -> np.ndarray:
-    n = rag.graph.num_vertices
-    s, t = rag.graph.sources[merge], rag.graph.targets[merge]
-    m = coo_matrix((np.ones(s.size), (s, t)), shape=(n, n))
-    _, lab = connected_components(m, directed=False)
+    g = rag.graph
+    _, lab = connected_components(EdgeList(g.sources[merge], g.targets[merge], g.num_vertices))
     return lab[rag.labels]
 
 
