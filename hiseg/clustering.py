@@ -58,6 +58,72 @@ def _labelled_accuracy(labels, y) -> float:
     return C[r, col].sum() / m.sum()
 
 
+#: string labels that mark an unlabelled sample ("nan": what numpy makes of np.nan in an
+#: array of strings)
+_UNLABELLED_STRINGS = ("-1", "-1.0", "nan")
+
+
+def _is_missing(v) -> bool:
+    """None, a float NaN, pandas' NA or NaT."""
+    if v is None or type(v).__name__ in ("NAType", "NaTType"):
+        return True
+    return isinstance(v, (float, np.floating)) and v != v
+
+
+def _label_array(y) -> np.ndarray:
+    """Labels as a 1-D numpy array; lists, tuples and pandas objects become object arrays so
+    that NaN / None / pandas' NA among strings survive as such (numpy would turn NaN into
+    the string "nan")."""
+    if hasattr(y, "to_numpy") and not isinstance(y, np.ndarray):  # pandas Series / one-column frame
+        y = y.to_numpy(dtype=object)
+    elif not isinstance(y, np.ndarray):
+        y = np.asarray(y, dtype=object)
+    return column_or_1d(y, warn=True)
+
+
+def _partial_labels(y: np.ndarray) -> np.ndarray:
+    """Partial labels -> int64 codes, ``-1`` for the unlabelled samples.
+
+    Unlabelled: ``-1`` (scikit-learn's semi-supervised convention), NaN, None, pandas' NA
+    or NaT, and among strings ``"-1"`` and ``"nan"``. Other labels: integers (>= 0, kept as
+    they are) or any values (strings, ...: numbered in sorted order of their text; -1 among them is
+    unlabelled too).
+    """
+    if y.dtype.kind in "OUS":
+        missing = np.fromiter((_is_missing(v) for v in y), dtype=bool, count=y.shape[0])
+        values = y[~missing]
+        if all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values):
+            num = np.full(y.shape[0], -1.0)  # numbers in an object array: the numeric path below
+            num[~missing] = values.astype(np.float64)
+            y = num
+        else:
+            text = y.astype(str)
+            unl = missing | np.isin(text, _UNLABELLED_STRINGS)
+            codes = np.full(y.shape[0], -1, dtype=np.int64)
+            if (~unl).any():
+                _, codes[~unl] = np.unique(text[~unl], return_inverse=True)
+            return codes
+    if y.dtype.kind == "f":
+        if np.any(np.isinf(y)):
+            raise ValueError("y contains infinite values; mark unlabelled samples with -1 or NaN")
+        y = np.where(np.isnan(y), -1.0, y)
+        if np.any(y != np.round(y)):
+            raise ValueError("y must hold class labels (integers, -1 or NaN = unlabelled), "
+                             "got non-integer values")
+    y = y.astype(np.int64)
+    if np.any(y < -1):
+        raise ValueError("y holds negative labels other than -1 (the unlabelled marker)")
+    return y
+
+
+def _digest(X) -> str:
+    """A fingerprint of the fitted samples (O(n d)), so that ``score_hierarchy`` refuses others."""
+    import hashlib
+
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    return hashlib.blake2b(X.tobytes(), digest_size=16).hexdigest() + str(X.shape)
+
+
 def _validate_data(est, X, reset: bool = True):
     """``sklearn.utils.validation.validate_data`` (>= 1.6) or the estimator method before."""
     kw = dict(accept_sparse=False, dtype=np.float64, ensure_min_samples=1, ensure_min_features=1)
@@ -314,35 +380,21 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")
 
     def _check_y(self, y, n_samples):
-        """Partial labels for the triplet term: (n_samples,) ints (or any labels), -1 = unlabelled."""
+        """Partial labels for the triplet term: (n_samples,) ints (or any labels); unlabelled:
+        -1, NaN, None or pandas' NA (see :func:`_partial_labels`)."""
         uses_y = "triplet" in self.loss
         if y is None:
             if uses_y:
                 raise ValueError(f"loss {self.loss!r} needs partial labels: call fit(X, y) with y of "
-                                 "length n_samples and -1 for the unlabelled samples")
+                                 "length n_samples and -1 (or NaN / None) for the unlabelled samples")
             return None
-        y = column_or_1d(y, warn=True)
+        y = _label_array(y)
         if y.shape[0] != n_samples:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} samples "
                              "(give -1 for the unlabelled samples)")
         if not uses_y:
             return None  # accepted for API compatibility (pipelines, cross-validation), unused
-        if y.dtype.kind in "OUS":
-            unl = np.array([v == -1 or v == "-1" or v is None for v in y])
-            codes = np.full(n_samples, -1, dtype=np.int64)
-            if (~unl).any():
-                _, codes[~unl] = np.unique(y[~unl].astype(str), return_inverse=True)
-            y = codes
-        else:
-            if y.dtype.kind == "f":
-                if not np.all(np.isfinite(y)):
-                    raise ValueError("y contains NaN or infinite values; mark unlabelled samples with -1")
-                if np.any(y != np.round(y)):
-                    raise ValueError("y must hold class labels (integers, -1 = unlabelled), "
-                                     "got non-integer values")
-            y = y.astype(np.int64)
-            if np.any(y < -1):
-                raise ValueError("y holds negative labels other than -1 (the unlabelled marker)")
+        y = _partial_labels(y)
         lab = y[y >= 0]
         classes, counts = np.unique(lab, return_counts=True)
         if classes.size < 2:
@@ -360,9 +412,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         Parameters
         ----------
         X : array-like or pandas DataFrame (n_samples, n_features), finite values.
-        y : array-like (n_samples,) or None
-            Partial labels, ``-1`` for the unlabelled samples; used by the triplet term of
-            the triplet losses (required then), ignored by the other losses.
+        y : array-like or pandas Series (n_samples,) or None
+            Partial labels (integers, strings or any values); unlabelled samples are ``-1``
+            (scikit-learn's semi-supervised convention), NaN, None or pandas' NA (and the
+            strings ``"-1"`` and ``"nan"``). Used by the triplet term of the triplet losses
+            (required then), ignored by the other losses.
 
         Returns
         -------
@@ -441,6 +495,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.n_iter_ = int(res.n_iter)
         self.min_cluster_size_ = min_size
         self.timings_ = dict(graph=graph_s, fit=fit_s, cut=cut_s)
+        self._X_digest = _digest(X)
         return self
 
     def _dissimilarities(self, n, y):
@@ -538,6 +593,43 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         from .plotting import to_linkage
 
         return to_linkage(self.parents_, self.altitudes_)
+
+    def score_hierarchy(self, X, y, *, n_pairs=None, random_state=0) -> float:
+        """Dendrogram purity of the fitted hierarchy for the classes ``y`` (higher is better).
+
+        The mean, over all pairs of samples of the same class, of the share of that class
+        among the leaves of their lowest common ancestor (Heller & Ghahramani 2005;
+        :func:`hiseg.metrics.hierarchy.dendrogram_purity`): it judges the whole hierarchy,
+        not one cut. 1 when every class is a node of the hierarchy.
+
+        Parameters
+        ----------
+        X : array-like (n_samples, n_features)
+            The samples the estimator was fitted on (the hierarchy is defined on them only;
+            other samples are refused).
+        y : array-like (n_samples,)
+            The class of every sample (no unlabelled ones).
+        n_pairs : int or None
+            None: exact, O(n K) for K classes; an int: the mean over that many same-class
+            pairs drawn at random (seeded by ``random_state``), as the large-scale
+            literature reports it.
+
+        Dasgupta's cost of the same hierarchy on a graph with similarity weights:
+        ``hiseg.metrics.dasgupta_cost(est, est.graph_, similarities)``.
+
+        Raises
+        ------
+        ValueError
+            ``X`` is not the fitted data, ``y`` of the wrong length or with NaN.
+        """
+        check_is_fitted(self, "parents_")
+        from .metrics.hierarchy import dendrogram_purity
+
+        X = _validate_data(self, X, reset=False)
+        if _digest(X) != getattr(self, "_X_digest", None):
+            raise ValueError("score_hierarchy needs the samples the hierarchy was fitted on (it is "
+                             "defined on them only); call fit(X) first")
+        return dendrogram_purity(self, np.asarray(y), n_pairs=n_pairs, random_state=random_state)
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

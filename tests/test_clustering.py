@@ -457,3 +457,32 @@ def test_ward_needs_its_neighbours():
     partial[:4] = [0, 0, 1, 1]
     est = UltrametricClustering(2, loss="closest+triplet", max_iter=5).fit(X, partial)
     assert est.dissimilarity_ == "euclidean"
+
+
+def test_missing_labels_nan_none_and_pandas_na_are_unlabelled():
+    # issue 19 item 5: string labels with NaN (the pandas way), None or pandas' NA for the
+    # missing ones are unlabelled samples, exactly as -1 (NaN used to become a class)
+    pd = pytest.importorskip("pandas")
+    from sklearn.datasets import make_moons
+
+    X, y = make_moons(90, noise=0.08, random_state=1)
+    partial = np.where(np.arange(90) % 6 == 0, y, -1)
+    kw = dict(loss="closest+triplet", max_iter=25, dissimilarity="euclidean", init="average", random_state=0)
+    ref = UltrametricClustering(2, **kw).fit(X, partial).labels_
+    names = np.array(["left", "right"], dtype=object)
+    strs = [names[v] if v >= 0 else np.nan for v in partial]
+    variants = {
+        "list, np.nan": strs,
+        "object array, None": np.array([v if isinstance(v, str) else None for v in strs], dtype=object),
+        "Series, NaN": pd.Series(strs),
+        "string Series, pd.NA": pd.Series(strs, dtype="string"),
+        "nullable Int64, pd.NA": pd.Series([v if v >= 0 else None for v in partial], dtype="Int64"),
+        "float array, NaN": np.where(partial >= 0, partial, np.nan).astype(float),
+        "numpy str array, 'nan'": np.array(strs, dtype=str),
+    }
+    for name, labels in variants.items():
+        est = UltrametricClustering(2, **kw).fit(X, labels)
+        np.testing.assert_array_equal(est.labels_, ref, err_msg=name)
+    # infinite values are still refused
+    with pytest.raises(ValueError, match="infinite"):
+        UltrametricClustering(2, **kw).fit(X, np.where(partial >= 0, partial, np.inf).astype(float))

@@ -37,9 +37,11 @@ _LAZY = {
     "rand_index": ("region", "rand_index"),
     "variation_of_information": ("region", "variation_of_information"),
     "covering_matches": ("region", "covering_matches"),
+    "dendrogram_purity": ("hierarchy", "dendrogram_purity"),
+    "dasgupta_cost": ("hierarchy", "dasgupta_cost"),
 }
 
-_SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli")
+_SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli", "hierarchy")
 
 __all__ = sorted(_LAZY) + list(_SUBMODULES)
 
