@@ -43,6 +43,16 @@ max_pixels : int, default 500,000
     brought back to the full resolution (nearest-neighbour labels: the UCM is drawn on
     the full-resolution frontiers). The network was trained at BSDS scale (0.15 Mpx),
     so this is also closer to its training distribution. 0: no limit.
+flip : bool, default False
+    test-time horizontal flip: the boundary map of every scale is the mean of the
+    network's map on the image and its mirror (mirrored back). Doubles the network's cost.
+merge_head : dict or None, default None
+    a learned edge weighting (:class:`~hiseg.segmentation.merging.MergeHead`, stored as
+    its plain-value spec): instead of the mean boundary along each frontier, the head's
+    output on the frontier's features (boundary statistics, length, region sizes, colour
+    and texture differences) is the weight average linkage merges on. It is tied to the
+    network it was trained on (``merge_head["network"]``, a fingerprint of its weights):
+    :meth:`Pipeline.boundary_map` refuses another one. None: the frontier mean.
 """
 from __future__ import annotations
 
@@ -54,6 +64,7 @@ import torch
 import torch.nn.functional as F
 
 from ..graph import region_adjacency_graph
+from .merging import MergeHead, MergeHeadError
 from .pooling import rag_frontier_mean
 from ..fitting import fit_ultrametric
 from ..ultrametric import average_linkage_ultrametric, subdominant_ultrametric
@@ -104,6 +115,8 @@ class Pipeline:
     scales: tuple = field(default=(1.0,))
     max_pixels: int = 500_000
     fit_iterations: int = 50
+    flip: bool = False
+    merge_head: Optional[dict] = None
 
     def __post_init__(self):
         if self.superpixels not in SUPERPIXEL_METHODS:
@@ -129,6 +142,45 @@ class Pipeline:
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0 or (name == "region_size" and v < 2):
                 raise PipelineError(f"{name} must be a finite number (region_size >= 2, sigma >= 0), got {v!r}")
+        if not isinstance(self.flip, (bool, np.bool_)):
+            raise PipelineError(f"flip must be True or False, got {self.flip!r}")
+        object.__setattr__(self, "flip", bool(self.flip))
+        head = None
+        if self.merge_head is not None:
+            if isinstance(self.merge_head, MergeHead):
+                object.__setattr__(self, "merge_head", self.merge_head.to_spec())
+            try:
+                head = MergeHead.from_spec(self.merge_head)
+            except MergeHeadError as e:
+                raise PipelineError(str(e)) from None
+            if self.linkage == "closest":
+                raise PipelineError("merge_head needs linkage 'average' or 'single' (the closest fit rescales the weights)")
+        object.__setattr__(self, "_head", head)
+
+    def __repr__(self) -> str:
+        parts = []
+        for k in self.__dataclass_fields__:
+            v = getattr(self, k)
+            if k == "merge_head" and v is not None:
+                v = f"MergeHead(features={v['features']}, hidden={v.get('hidden', [])}, network={v.get('network')})"
+            else:
+                v = repr(v)
+            parts.append(f"{k}={v}")
+        return f"Pipeline({', '.join(parts)})"
+
+    @property
+    def head(self) -> Optional[MergeHead]:
+        """The :class:`~hiseg.segmentation.merging.MergeHead` of ``merge_head`` (None without one)."""
+        return self._head
+
+    def check_model(self, model: Optional[torch.nn.Module]) -> None:
+        """PipelineError naming ``merge_head.network`` when the merge head was trained on
+        another network's maps than ``model``'s."""
+        if self._head is not None:
+            try:
+                self._head.check_network(model)
+            except MergeHeadError as e:
+                raise PipelineError(str(e)) from None
 
     @classmethod
     def classical(cls, region_size: float = 8.0, fit_iterations: int = 50, **settings) -> "Pipeline":
@@ -175,10 +227,11 @@ class Pipeline:
     def boundary_map(self, model: Optional[torch.nn.Module], image: np.ndarray, device="cpu",
                      tile: int = 512) -> np.ndarray:
         """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image,
-        averaged over ``scales``; without a model, the image's colour gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the
+        averaged over ``scales`` (and mirrors, with ``flip``); without a model, the image's colour gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the
         network in tiles with a margin of :data:`TILE_MARGIN` pixels (the network's
         effective receptive field: a pixel further away changes the output by < 3e-6), so
         memory stays bounded whatever the image size; 0 disables tiling."""
+        self.check_model(model)
         if model is None:
             return color_gradient(image, self.sigma)
         x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
@@ -188,6 +241,8 @@ class Pipeline:
             xs = x if s == 1.0 else F.interpolate(x, scale_factor=s, mode="bilinear", align_corners=False,
                                                   recompute_scale_factor=False)
             p = torch.sigmoid(tiled_forward(model, xs, tile).float())
+            if self.flip:
+                p = 0.5 * (p + torch.sigmoid(tiled_forward(model, xs.flip(-1), tile).float()).flip(-1))
             if p.shape[-2:] != (h, w):
                 p = F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False)
             acc = p if acc is None else acc + p
@@ -219,12 +274,22 @@ class Pipeline:
                 weights = fit_ultrametric(graph, weights, max_iter=self.fit_iterations).ultrametric
         return subdominant_ultrametric(graph, weights, return_hierarchy=True)
 
+    def edge_weights(self, rag, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> torch.Tensor:
+        """(E,) float64 weights of the RAG's edges: the merge head's output on the edge
+        features (``merge_head``), or the mean boundary along each frontier."""
+        if self._head is None:
+            return rag_frontier_mean(rag, boundary)
+        try:
+            return self._head.weights(rag, boundary, image)
+        except MergeHeadError as e:
+            raise PipelineError(str(e)) from None
+
     def hierarchy_of_map(self, boundary: np.ndarray, image: Optional[np.ndarray] = None):
         """(rag, ultrametric ndarray, hierarchy) of a boundary map: the chain after the network."""
         sp = self.make_superpixels(boundary, image)
         rag = region_adjacency_graph(sp)
         if rag.graph.num_vertices == 1:
             return rag, np.zeros(0), None
-        w = rag_frontier_mean(rag, boundary)
+        w = self.edge_weights(rag, boundary, image)
         u, h = self.ultrametric(rag.graph, w, rag.frontier_lengths().astype(np.float64))
         return rag, u.numpy(), h

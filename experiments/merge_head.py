@@ -1,0 +1,302 @@
+"""Learned region merging with the network frozen (issue 20, item 1).
+
+Stages (each resumable, caches under ``runs/merge_cache/``, git-ignored):
+
+1. ``experiments/merge_maps.py``: the shipped network's maps per scale, plain and mirrored.
+2. ``features``: for one map setting (``--maps 1`` = scale 1; ``0.5,1f`` = scales 0.5 and 1,
+   each averaged with its mirror: exactly :meth:`Pipeline.boundary_map` with ``scales``,
+   ``flip``), every train and val image's superpixels, RAG, all :data:`FEATURES`, frontier
+   lengths and ground-truth targets (``graph_targets``). Train images also enter mirrored
+   (the network's map of the mirrored image) as an augmentation.
+3. ``train``: the head through ``average_linkage_ultrametric`` on train only (closest +
+   triplet against the targets, plus an optional direct term), AMSGrad, batches of images.
+4. ``eval``: the head's ucm2 on val from the cache, benchmarked (``hiseg.metrics.bsds``)
+   with ``--thresholds``; K-cut covering (plain and size-aware); a JSON line per run
+   appended to ``runs/merge_cache/selection.jsonl`` (selection is on val only).
+5. ``export``: the shipped checkpoint's network with a pipeline holding the head, as a
+   slim checkpoint (``save_weights``).
+
+    python experiments/merge_head.py features --maps 1
+    python experiments/merge_head.py run --maps 1 --features mean max q50 ... --hidden 32 --out runs/merge_cache/h1
+    python experiments/merge_head.py export --head runs/merge_cache/h1/head.json --maps 1 --out models/x.ckpt
+"""
+import argparse
+import json
+import pickle
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+CACHE = Path("runs/merge_cache")
+BSDS = "../shared/data/BSDS500"
+
+
+def parse_maps(spec: str):
+    """'0.5,1f' -> (scales (0.5, 1.0), flip True); flip applies to all scales."""
+    parts = spec.split(",")
+    flip = any(p.endswith("f") for p in parts)
+    if flip and not all(p.endswith("f") for p in parts):
+        raise SystemExit(f"--maps {spec}: flip ('f') must be on every scale or none")
+    return tuple(float(p.rstrip("f")) for p in parts), flip
+
+
+def combine(npz, scales, flip, mirrored=False):
+    """The map of Pipeline.boundary_map(scales, flip) from the stored per-scale maps;
+    ``mirrored``: the mirrored image's map (in its own, mirrored, frame)."""
+    acc = 0
+    for s in scales:
+        a, b = npz[f"s{s:g}"].astype(np.float32), npz[f"s{s:g}f"].astype(np.float32)
+        if mirrored:
+            a, b = b[:, ::-1], a[:, ::-1]
+        acc = acc + (0.5 * (a + b) if flip else a)
+    return np.ascontiguousarray(acc / len(scales), dtype=np.float32)
+
+
+def feature_cache(maps: str) -> Path:
+    return CACHE / f"feat_{maps.replace(',', '_')}"
+
+
+def cmd_features(args):
+    from hiseg.data.bsds import find_bsds_root
+    from hiseg.data.targets import graph_targets
+    from hiseg.graph import region_adjacency_graph
+    from hiseg.io import load_ground_truth, read_image
+    from hiseg.segmentation import Pipeline
+    from hiseg.segmentation.merging import FEATURES, edge_features
+
+    scales, flip = parse_maps(args.maps)
+    root = find_bsds_root(args.bsds)
+    pipe = Pipeline()
+    out = feature_cache(args.maps)
+    out.mkdir(parents=True, exist_ok=True)
+    names = sorted(FEATURES)
+    for split in ("val", "train"):
+        f = out / f"{split}.pkl"
+        if f.is_file():
+            continue
+        items = []
+        t0 = time.perf_counter()
+        for mp in sorted((CACHE / "maps" / split).glob("*.npz")):
+            stem = mp.stem
+            npz = np.load(mp)
+            img = read_image(root / "images" / split / f"{stem}.jpg")
+            segs = np.stack(load_ground_truth(root / "groundTruth" / split / f"{stem}.mat")[0])
+            for mirrored in ((False, True) if split == "train" else (False,)):
+                b = combine(npz, scales, flip, mirrored)
+                im = np.ascontiguousarray(img[:, ::-1]) if mirrored else img
+                sg = np.ascontiguousarray(segs[:, :, ::-1]) if mirrored else segs
+                sp = pipe.make_superpixels(b, im)
+                rag = region_adjacency_graph(sp)
+                tg = graph_targets(rag, sg)
+                items.append({"name": stem, "mirrored": mirrored, "sp": sp.astype(np.int32),
+                              "src": rag.graph.sources, "dst": rag.graph.targets, "n": rag.graph.num_vertices,
+                              "lengths": rag.frontier_lengths().astype(np.float64),
+                              "X": edge_features(rag, b, im, names), "edge_target": tg["edge_target"],
+                              "sp_labels": tg["sp_labels"].astype(np.int32)})
+        with open(f, "wb") as fh:
+            pickle.dump({"features": names, "maps": args.maps, "items": items}, fh)
+        print(f"{split}: {len(items)} graphs, {time.perf_counter() - t0:.0f} s", flush=True)
+
+
+def load_split(maps, split):
+    with open(feature_cache(maps) / f"{split}.pkl", "rb") as fh:
+        return pickle.load(fh)
+
+
+def select(data, feats):
+    idx = [data["features"].index(f) for f in feats]
+    return [it["X"][:, idx] for it in data["items"]]
+
+
+def train_head(args, train):
+    from hiseg.graph import batch_graphs
+    from hiseg.lightning import sample_batch_triplets
+    from hiseg import losses
+    from hiseg.segmentation.merging import MergeHead
+    from hiseg.ultrametric import average_linkage_ultrametric
+
+    torch.manual_seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    items = train["items"]
+    Xs = select(train, args.features)
+    allx = np.concatenate(Xs).astype(np.float64)
+    head = MergeHead(args.features, args.hidden, "sigmoid", allx.mean(0), allx.std(0) + 1e-6, args.network)
+    opt = torch.optim.Adam(head.parameters(), lr=args.lr, amsgrad=True, weight_decay=args.weight_decay)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, args.steps)
+    Xt = [torch.from_numpy(x.astype(np.float64)) for x in Xs]
+    t0 = time.perf_counter()
+    log = []
+    for step in range(args.steps):
+        bi = rng.choice(len(items), args.batch, replace=False)
+        g = batch_graphs([(items[i]["src"], items[i]["dst"], items[i]["n"]) for i in bi])
+        x = torch.cat([Xt[i] for i in bi])
+        tgt = torch.from_numpy(np.concatenate([items[i]["edge_target"] for i in bi]).astype(np.float64))
+        lengths = np.concatenate([items[i]["lengths"] for i in bi])
+        w = head(x)
+        u, h = average_linkage_ultrametric(g, w, lengths, return_hierarchy=True)
+        loss = args.closest * losses.closest(u, tgt)
+        if args.triplet:
+            A = max(items[i]["sp_labels"].shape[0] for i in bi)
+            lab = np.full((A, g.num_vertices), -1, np.int64)
+            for k, i in enumerate(bi):
+                sl = items[i]["sp_labels"]
+                lab[: sl.shape[0], g.vertex_ptr[k]:g.vertex_ptr[k + 1]] = sl
+            trip = sample_batch_triplets(lab, g.vertex_ptr, args.triplets, rng)
+            if trip is not None:
+                loss = loss + args.triplet * losses.triplet(h, w, trip, margin=args.margin)
+        if args.direct:
+            wl = torch.from_numpy(lengths)
+            loss = loss + args.direct * ((w - tgt) ** 2 * wl).sum() / wl.sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        log.append(float(loss))
+        if (step + 1) % max(1, args.steps // 10) == 0:
+            print(f"step {step + 1}: loss {np.mean(log[-50:]):.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
+    return head
+
+
+def val_ucm2(head, val, feats, linkage="average"):
+    """Per val image: (name, ucm2, rag) of the head's (or, head None, the frontier mean's) hierarchy."""
+    from hiseg.graph import region_adjacency_graph
+    from hiseg.segmentation.saliency import ucm2_from_rag
+    from hiseg.ultrametric import average_linkage_ultrametric
+
+    Xs = select(val, feats) if head is not None else None
+    mi = val["features"].index("mean")
+    for k, it in enumerate(val["items"]):
+        rag = region_adjacency_graph(it["sp"])
+        with torch.no_grad():
+            w = head(torch.from_numpy(Xs[k].astype(np.float64))) if head is not None else \
+                torch.from_numpy(it["X"][:, mi].astype(np.float64))
+        u, h = average_linkage_ultrametric(rag.graph, w, it["lengths"], return_hierarchy=True)
+        yield it["name"], ucm2_from_rag(rag, u.numpy()), rag, h, u.numpy()
+
+
+def evaluate_val(head, val, feats, out, thresholds, bsds, workers=2, n_images=None):
+    from hiseg.data.bsds import find_bsds_root
+    from hiseg.io import load_ground_truth, write_ucm2_mat
+    from hiseg.metrics.bsds import evaluate
+    from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k
+    from hiseg.segmentation.saliency import cut_num_regions, resolve_min_size
+
+    root = find_bsds_root(bsds)
+    out = Path(out)
+    pred, gt = out / "ucm2", out / "gt"
+    for d in (pred, gt):
+        d.mkdir(parents=True, exist_ok=True)
+        for f in d.glob("*.mat"):
+            f.unlink()
+    kc = {"plain": [0.0, 0.0], "size_aware": [0.0, 0.0]}
+    for i, (name, ucm2, rag, h, u) in enumerate(val_ucm2(head, val, feats)):
+        if n_images and i >= n_images:
+            break
+        write_ucm2_mat(pred / f"{name}.mat", ucm2)
+        (gt / f"{name}.mat").symlink_to((root / "groundTruth" / "val" / f"{name}.mat").resolve())
+        segs = load_ground_truth(root / "groundTruth" / "val" / f"{name}.mat")[0]
+        k = median_region_count(segs)
+        px = resolve_min_size("auto", k, rag.labels.size)
+        for key, lab in (("plain", ucm2_cut_k(ucm2, k)), ("size_aware", cut_num_regions(rag, h, min(k, rag.num_regions), px))):
+            c, t = kcut_counts(lab, segs)
+            kc[key][0] += c
+            kc[key][1] += t
+    r = evaluate(pred, gt, n_thresholds=thresholds, workers=workers)
+    b = r["boundary"]
+    return {"ods": b["ods"]["f"], "ois": b["ois"]["f"], "ap": b["ap"], "cover_ods": r["covering"]["ods"],
+            "cover_ois": r["covering"]["ois"], "cover_best": r["covering"]["best"], "pri_ods": r["pri"]["ods"],
+            "pri_ois": r["pri"]["ois"], "vi_ods": r["vi"]["ods"], "vi_ois": r["vi"]["ois"],
+            "kcut_plain": kc["plain"][0] / kc["plain"][1], "kcut": kc["size_aware"][0] / kc["size_aware"][1]}
+
+
+def cmd_run(args):
+    torch.set_num_threads(1)
+    from hiseg.models.weights import Weights, load_model
+    from hiseg.segmentation.merging import network_fingerprint
+
+    args.network = network_fingerprint(load_model(Weights.from_name("bsds500").path()))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    val = load_split(args.maps, "val")
+    t0 = time.perf_counter()
+    if args.baseline:
+        head = None
+    else:
+        train = load_split(args.maps, "train")
+        if not args.mirrored:
+            train["items"] = [it for it in train["items"] if not it["mirrored"]]
+        head = train_head(args, train)
+        del train
+        (out / "head.json").write_text(json.dumps(head.to_spec()))
+    t_train = time.perf_counter() - t0
+    res = evaluate_val(head, val, args.features, out / "eval", args.thresholds, args.bsds, n_images=args.n_images)
+    rec = {"out": str(out), "maps": args.maps, "baseline": args.baseline, "features": args.features,
+           "hidden": args.hidden, "steps": args.steps, "batch": args.batch, "lr": args.lr, "closest": args.closest,
+           "triplet": args.triplet, "direct": args.direct, "margin": args.margin, "mirrored": args.mirrored,
+           "seed": args.seed, "thresholds": args.thresholds, "n_images": args.n_images, "train_s": round(t_train, 1),
+           **{k: round(v, 4) for k, v in res.items()}}
+    print(json.dumps(rec), flush=True)
+    with open(CACHE / "selection.jsonl", "a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+
+
+def cmd_export(args):
+    from hiseg.models.weights import Weights, load_checkpoint_file, save_weights, load_model
+    from hiseg.segmentation import Pipeline
+    from hiseg.segmentation.merging import MergeHead
+
+    src = Weights.from_name("bsds500").path()
+    ck = load_checkpoint_file(src)
+    model = load_model(src)
+    head = MergeHead.from_spec(json.loads(Path(args.head).read_text()))
+    head.check_network(model)
+    scales, flip = parse_maps(args.maps)
+    meta = dict(ck.get("metadata") or {})
+    pipe = Pipeline.from_dict(meta["pipeline"]).with_overrides(scales=scales, flip=flip, merge_head=head.to_spec())
+    meta["pipeline"] = pipe.to_dict()
+    meta.update(json.loads(args.meta))
+    p = save_weights(model, args.out, metadata=meta)
+    print(f"wrote {p} ({p.stat().st_size / 1024:.0f} KiB)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("features")
+    f.add_argument("--maps", default="1")
+    f.add_argument("--bsds", default=BSDS)
+    r = sub.add_parser("run")
+    r.add_argument("--maps", default="1")
+    r.add_argument("--bsds", default=BSDS)
+    r.add_argument("--out", required=True)
+    r.add_argument("--baseline", action="store_true", help="no head: the frontier mean (the shipped pipeline)")
+    r.add_argument("--features", nargs="+", default=["mean", "max", "q10", "q50", "q90", "mean_s2", "mean_s4",
+                                                     "log_length", "log_size_min", "log_size_max", "lab_dist",
+                                                     "texture_diff", "interior_min", "interior_max"])
+    r.add_argument("--hidden", type=int, nargs="*", default=[32, 32])
+    r.add_argument("--steps", type=int, default=600)
+    r.add_argument("--batch", type=int, default=8)
+    r.add_argument("--lr", type=float, default=3e-3)
+    r.add_argument("--weight-decay", type=float, default=1e-4)
+    r.add_argument("--closest", type=float, default=1.0)
+    r.add_argument("--triplet", type=float, default=0.5)
+    r.add_argument("--triplets", type=int, default=2000)
+    r.add_argument("--margin", type=float, default=0.2)
+    r.add_argument("--direct", type=float, default=0.0)
+    r.add_argument("--mirrored", type=int, default=1, help="use the mirrored train graphs too")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--thresholds", type=int, default=99)
+    r.add_argument("--n-images", type=int, default=None)
+    e = sub.add_parser("export")
+    e.add_argument("--head", required=True)
+    e.add_argument("--maps", default="1")
+    e.add_argument("--out", required=True)
+    e.add_argument("--meta", default="{}")
+    args = ap.parse_args()
+    {"features": cmd_features, "run": cmd_run, "export": cmd_export}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()

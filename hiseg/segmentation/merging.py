@@ -1,0 +1,332 @@
+"""Learned region merging: a small head that maps per-edge features of a region adjacency
+graph to the weight that average linkage merges on.
+
+The default pipeline weighs a RAG edge by the mean predicted boundary along its frontier.
+With a merge head (``Pipeline(merge_head=...)``) the weight is instead
+
+.. math:: w(e) = \\sigma(\\mathrm{MLP}((x(e) - \\mu) / s))
+
+(``output="sigmoid"``; ``"linear"`` drops the sigmoid), where :math:`x(e)` are cheap
+features of the edge (:data:`FEATURES`): statistics of the boundary map along the
+frontier, at the map's own smoothing and coarser ones, the frontier's length, the sizes
+of the two regions, their colour (CIE Lab) and texture differences. The head is trained
+through :func:`hiseg.average_linkage_ultrametric` with the network frozen
+(``experiments/merge_head.py``).
+
+A head is stored as plain values (:meth:`MergeHead.to_spec`: feature names, the
+normalisation, the layer weights as nested lists, and the fingerprint of the network it
+was trained on), inside the pipeline settings of a checkpoint: it travels with the
+pipeline wherever the pipeline goes. :func:`network_fingerprint` identifies a network by
+its weights, so a head is refused on the maps of another network.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import torch
+
+from ..graph import RegionAdjacencyGraph
+from .pooling import frontier_pixel_pairs
+
+__all__ = ["FEATURES", "MergeHead", "MergeHeadError", "edge_features", "network_fingerprint"]
+
+
+class MergeHeadError(ValueError):
+    """A merge head's settings that are unknown, malformed or do not fit the network."""
+
+
+# --------------------------------------------------------------------------- features
+class _Ctx:
+    """What the features of one RAG are computed from; each intermediate computed once."""
+
+    def __init__(self, rag: RegionAdjacencyGraph, boundary: np.ndarray, image: Optional[np.ndarray]):
+        self.rag, self.boundary, self.image = rag, np.asarray(boundary, np.float32), image
+        self._cache: dict = {}
+
+    def get(self, key, fn):
+        if key not in self._cache:
+            self._cache[key] = fn()
+        return self._cache[key]
+
+    @property
+    def pairs(self):
+        return self.get("pairs", lambda: frontier_pixel_pairs(self.rag))
+
+    def smoothed(self, sigma: float) -> np.ndarray:
+        def f():
+            if sigma == 0:
+                return self.boundary
+            import cv2
+
+            return cv2.GaussianBlur(self.boundary, (0, 0), sigma)
+        return self.get(("smooth", sigma), f)
+
+    def values(self, sigma: float) -> np.ndarray:
+        """Per frontier pixel-edge, the mean of the (smoothed) map at its two pixels."""
+        def f():
+            pa, pb, _ = self.pairs
+            flat = self.smoothed(sigma).ravel()
+            return 0.5 * (flat[pa].astype(np.float64) + flat[pb])
+        return self.get(("values", sigma), f)
+
+    def sorted_values(self, sigma: float) -> np.ndarray:
+        """:meth:`values` sorted within each edge's run (edges stay in CSR order)."""
+        def f():
+            v = self.values(sigma)
+            e = self.pairs[2]
+            return v[np.lexsort((v, e))]
+        return self.get(("sorted", sigma), f)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.rag.frontier_ptr).astype(np.float64)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return self.get("sizes", lambda: np.bincount(self.rag.labels.ravel(),
+                                                     minlength=self.rag.num_regions).astype(np.float64))
+
+    def region_mean(self, arr: np.ndarray, key) -> np.ndarray:
+        """(R, C) mean of ``arr`` (H, W[, C]) over each region."""
+        def f():
+            lab = self.rag.labels.ravel()
+            a = arr.reshape(lab.size, -1).astype(np.float64)
+            cnt = np.maximum(self.sizes, 1)[:, None]
+            return np.stack([np.bincount(lab, weights=a[:, c], minlength=self.rag.num_regions)
+                             for c in range(a.shape[1])], 1) / cnt
+        return self.get(("rmean", key), f)
+
+    @property
+    def lab(self) -> np.ndarray:
+        def f():
+            if self.image is None:
+                raise MergeHeadError("merge_head.features: colour and texture features need the image")
+            import cv2
+
+            img = np.ascontiguousarray(np.asarray(self.image, np.float32)[..., :3])
+            return cv2.cvtColor(img, cv2.COLOR_RGB2Lab)
+        return self.get("lab", f)
+
+    def ends(self, per_region: np.ndarray):
+        g = self.rag.graph
+        return per_region[g.sources], per_region[g.targets]
+
+
+def _stat(kind: str, sigma: float, q: float = 0.0) -> Callable[[_Ctx], np.ndarray]:
+    def f(c: _Ctx) -> np.ndarray:
+        ptr = c.rag.frontier_ptr
+        if kind == "mean":
+            v = c.values(sigma)
+            return np.add.reduceat(v, ptr[:-1]) / c.lengths
+        s = c.sorted_values(sigma)
+        n = np.diff(ptr)
+        if kind == "max":
+            return s[ptr[1:] - 1]
+        return s[ptr[:-1] + np.floor(q * (n - 1) + 0.5).astype(np.int64)]  # nearest rank
+    return f
+
+
+def _log_length(c: _Ctx) -> np.ndarray:
+    return np.log(c.lengths)
+
+
+def _size(which: str) -> Callable[[_Ctx], np.ndarray]:
+    def f(c: _Ctx) -> np.ndarray:
+        a, b = c.ends(c.sizes / c.rag.labels.size)
+        return np.log(np.minimum(a, b) if which == "min" else np.maximum(a, b))
+    return f
+
+
+def _lab_dist(channels: slice) -> Callable[[_Ctx], np.ndarray]:
+    def f(c: _Ctx) -> np.ndarray:
+        m = c.region_mean(c.lab, "lab")[:, channels]
+        a, b = c.ends(m)
+        return np.sqrt(((a - b) ** 2).sum(1)) / 100.0
+    return f
+
+
+def _texture_diff(c: _Ctx) -> np.ndarray:
+    """Difference of the two regions' standard deviations of L (a crude texture contrast)."""
+    L = c.lab[..., 0]
+    m1 = c.region_mean(L, "L")[:, 0]
+    m2 = c.region_mean(L * L, "L2")[:, 0]
+    sd = np.sqrt(np.maximum(m2 - m1 * m1, 0))
+    a, b = c.ends(sd)
+    return np.abs(a - b) / 100.0
+
+
+def _interior(which: str) -> Callable[[_Ctx], np.ndarray]:
+    """The mean boundary map inside each of the two regions (clutter), min or max."""
+    def f(c: _Ctx) -> np.ndarray:
+        m = c.region_mean(c.boundary, "interior")[:, 0]
+        a, b = c.ends(m)
+        return np.minimum(a, b) if which == "min" else np.maximum(a, b)
+    return f
+
+
+#: name -> function of the feature context; the names a head's ``features`` may use.
+FEATURES: dict[str, Callable[[_Ctx], np.ndarray]] = {
+    "mean": _stat("mean", 0), "max": _stat("max", 0),
+    "q10": _stat("q", 0, 0.1), "q25": _stat("q", 0, 0.25), "q50": _stat("q", 0, 0.5), "q75": _stat("q", 0, 0.75),
+    "q90": _stat("q", 0, 0.9),
+    "mean_s2": _stat("mean", 2), "max_s2": _stat("max", 2), "q50_s2": _stat("q", 2, 0.5),
+    "mean_s4": _stat("mean", 4), "q50_s4": _stat("q", 4, 0.5),
+    "log_length": _log_length, "log_size_min": _size("min"), "log_size_max": _size("max"),
+    "lab_dist": _lab_dist(slice(0, 3)), "l_dist": _lab_dist(slice(0, 1)), "ab_dist": _lab_dist(slice(1, 3)),
+    "texture_diff": _texture_diff, "interior_min": _interior("min"), "interior_max": _interior("max"),
+}
+
+
+def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)) -> np.ndarray:
+    """(E, len(names)) float64 features of every RAG edge (see :data:`FEATURES`).
+
+    ``boundary``: the (H, W) map the superpixels were built from; ``image``: the (H, W, 3)
+    float RGB image in [0, 1] (needed by the colour and texture features). Cost
+    O(H W + P log P) for P frontier pixel pairs; a few ms for 481x321. MergeHeadError for
+    an unknown name.
+    """
+    unknown = [n for n in names if n not in FEATURES]
+    if unknown:
+        raise MergeHeadError(f"merge_head.features: unknown feature(s) {unknown}; known: {sorted(FEATURES)}")
+    c = _Ctx(rag, boundary, image)
+    if c.boundary.shape != rag.labels.shape:
+        raise MergeHeadError(f"boundary map {c.boundary.shape} and superpixels {rag.labels.shape} differ in size")
+    return np.stack([FEATURES[n](c) for n in names], 1).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- network identity
+def network_fingerprint(model: torch.nn.Module) -> str:
+    """A short hash (16 hex digits) of a network's parameters and buffers (names, shapes
+    and values, float32 on the CPU): the identity a merge head is tied to. O(parameters)."""
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(str(tuple(v.shape)).encode())
+        h.update(v.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
+# --------------------------------------------------------------------------- the head
+_SPEC_KEYS = {"features", "hidden", "output", "mean", "std", "weights", "network", "version"}
+OUTPUTS = ("sigmoid", "linear")
+
+
+class MergeHead(torch.nn.Module):
+    """MLP from standardised edge features to edge weights.
+
+    Parameters
+    ----------
+    features : names from :data:`FEATURES`.
+    hidden : widths of the hidden layers (ReLU); ``()`` for a linear model.
+    output : ``"sigmoid"`` (weights in (0, 1), the UCM's range) or ``"linear"``.
+    mean, std : per-feature normalisation (default 0 and 1).
+    network : the :func:`network_fingerprint` of the boundary network whose maps it was
+        trained on (``None``: any).
+
+    ``forward(x)`` takes (E, F) raw features and returns (E,) weights, differentiable in the
+    head's parameters.
+    """
+
+    def __init__(self, features: Sequence[str], hidden: Sequence[int] = (32,), output: str = "sigmoid",
+                 mean=None, std=None, network: Optional[str] = None):
+        super().__init__()
+        features = list(features)
+        if not features or not all(isinstance(n, str) for n in features):
+            raise MergeHeadError(f"merge_head.features must be a non-empty list of names, got {features!r}")
+        unknown = [n for n in features if n not in FEATURES]
+        if unknown:
+            raise MergeHeadError(f"merge_head.features: unknown feature(s) {unknown}; known: {sorted(FEATURES)}")
+        if output not in OUTPUTS:
+            raise MergeHeadError(f"merge_head.output: unknown output {output!r}; expected one of {OUTPUTS}")
+        try:
+            hidden = [int(h) for h in hidden]
+        except (TypeError, ValueError):
+            raise MergeHeadError(f"merge_head.hidden must be a list of positive integers, got {hidden!r}") from None
+        if any(h < 1 for h in hidden):
+            raise MergeHeadError(f"merge_head.hidden must be a list of positive integers, got {hidden!r}")
+        if network is not None and not isinstance(network, str):
+            raise MergeHeadError(f"merge_head.network must be a fingerprint string or None, got {network!r}")
+        self.features, self.hidden, self.output, self.network = features, hidden, output, network
+        nf = len(features)
+        widths = [nf] + hidden + [1]
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b, dtype=torch.float64)
+                                          for a, b in zip(widths[:-1], widths[1:]))
+        m = torch.zeros(nf, dtype=torch.float64) if mean is None else torch.as_tensor(mean, dtype=torch.float64)
+        s = torch.ones(nf, dtype=torch.float64) if std is None else torch.as_tensor(std, dtype=torch.float64)
+        if m.shape != (nf,) or s.shape != (nf,) or not bool((s > 0).all()) or not bool(torch.isfinite(m).all()):
+            raise MergeHeadError(f"merge_head.mean / merge_head.std must be {nf} finite numbers (std > 0)")
+        self.register_buffer("mean", m)
+        self.register_buffer("std", s)
+
+    def forward(self, x) -> torch.Tensor:
+        x = torch.as_tensor(x).to(self.mean.dtype)
+        if x.ndim != 2 or x.shape[1] != len(self.features):
+            raise MergeHeadError(f"merge head expects (E, {len(self.features)}) features, got {tuple(x.shape)}")
+        z = (x - self.mean) / self.std
+        for i, layer in enumerate(self.layers):
+            z = layer(z)
+            if i < len(self.layers) - 1:
+                z = torch.relu(z)
+        z = z[:, 0]
+        return torch.sigmoid(z) if self.output == "sigmoid" else z
+
+    def weights(self, rag: RegionAdjacencyGraph, boundary, image=None) -> torch.Tensor:
+        """(E,) float64 edge weights of one RAG (no gradient)."""
+        with torch.no_grad():
+            return self(edge_features(rag, boundary, image, self.features))
+
+    # ------------------------------------------------------------------ storage
+    def to_spec(self) -> dict:
+        """The head as plain values (lists, floats, strings): loads with ``weights_only``."""
+        return {"version": 1, "features": list(self.features), "hidden": list(self.hidden), "output": self.output,
+                "mean": self.mean.tolist(), "std": self.std.tolist(), "network": self.network,
+                "weights": [{"weight": l.weight.detach().tolist(), "bias": l.bias.detach().tolist()}
+                            for l in self.layers]}
+
+    @classmethod
+    def from_spec(cls, spec: Mapping[str, Any]) -> "MergeHead":
+        """Rebuild from :meth:`to_spec`'s output; MergeHeadError naming the setting that is
+        unknown, missing or does not fit."""
+        if not isinstance(spec, Mapping):
+            raise MergeHeadError(f"merge_head must be a mapping, got {type(spec).__name__}")
+        unknown = sorted(set(spec) - _SPEC_KEYS)
+        if unknown:
+            raise MergeHeadError(f"merge_head: unknown setting(s) {unknown}; known: {sorted(_SPEC_KEYS)}")
+        if spec.get("version", 1) != 1:
+            raise MergeHeadError(f"merge_head.version {spec.get('version')!r} is not supported (1)")
+        missing = [k for k in ("features", "weights") if k not in spec]
+        if missing:
+            raise MergeHeadError(f"merge_head: missing setting(s) {missing}")
+        head = cls(spec["features"], spec.get("hidden", ()), spec.get("output", "sigmoid"), spec.get("mean"),
+                   spec.get("std"), spec.get("network"))
+        ws = spec["weights"]
+        if not isinstance(ws, Sequence) or len(ws) != len(head.layers):
+            raise MergeHeadError(f"merge_head.weights: {len(head.layers)} layers expected for hidden={head.hidden}")
+        with torch.no_grad():
+            for i, (layer, w) in enumerate(zip(head.layers, ws)):
+                try:
+                    wt = torch.as_tensor(w["weight"], dtype=torch.float64)
+                    bt = torch.as_tensor(w["bias"], dtype=torch.float64)
+                except (KeyError, TypeError, ValueError) as e:
+                    raise MergeHeadError(f"merge_head.weights[{i}]: needs 'weight' and 'bias' number lists ({e})") from None
+                if wt.shape != layer.weight.shape or bt.shape != layer.bias.shape:
+                    raise MergeHeadError(f"merge_head.weights[{i}]: shapes {tuple(wt.shape)}/{tuple(bt.shape)}, "
+                                         f"expected {tuple(layer.weight.shape)}/{tuple(layer.bias.shape)}")
+                layer.weight.copy_(wt)
+                layer.bias.copy_(bt)
+        return head
+
+    def check_network(self, model: Optional[torch.nn.Module]) -> None:
+        """MergeHeadError (naming ``merge_head.network``) when the head was trained on
+        another network's maps than ``model``'s (or on a network's, and ``model`` is None)."""
+        if self.network is None:
+            return
+        got = None if model is None else network_fingerprint(model)
+        if got != self.network:
+            what = "no network (the classical colour gradient)" if model is None else f"network {got}"
+            raise MergeHeadError(
+                f"merge_head.network: this head was trained on the boundary maps of network {self.network}, "
+                f"but the pipeline runs {what}; use the checkpoint the head was saved with, or a pipeline "
+                f"without merge_head")

@@ -1,0 +1,203 @@
+"""Learned region merging (hiseg.segmentation.merging): features against brute force, the
+head's gradient through average linkage against finite differences, the pipeline with a
+head equal to today's, storage round-trip, flip, and bad input."""
+import numpy as np
+import pytest
+import torch
+
+from hiseg import losses
+from hiseg.graph import region_adjacency_graph
+from hiseg.inference import Segmenter
+from hiseg.models import get_model
+from hiseg.models.weights import Weights, save_weights
+from hiseg.segmentation import Pipeline, PipelineError
+from hiseg.segmentation.merging import FEATURES, MergeHead, edge_features, network_fingerprint
+from hiseg.segmentation.pooling import rag_frontier_mean
+from hiseg.ultrametric import average_linkage_ultrametric
+
+
+def scene(seed=0, h=40, w=56):
+    rng = np.random.default_rng(seed)
+    img = rng.random((h, w, 3)).astype(np.float32)
+    img[:, w // 2:] *= 0.3
+    b = rng.random((h, w)).astype(np.float32)
+    b[:, w // 2 - 1: w // 2 + 1] += 1.0
+    b /= b.max()
+    return img, b
+
+
+def mean_head():
+    """A linear head whose output is the frontier mean itself."""
+    head = MergeHead(["mean"], hidden=[], output="linear")
+    with torch.no_grad():
+        head.layers[0].weight.fill_(1.0)
+        head.layers[0].bias.fill_(0.0)
+    return head
+
+
+def test_features_against_brute_force():
+    import cv2
+
+    img, b = scene()
+    sp = Pipeline(region_size=6.0).make_superpixels(b)
+    rag = region_adjacency_graph(sp)
+    names = sorted(FEATURES)
+    X = edge_features(rag, b, img, names)
+    col = {n: X[:, i] for i, n in enumerate(names)}
+    lab = rag.labels
+    h, w = lab.shape
+    lab_img = cv2.cvtColor(img, cv2.COLOR_RGB2Lab).astype(np.float64)
+    b2 = cv2.GaussianBlur(b, (0, 0), 2)
+    for e, (s, t) in enumerate(zip(rag.graph.sources, rag.graph.targets)):
+        vals, vals2 = [], []
+        for y in range(h):  # every 4-adjacent pixel pair with one pixel in s and one in t
+            for x in range(w):
+                for dy, dx in ((0, 1), (1, 0)):
+                    yy, xx = y + dy, x + dx
+                    if yy < h and xx < w and {lab[y, x], lab[yy, xx]} == {s, t}:
+                        vals.append(0.5 * (float(b[y, x]) + float(b[yy, xx])))
+                        vals2.append(0.5 * (float(b2[y, x]) + float(b2[yy, xx])))
+        v = np.sort(vals)
+        assert col["mean"][e] == pytest.approx(np.mean(v), abs=1e-6)
+        assert col["mean_s2"][e] == pytest.approx(np.mean(vals2), abs=1e-6)
+        assert col["max"][e] == pytest.approx(v[-1], abs=1e-6)
+        assert col["q50"][e] == pytest.approx(v[int(np.floor(0.5 * (len(v) - 1) + 0.5))], abs=1e-6)
+        assert col["log_length"][e] == pytest.approx(np.log(len(v)))
+        ns, nt = (lab == s).sum(), (lab == t).sum()
+        assert col["log_size_min"][e] == pytest.approx(np.log(min(ns, nt) / lab.size))
+        assert col["log_size_max"][e] == pytest.approx(np.log(max(ns, nt) / lab.size))
+        ms, mt = lab_img[lab == s].mean(0), lab_img[lab == t].mean(0)
+        assert col["lab_dist"][e] == pytest.approx(np.linalg.norm(ms - mt) / 100, abs=1e-6)
+        assert col["ab_dist"][e] == pytest.approx(np.linalg.norm(ms[1:] - mt[1:]) / 100, abs=1e-6)
+        sd = abs(lab_img[lab == s][:, 0].std() - lab_img[lab == t][:, 0].std()) / 100
+        assert col["texture_diff"][e] == pytest.approx(sd, abs=1e-5)
+        bi = sorted([b[lab == s].mean(), b[lab == t].mean()])
+        assert (col["interior_min"][e], col["interior_max"][e]) == pytest.approx(bi, abs=1e-6)
+
+
+def test_head_gradient_through_average_linkage_matches_finite_differences():
+    img, b = scene(1)
+    rag = region_adjacency_graph(Pipeline(region_size=6.0).make_superpixels(b))
+    feats = ["mean", "max", "log_length", "lab_dist"]
+    x = torch.from_numpy(edge_features(rag, b, img, feats))
+    torch.manual_seed(0)
+    head = MergeHead(feats, hidden=[5], mean=x.mean(0), std=x.std(0) + 1e-3)
+    lengths = rag.frontier_lengths().astype(np.float64)
+    target = torch.from_numpy(np.random.default_rng(0).random(rag.graph.num_edges))
+
+    def loss_of(params):
+        with torch.no_grad():
+            for p, v in zip(head.parameters(), params):
+                p.copy_(v)
+        w = head(x)
+        u = average_linkage_ultrametric(rag.graph, w, lengths)
+        return losses.closest(u, target)
+
+    base = [p.detach().clone() for p in head.parameters()]
+    loss = loss_of(base)
+    grads = torch.autograd.grad(loss, list(head.parameters()))
+    eps = 1e-6
+    for k, (p0, g) in enumerate(zip(base, grads)):
+        for i in range(p0.numel()):
+            plus = [q.clone() for q in base]
+            minus = [q.clone() for q in base]
+            plus[k].view(-1)[i] += eps
+            minus[k].view(-1)[i] -= eps
+            # the tree is piecewise constant in the weights: a step this small keeps it
+            fd = (loss_of(plus).item() - loss_of(minus).item()) / (2 * eps)
+            assert g.view(-1)[i].item() == pytest.approx(fd, rel=1e-4, abs=1e-9)
+
+
+def test_pipeline_with_a_mean_head_equals_the_default_pipeline():
+    img, b = scene(2)
+    ref = Pipeline(region_size=6.0)
+    with_head = Pipeline(region_size=6.0, merge_head=mean_head().to_spec())
+    rag, u0, h0 = ref.hierarchy_of_map(b, img)
+    rag1, u1, h1 = with_head.hierarchy_of_map(b, img)
+    np.testing.assert_array_equal(rag.labels, rag1.labels)
+    np.testing.assert_allclose(u1, u0, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(with_head.edge_weights(rag, b, img).numpy(), rag_frontier_mean(rag, b).numpy(),
+                               atol=1e-12)
+
+
+def tiny_checkpoint(tmp_path, head_for_model=True, name="m.ckpt", seed=0, features=None):
+    torch.manual_seed(seed)
+    m = get_model("compact_boundary_net", width=8)
+    torch.manual_seed(1)
+    head = MergeHead(["mean", "max", "log_size_min", "lab_dist"], hidden=[4],
+                     network=network_fingerprint(m) if head_for_model else "0123456789abcdef")
+    spec = head.to_spec()
+    if features is not None:
+        spec["features"] = features
+    pipe = {"superpixels": "boundary_watershed", "linkage": "average", "region_size": 6.0, "merge_head": spec}
+    return m, head, save_weights(m, tmp_path / name, metadata={"pipeline": pipe})
+
+
+def test_checkpoint_round_trip_uses_the_head(tmp_path):
+    m, head, path = tiny_checkpoint(tmp_path)
+    seg = Segmenter.from_checkpoint(path)
+    assert seg.pipeline.merge_head == head.to_spec()
+    assert "MergeHead(features=['mean', 'max', 'log_size_min', 'lab_dist']" in repr(seg.pipeline)
+    img, _ = scene(3, 48, 64)
+    res = seg.segment(img)
+    # by hand: the network's map, the superpixels, the head's weights, average linkage
+    bmap = Pipeline(region_size=6.0).boundary_map(m.eval(), img)
+    rag = region_adjacency_graph(Pipeline(region_size=6.0).make_superpixels(bmap))
+    with torch.no_grad():
+        w = head(torch.from_numpy(edge_features(rag, bmap, img, head.features)))
+    u = average_linkage_ultrametric(rag.graph, w, rag.frontier_lengths().astype(np.float64))
+    np.testing.assert_array_equal(res.rag.labels, rag.labels)
+    np.testing.assert_allclose(res.ultrametric, u.numpy(), atol=1e-12)
+    # the head changes the hierarchy (it is not silently ignored)
+    plain = Segmenter(m, pipeline=Pipeline(region_size=6.0)).segment(img)
+    assert not np.allclose(plain.ultrametric, res.ultrametric)
+    # pipeline -> dict -> pipeline
+    assert Pipeline.from_dict(seg.pipeline.to_dict()) == seg.pipeline
+
+
+def test_unknown_feature_setting_is_refused_by_name(tmp_path):
+    _, _, path = tiny_checkpoint(tmp_path, features=["mean", "max", "log_size_min", "sift_distance"])
+    with pytest.raises(PipelineError, match=r"merge_head\.features.*sift_distance"):
+        Segmenter.from_checkpoint(path)
+    bad = mean_head().to_spec()
+    bad["colour_space"] = "hsv"
+    with pytest.raises(PipelineError, match=r"merge_head: unknown setting.*colour_space"):
+        Pipeline(merge_head=bad)
+    bad = mean_head().to_spec()
+    bad["hidden"] = [3]
+    with pytest.raises(PipelineError, match=r"merge_head\.weights"):
+        Pipeline(merge_head=bad)
+
+
+def test_head_of_another_network_is_refused_by_name(tmp_path):
+    _, _, path = tiny_checkpoint(tmp_path, head_for_model=False)
+    seg = Segmenter.from_checkpoint(path)
+    with pytest.raises(PipelineError, match=r"merge_head\.network.*0123456789abcdef"):
+        seg.segment(scene()[0])
+    # the same head on the classical path (no network) is refused too
+    _, _, path = tiny_checkpoint(tmp_path, name="ok.ckpt")
+    pipe = Segmenter.from_checkpoint(path).pipeline
+    with pytest.raises(PipelineError, match=r"merge_head\.network.*no network"):
+        Segmenter(None, pipeline=pipe).segment(scene()[0])
+
+
+def test_flip_averages_the_mirrored_map():
+    torch.manual_seed(0)
+    m = get_model("compact_boundary_net", width=8).eval()
+    img, _ = scene(4, 40, 56)
+    x = torch.from_numpy(img.transpose(2, 0, 1))[None]
+    with torch.no_grad():
+        want = 0.5 * (torch.sigmoid(m(x)) + torch.sigmoid(m(x.flip(-1))).flip(-1))[0, 0].numpy()
+    got = Pipeline(flip=True).boundary_map(m, img)
+    np.testing.assert_allclose(got, want, atol=1e-6)
+    with pytest.raises(PipelineError, match="flip"):
+        Pipeline(flip="yes")
+
+
+def test_previous_checkpoint_still_loads_by_name():
+    try:
+        Weights.from_name("bsds500").path()
+    except FileNotFoundError:
+        pytest.skip("models/hiseg_bsds500.ckpt absent")
+    seg = Segmenter.from_pretrained("bsds500")
+    assert seg.pipeline.merge_head is None and seg.pipeline.flip is False
