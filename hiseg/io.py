@@ -189,6 +189,37 @@ def loadmat(path) -> dict:
         raise DataError(f"cannot read MATLAB file {path}: {exc}") from exc
 
 
+def check_label_image(seg, where: str) -> np.ndarray:
+    """A label image as int64, checked: 2-D, non-empty, numeric, finite, whole and
+    non-negative (else :class:`DataError` starting with ``where``). Labels beyond the pixel
+    count (ids like 1e12) are renumbered in increasing order, 0 kept as 0: the partition is
+    the same and every table indexed by label stays small."""
+    seg = np.asarray(seg)
+    if seg.dtype.kind == "b":
+        seg = seg.astype(np.int64)
+    if seg.dtype.kind not in "iuf" or seg.ndim != 2:
+        raise DataError(f"{where}: a label image must be a 2-D array of whole numbers, "
+                        f"got {seg.dtype} of shape {seg.shape}")
+    if seg.size == 0:
+        raise DataError(f"{where}: empty label image (no pixel)")
+    if seg.dtype.kind == "f":
+        if not np.all(np.isfinite(seg)):
+            raise DataError(f"{where}: NaN or infinite labels")
+        if not np.all(seg == np.round(seg)):
+            raise DataError(f"{where}: non-integer labels (e.g. {seg[seg != np.round(seg)][0]:g}); "
+                            "labels must be whole numbers (BSDS: 1..n)")
+        if np.abs(seg).max() >= 2.0 ** 53:
+            raise DataError(f"{where}: labels beyond 2^53 are not exact in floating point")
+    if seg.min() < 0:
+        raise DataError(f"{where}: negative labels (min {seg.min():g}); BSDS labels are 1..n")
+    seg = seg.astype(np.int64)
+    if seg.max() > seg.size:
+        from .graph import compact_labels
+
+        seg = compact_labels(seg) + (1 if seg.min() > 0 else 0)
+    return seg
+
+
 def load_ground_truth(path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Read a BSDS ground-truth ``.mat`` file (the 1xK cell ``groundTruth`` of structs
     with ``Segmentation`` and ``Boundaries``).
@@ -215,9 +246,11 @@ def load_ground_truth(path) -> tuple[list[np.ndarray], list[np.ndarray]]:
     segs, bdrys = [], []
     try:
         for g in cell:
-            segs.append(np.asarray(g["Segmentation"][0, 0]).astype(np.int64))
+            segs.append(check_label_image(g["Segmentation"][0, 0], f"{path}: annotator {len(segs) + 1}'s Segmentation"))
             bdrys.append(np.asarray(g["Boundaries"][0, 0]) != 0)
     except (KeyError, IndexError, ValueError, TypeError) as exc:
+        if isinstance(exc, DataError):
+            raise
         raise DataError(f"{path}: malformed 'groundTruth' ({type(exc).__name__}: {exc})") from exc
     shape = segs[0].shape
     for s, b in zip(segs, bdrys):

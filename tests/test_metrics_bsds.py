@@ -384,7 +384,7 @@ def test_evaluate_perfect_ucm(tiny_dataset):
     # regions: identical to the 1st annotator, one merge away from the 2nd
     assert 0.8 < res["covering"]["ods"] < 1 and res["covering"]["ods_threshold"] < 0.6
     assert 0.8 < res["pri"]["ods"] < 1 and 0 < res["vi"]["ods"] < 1
-    assert set(res["per_image_counts"]) == {"bdry", "reg", "reg_best", "ri_vi"}
+    assert set(res["per_image_counts"]) == {"bdry", "reg", "reg_best", "ri_vi", "fop"}
     json.dumps(res)  # serialisable
     # the three boundary thresholds: 0.25, 0.5 keep the map, 0.75 removes it
     assert [round(r["recall"], 6) for r in b["per_threshold"]][2] == 0

@@ -7,7 +7,11 @@ In the order the numbers flow:
 * :mod:`hiseg.metrics.matching` -- boundary thinning, pixel correspondence and
   per-image boundary counts;
 * :mod:`hiseg.metrics.region` -- per-image covering, probabilistic Rand index,
-  variation of information;
+  variation of information, on contingency tables computed once per threshold;
+* :mod:`hiseg.metrics.fop` -- per-image precision-recall for objects and parts (Fop,
+  Pont-Tuset & Marques), on the same tables, as SEISM computes it;
+* :mod:`hiseg.metrics.seism` -- SEISM's published per-image result files (the gPb-owt-ucm
+  and MCG baselines) read and aggregated the same way;
 * :mod:`hiseg.metrics.predictions` -- prediction file formats, loading, pairing with
   ground truth (files are read through :mod:`hiseg.io`);
 * :mod:`hiseg.metrics.bsds` -- the dataset driver (:func:`evaluate`);
@@ -37,11 +41,14 @@ _LAZY = {
     "rand_index": ("region", "rand_index"),
     "variation_of_information": ("region", "variation_of_information"),
     "covering_matches": ("region", "covering_matches"),
+    "objects_and_parts": ("fop", "objects_and_parts"),
+    "seism_ucm_labels": ("fop", "seism_ucm_labels"),
     "dendrogram_purity": ("hierarchy", "dendrogram_purity"),
     "dasgupta_cost": ("hierarchy", "dasgupta_cost"),
 }
 
-_SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli", "hierarchy")
+_SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli", "hierarchy", "fop",
+               "seism")
 
 __all__ = sorted(_LAZY) + list(_SUBMODULES)
 

@@ -22,7 +22,7 @@ from ..io import load_ground_truth
 from .matching import DEFAULT_MAX_DIST, BoundaryImageResult, BoundaryMatcher, boundary_counts
 from .predictions import KINDS, discover_pairs, load_prediction, names_list
 from .region import RegionImageResult, region_counts
-from .summary import collect_boundary, collect_region
+from .summary import collect_boundary, collect_fop, collect_region
 
 __all__ = ["evaluate", "evaluate_image"]
 
@@ -38,6 +38,8 @@ def evaluate_image(
     boundary: bool = True,
     region: bool = True,
     max_dist: float = DEFAULT_MAX_DIST,
+    fop: bool = True,
+    first_label: int = 1,
 ) -> dict:
     """Evaluate one image (``evaluation_bdry_image`` + ``evaluation_reg_image``).
 
@@ -55,12 +57,18 @@ def evaluate_image(
         Which benchmarks to run (region is skipped for soft boundary maps).
     max_dist : float
         Boundary tolerance as a fraction of the diagonal.
+    fop : bool
+        With ``region``, also Fop (objects and parts, :mod:`hiseg.metrics.fop`), on the
+        same contingency tables.
+    first_label : {1, 0}
+        First region label of label-image predictions (see :func:`load_prediction`).
 
     Returns
     -------
     dict
         ``{"name", "kind", "boundary": BoundaryImageResult | None, "region":
-        RegionImageResult | None, "time_boundary", "time_region"}``.
+        RegionImageResult | None (its ``fop`` rows with ``fop``), "time_boundary",
+        "time_region"}``.
 
     Raises
     ------
@@ -68,7 +76,7 @@ def evaluate_image(
         On missing/unreadable files or prediction vs ground-truth shape
         mismatch; messages name the files.
     """
-    pred = load_prediction(pred_path, kind)
+    pred = load_prediction(pred_path, kind, first_label)
     gt_segs, gt_bdrys = load_ground_truth(gt_path)
     if pred.shape != gt_segs[0].shape:
         raise ValueError(
@@ -86,7 +94,7 @@ def evaluate_image(
         out["cpu_boundary"] = time.process_time() - c0
     if region and pred.has_regions:
         t0, c0 = time.perf_counter(), time.process_time()
-        out["region"] = region_counts(pred.segmentations(thresh), gt_segs, thresh, name=name)
+        out["region"] = region_counts(pred.segmentations(thresh, fop=fop), gt_segs, thresh, name=name, fop=fop)
         out["time_region"] = time.perf_counter() - t0
         out["cpu_region"] = time.process_time() - c0
     return out
@@ -110,6 +118,8 @@ def evaluate(
     max_dist: float = DEFAULT_MAX_DIST,
     official_rounding: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
+    fop: bool = True,
+    first_label: int = 1,
 ) -> dict:
     """Run the BSDS500 benchmark on a folder of predictions.
 
@@ -133,6 +143,12 @@ def evaluate(
         Emulate the official ``%10g`` round-trip of per-image tables.
     progress : callable, optional
         Called as ``progress(done, total, name)`` after each image.
+    fop : bool, default True
+        With ``region``, also the precision-recall for objects and parts (Fop) of
+        Pont-Tuset & Marques, aggregated as SEISM does (:func:`collect_fop`).
+    first_label : {1, 0}, default 1
+        First region label of label-image predictions: 1 in the BSDS format (a 0 is
+        an error), 0 for 0-based images such as ``hiseg predict``'s ``_labels.png``.
 
     Returns
     -------
@@ -142,7 +158,8 @@ def evaluate(
         precision, f}, ap, per_threshold, per_image}; for region-capable
         inputs ``covering`` {ods, ods_threshold, ois, best, per_threshold,
         per_image}, ``pri`` and ``vi`` {ods, ods_threshold, ois,
-        per_threshold}; ``per_image_counts`` (the official per-image tables:
+        per_threshold}, and with ``fop`` ``fop`` {ods {threshold, f, precision,
+        recall}, ois {f, precision, recall}, ap, per_threshold, per_image}; ``per_image_counts`` (the official per-image tables:
         ``bdry`` rows [thresh cntR sumR cntP sumP], ``reg`` rows [thresh
         cntR sumR cntP sumP], ``reg_best`` cntR_best, ``ri_vi`` rows [thresh
         RI VI]); ``timing`` {total_s (wall clock), boundary_s, region_s (wall
@@ -172,7 +189,12 @@ def evaluate(
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(int(workers), len(pairs)))
-    tasks = [(s, str(p), str(g), n_thresholds, kind, boundary, region, max_dist) for s, p, g in pairs]
+    if first_label not in (0, 1):
+        raise ValueError(f"first_label must be 0 or 1, got {first_label!r}")
+    if not (isinstance(max_dist, (int, float)) and 0 < max_dist <= 1):  # also refuses nan
+        raise ValueError(f"max_dist is a fraction of the image diagonal and must be in (0, 1], got {max_dist!r}")
+    tasks = [(s, str(p), str(g), n_thresholds, kind, boundary, region, max_dist, fop, first_label)
+             for s, p, g in pairs]
     t_start = time.perf_counter()
     per_image: list[dict] = []
     if workers == 1:
@@ -218,6 +240,9 @@ def evaluate(
     if region and per_image[0]["region"] is not None:
         rres: list[RegionImageResult] = [r["region"] for r in per_image]
         out.update(collect_region(rres, official_rounding=official_rounding))
+        if fop:
+            out["fop"] = collect_fop(rres, official_rounding=official_rounding)
+            counts_tab["fop"] = {r.name: np.column_stack([r.thresholds, r.fop]).tolist() for r in rres}
         counts_tab["reg"] = {
             r.name: np.column_stack([r.thresholds, r.cnt_r, r.sum_r, r.cnt_p, r.sum_p]).tolist() for r in rres
         }

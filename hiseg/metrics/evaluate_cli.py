@@ -3,9 +3,11 @@
 Usage::
 
     hiseg evaluate --pred DIR --gt DIR [--thresholds N] [--out DIR] [--workers K]
-                   [--kind {auto,ucm2,segs,pb,labels}] [--no-region] [--no-boundary]
+                   [--kind {auto,ucm2,segs,pb,labels}] [--first-label {1,0}]
+                   [--no-region] [--no-boundary] [--no-fop]
 
-Prints a table of the benchmark figures. With ``--out DIR`` it also writes
+Prints a table of the benchmark figures: boundaries (Fb), covering, PRI, VI and the
+precision-recall for objects and parts (Fop, as SEISM computes it). With ``--out DIR`` it also writes
 ``results.md`` (the table plus the per-threshold curve), ``results.json``
 (everything :func:`hiseg.metrics.bsds.evaluate` returns; the writers are in :mod:`hiseg.metrics.report`), ``pr_curve.png``
 (precision-recall curve with iso-F lines) and the official benchmark's
@@ -35,20 +37,51 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="folder of predictions: ucm2/segs .mat files or boundary .png files")
     parser.add_argument("--gt", required=True, type=Path,
                         help="folder of BSDS ground-truth .mat files (matched to predictions by file stem)")
-    parser.add_argument("--thresholds", type=int, default=99,
+    parser.add_argument("--thresholds", type=_positive_int("--thresholds"), default=99,
                         help="number of thresholds for ucm2 / soft boundary maps (default 99)")
     parser.add_argument("--kind", choices=KINDS, default="auto",
                         help="prediction format (default: from the file contents; label PNGs need 'labels')")
     parser.add_argument("--out", type=Path, default=None,
                         help="write results.md, results.json, pr_curve.png and eval_*.txt here")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=_positive_int("--workers"), default=None,
                         help="processes evaluating images in parallel (default: number of CPUs)")
-    parser.add_argument("--max-dist", type=float, default=DEFAULT_MAX_DIST,
-                        help="boundary matching tolerance as a fraction of the image diagonal (default 0.0075)")
-    parser.add_argument("--no-region", action="store_true", help="skip covering / PRI / VI")
+    parser.add_argument("--max-dist", type=_max_dist, default=DEFAULT_MAX_DIST,
+                        help="boundary matching tolerance as a fraction of the image diagonal, in (0, 1] "
+                             "(default 0.0075)")
+    parser.add_argument("--first-label", type=int, choices=(1, 0), default=1,
+                        help="first region label of label-image predictions: 1 in the BSDS format (a 0 is then "
+                             "an error), 0 for 0-based images such as hiseg predict's _labels.png (default 1)")
+    parser.add_argument("--no-region", action="store_true", help="skip covering / PRI / VI / Fop")
+    parser.add_argument("--no-fop", action="store_true",
+                        help="skip the precision-recall for objects and parts (Fop)")
     parser.add_argument("--no-boundary", action="store_true", help="skip the boundary benchmark")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     return parser
+
+
+def _positive_int(option: str):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} must be a whole number >= 1, got {text!r}") from None
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"{option} must be >= 1, got {v}")
+        return v
+
+    return parse
+
+
+def _max_dist(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--max-dist must be a number, got {text!r}") from None
+    if not (0 < v <= 1):  # also refuses nan
+        raise argparse.ArgumentTypeError(
+            f"--max-dist is a fraction of the image diagonal and must be in (0, 1], got {text} "
+            "(the BSDS benchmark uses 0.0075)")
+    return v
 
 
 def _progress(quiet: bool):
@@ -90,6 +123,8 @@ def run(args: argparse.Namespace) -> int:
             region=not args.no_region,
             max_dist=args.max_dist,
             progress=_progress(getattr(args, "quiet", False)),
+            fop=not getattr(args, "no_fop", False),
+            first_label=getattr(args, "first_label", 1),
         )
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"hiseg evaluate: error: {exc}", file=sys.stderr)
@@ -103,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
                 "results.json": results_to_json(res),
             }
             files.update(official_txt_files(res))
-            if res.get("boundary"):
+            if res.get("boundary") or res.get("fop"):
                 files["pr_curve.png"] = pr_curve_png(res)
             written = atomic_write_files(args.out, files)
         except OSError as exc:

@@ -35,7 +35,7 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from ..io import loadmat, read_gray_image
+from ..io import check_label_image, loadmat, read_gray_image
 from .matching import seg_to_boundaries
 from .region import ucm_to_labels
 from .summary import thresholds
@@ -46,20 +46,18 @@ KINDS = ("auto", "ucm2", "segs", "pb", "labels")
 _PRED_EXTS = (".mat", ".png")
 
 
-def _as_labels(x, where: str) -> np.ndarray:
-    x = np.asarray(x)
-    if x.ndim != 2:
-        raise ValueError(f"{where}: label image must be 2-D, got shape {x.shape}")
-    if x.dtype.kind == "b":
-        x = x.astype(np.int64)
-    if x.dtype.kind == "f":
-        if not np.all(np.isfinite(x)) or not np.all(x == np.round(x)):
-            raise ValueError(f"{where}: label image has non-integer values")
-    elif x.dtype.kind not in "iu":
-        raise ValueError(f"{where}: label image has dtype {x.dtype}")
-    x = x.astype(np.int64)
-    if x.size and x.min() < 0:
-        raise ValueError(f"{where}: negative labels")
+def _as_labels(x, where: str, first_label: int = 1) -> np.ndarray:
+    """A prediction's label image, checked (:func:`hiseg.io.check_label_image`). BSDS label
+    images number their regions from 1; ``first_label=0`` reads 0-based images (such as
+    ``hiseg predict``'s ``_labels.png``) by adding 1. A 0 in a 1-based image is refused:
+    the region benchmark would silently drop those pixels as unlabelled."""
+    x = check_label_image(x, where)
+    if first_label == 0:
+        return x + 1
+    if x.min() == 0:
+        raise ValueError(f"{where}: label 0 in a label image, whose regions are numbered from 1 (BSDS format); "
+                         "for a 0-based label image (such as hiseg predict's _labels.png) pass first_label=0 "
+                         "(hiseg evaluate --first-label 0)")
     return x
 
 
@@ -113,24 +111,38 @@ class Prediction:
             for i, seg in enumerate(self.data):
                 yield ("seg", i), seg_to_boundaries(seg)
 
-    def segmentations(self, thresh) -> Iterator[tuple[object, np.ndarray]]:
-        """Yield ``(key, label image)`` per threshold."""
+    def segmentations(self, thresh, fop: bool = False) -> Iterator[tuple]:
+        """Yield ``(key, label image)`` per threshold; with ``fop``, ``(key, label image,
+        fop label image or None)``: a ucm2's partition as SEISM cuts it
+        (:func:`hiseg.metrics.fop.seism_ucm_labels`) where it is not the BSDS one (None:
+        the same partition)."""
         if self.kind == "ucm2":
+            from .fop import seism_ucm_labels
+
             levels = np.unique(self.data)
-            last_key, labels = None, None
+            last_key, labels, other = None, None, None
             for t in thresh:
                 key = int(np.searchsorted(levels, t, side="right"))
                 if key != last_key:  # same key, same partition: label only once
                     last_key, labels = key, ucm_to_labels(self.data, t)
-                yield key, labels
+                    if fop:
+                        other = seism_ucm_labels(self.data, t)
+                        # SEISM's regions refine the BSDS ones: as many regions, same partition
+                        if labels.min() > 0 and _n_labels(other) == _n_labels(labels):
+                            other = None
+                yield (key, labels, other) if fop else (key, labels)
         elif self.kind in ("segs", "labels"):
             for i, seg in enumerate(self.data):
-                yield ("seg", i), seg
+                yield (("seg", i), seg, None) if fop else (("seg", i), seg)
         else:
             raise ValueError(f"{self.path}: a soft boundary map has no regions")
 
 
-def load_prediction(path, kind: str = "auto") -> Prediction:
+def _n_labels(labels: np.ndarray) -> int:
+    return int(np.count_nonzero(np.bincount(labels.ravel())))
+
+
+def load_prediction(path, kind: str = "auto", first_label: int = 1) -> Prediction:
     """Load one prediction file.
 
     Parameters
@@ -139,6 +151,9 @@ def load_prediction(path, kind: str = "auto") -> Prediction:
         ``.mat`` (``ucm2`` or ``segs``) or ``.png`` file.
     kind : {"auto", "ucm2", "segs", "pb", "labels"}
         Format (see module docstring).
+    first_label : {1, 0}
+        The label of the first region in label images (``segs``, ``labels``): 1 in the
+        BSDS format (a 0 is then an error), 0 for 0-based images.
 
     Returns
     -------
@@ -154,13 +169,19 @@ def load_prediction(path, kind: str = "auto") -> Prediction:
     path = Path(path)
     if kind not in KINDS:
         raise ValueError(f"unknown prediction kind {kind!r}; expected one of {KINDS}")
+    if first_label not in (0, 1):
+        raise ValueError(f"first_label must be 0 or 1, got {first_label!r}")
     ext = path.suffix.lower()
     if ext == ".mat":
         if kind in ("pb", "labels"):
             raise ValueError(f"{path}: kind {kind!r} expects an image file, got a .mat file")
         m = loadmat(path)
         if kind in ("auto", "ucm2") and "ucm2" in m:
-            ucm = np.asarray(m["ucm2"], dtype=np.float64)
+            try:
+                ucm = np.asarray(m["ucm2"], dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"{path}: 'ucm2' must be a numeric (2H+1)x(2W+1) array, "
+                                 f"got {np.asarray(m['ucm2']).dtype}") from None
             if ucm.ndim != 2 or ucm.shape[0] % 2 == 0 or ucm.shape[1] % 2 == 0 or min(ucm.shape) < 3:
                 raise ValueError(f"{path}: 'ucm2' must be (2H+1)x(2W+1), got shape {ucm.shape}")
             if not np.all(np.isfinite(ucm)):
@@ -172,7 +193,7 @@ def load_prediction(path, kind: str = "auto") -> Prediction:
             return Prediction("ucm2", ucm, str(path))
         if kind in ("auto", "segs") and "segs" in m:
             cell = np.asarray(m["segs"], dtype=object).ravel()
-            segs = [_as_labels(s, f"{path} segs[{i}]") for i, s in enumerate(cell)]
+            segs = [_as_labels(s, f"{path} segs[{i}]", first_label) for i, s in enumerate(cell)]
             if not segs:
                 raise ValueError(f"{path}: empty 'segs'")
             for s in segs:
@@ -187,7 +208,7 @@ def load_prediction(path, kind: str = "auto") -> Prediction:
             raise ValueError(f"{path}: kind {kind!r} expects a .mat file")
         arr = read_gray_image(path)
         if kind == "labels":
-            return Prediction("labels", [_as_labels(arr, str(path))], str(path))
+            return Prediction("labels", [_as_labels(arr, str(path), first_label)], str(path))
         if arr.dtype == np.uint8:
             pb = arr.astype(np.float64) / 255.0
         elif arr.dtype == np.uint16:

@@ -135,7 +135,21 @@ def variation_of_information(a: np.ndarray, b: np.ndarray) -> float:
     return _ri_vi(n, na, nb)[1]
 
 
-def covering_matches(seg: np.ndarray, gt_segs: Sequence[np.ndarray]):
+def gt_tables(seg: np.ndarray, gt_segs: Sequence[np.ndarray]) -> list:
+    """The contingency table (:func:`contingency` ``(gt, seg)``) of ``seg`` against each
+    annotator: computed once per segmentation and shared by covering, PRI, VI and Fop.
+    ValueError naming the annotator when a shape differs."""
+    seg = np.asarray(seg)
+    tables = []
+    for i, gt in enumerate(gt_segs):
+        gt = np.asarray(gt)
+        if gt.shape != seg.shape:
+            raise ValueError(f"segmentation shape {seg.shape} != ground-truth shape {gt.shape} (annotator {i + 1})")
+        tables.append(contingency(gt, seg))
+    return tables
+
+
+def covering_matches(seg: np.ndarray, gt_segs: Sequence[np.ndarray], tables=None):
     """Best IoU of each region with the other side (``match_segmentations``).
 
     Parameters
@@ -144,6 +158,8 @@ def covering_matches(seg: np.ndarray, gt_segs: Sequence[np.ndarray]):
         Segmentation, labels ``>= 0`` (0 = unlabelled, excluded).
     gt_segs : sequence of numpy.ndarray, shape (H, W)
         Annotators' segmentations (labels ``>= 1``).
+    tables : list, optional
+        :func:`gt_tables` ``(seg, gt_segs)`` when already computed.
 
     Returns
     -------
@@ -159,16 +175,14 @@ def covering_matches(seg: np.ndarray, gt_segs: Sequence[np.ndarray]):
         contingency tables).
     """
     seg = np.asarray(seg)
+    if tables is None:
+        tables = gt_tables(seg, gt_segs)
     ks = int(seg.max()) if seg.size else 0
     match_seg = np.zeros(ks, dtype=np.float64)
     match_gt, area_gt = [], []
     area_seg = None
     ri_sum = vi_sum = 0.0
-    for gt in gt_segs:
-        gt = np.asarray(gt)
-        if gt.shape != seg.shape:
-            raise ValueError(f"segmentation shape {seg.shape} != ground-truth shape {gt.shape}")
-        ig, is_, n, ng, ns = contingency(gt, seg)
+    for ig, is_, n, ng, ns in tables:
         ri, vi = _ri_vi(n, ng, ns)
         ri_sum += ri
         vi_sum += vi
@@ -185,7 +199,7 @@ def covering_matches(seg: np.ndarray, gt_segs: Sequence[np.ndarray]):
         match_seg = np.maximum(match_seg, ms[1:])
         match_gt.append(mg[1:])
         area_gt.append(ng[1:].astype(np.float64))
-    k = max(len(gt_segs), 1)
+    k = max(len(tables), 1)
     if area_seg is None:
         area_seg = np.zeros(ks)
     return match_seg, match_gt, area_seg, area_gt, ri_sum / k, vi_sum / k
@@ -193,7 +207,8 @@ def covering_matches(seg: np.ndarray, gt_segs: Sequence[np.ndarray]):
 
 @dataclass
 class RegionImageResult:
-    """Per-threshold region figures of one image (``*_ev2/3/4.txt``)."""
+    """Per-threshold region figures of one image (``*_ev2/3/4.txt``), and, unless it was
+    switched off, Fop: ``fop`` rows ``[F, precision, recall]`` per threshold."""
 
     thresholds: np.ndarray
     cnt_r: np.ndarray
@@ -205,38 +220,48 @@ class RegionImageResult:
     vi: np.ndarray
     name: str = ""
     extra: dict = field(default_factory=dict)
+    fop: np.ndarray | None = None
 
 
 def region_counts(
-    segs: Iterable[tuple[object, np.ndarray]],
+    segs: Iterable[tuple],
     gt_segs: Sequence[np.ndarray],
     thresh: Sequence[float],
     name: str = "",
+    fop: bool = True,
 ) -> RegionImageResult:
-    """Region benchmark figures of one image (``evaluation_reg_image``).
+    """Region benchmark figures of one image (``evaluation_reg_image``), and Fop.
 
     Parameters
     ----------
-    segs : iterable of (key, numpy.ndarray)
+    segs : iterable of (key, seg) or (key, seg, fop_seg)
         One label image per threshold, in threshold order; equal non-None
-        keys promise equal segmentations (the result is reused).
+        keys promise equal segmentations (the result is reused). ``fop_seg``:
+        the partition Fop is computed on where it is not ``seg`` (a ucm2 that
+        SEISM cuts differently from the BSDS benchmark); ``None`` or absent:
+        ``seg``, and the contingency tables are shared.
     gt_segs : sequence of numpy.ndarray
         Annotators' segmentations.
     thresh : sequence of float
         Threshold values (same length as ``segs``).
     name : str
         Image name stored in the result.
+    fop : bool, default True
+        Also compute Fop (:mod:`hiseg.metrics.fop`) on the same tables.
 
     Returns
     -------
     RegionImageResult
-        Cost O(K N) per distinct segmentation (K annotators, N pixels).
+        Cost O(K N) per distinct segmentation (K annotators, N pixels): one
+        contingency table per annotator, shared by covering, PRI, VI and Fop.
 
     Raises
     ------
     ValueError
         On shape mismatch or a segs/thresholds length mismatch.
     """
+    from .fop import fop_from_tables
+
     thresh = np.asarray(thresh, dtype=np.float64)
     nt = thresh.size
     cnt_r = np.zeros(nt)
@@ -245,19 +270,30 @@ def region_counts(
     sum_p = np.zeros(nt)
     ri = np.zeros(nt)
     vi = np.zeros(nt)
+    fop_rows = np.zeros((nt, 3)) if fop else None
     best_gt = None
     area_gt_all = None
     cache_key = object()
     cache = None
     n = 0
-    for t, (key, seg) in enumerate(segs):
+    for t, item in enumerate(segs):
         if t >= nt:
             raise ValueError("more segmentations than thresholds")
+        key, seg = item[0], item[1]
+        fop_seg = item[2] if len(item) > 2 else None
         n += 1
         if key is None or key != cache_key:
-            ms, mg, a_s, a_g, r_i, v_i = covering_matches(seg, gt_segs)
+            tables = gt_tables(seg, gt_segs)
+            ms, mg, a_s, a_g, r_i, v_i = covering_matches(seg, gt_segs, tables)
             mg_all = np.concatenate(mg) if mg else np.zeros(0)
             a_g_all = np.concatenate(a_g) if a_g else np.zeros(0)
+            f_row = None
+            if fop:
+                if fop_seg is None:
+                    f = fop_from_tables(tables, seg, gt_segs)
+                else:
+                    f = fop_from_tables(gt_tables(fop_seg, gt_segs), fop_seg, gt_segs)
+                f_row = (f.f, f.precision, f.recall)
             cache = (
                 float((a_g_all * mg_all).sum()),
                 float(a_g_all.sum()),
@@ -267,12 +303,15 @@ def region_counts(
                 v_i,
                 mg_all,
                 a_g_all,
+                f_row,
             )
             cache_key = key
-        cnt_r[t], sum_r[t], cnt_p[t], sum_p[t], ri[t], vi[t], mg_all, a_g_all = cache
+        cnt_r[t], sum_r[t], cnt_p[t], sum_p[t], ri[t], vi[t], mg_all, a_g_all, f_row = cache
+        if fop:
+            fop_rows[t] = f_row
         best_gt = mg_all if best_gt is None else np.maximum(best_gt, mg_all)
         area_gt_all = a_g_all
     if n != nt:
         raise ValueError(f"got {n} segmentations for {nt} thresholds")
     cnt_r_best = float((area_gt_all * best_gt).sum()) if best_gt is not None else 0.0
-    return RegionImageResult(thresh, cnt_r, sum_r, cnt_p, sum_p, cnt_r_best, ri, vi, name=name)
+    return RegionImageResult(thresh, cnt_r, sum_r, cnt_p, sum_p, cnt_r_best, ri, vi, name=name, fop=fop_rows)

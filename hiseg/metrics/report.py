@@ -99,6 +99,13 @@ def format_table(res: Mapping) -> str:
         lines.append(f"| boundary F | {_f(o['f'])} | {_f(s['f'])} | AP {_f(b['ap'])} | {o['threshold']:.4g} |")
         lines.append(f"| boundary recall | {_f(o['recall'])} | {_f(s['recall'])} | | |")
         lines.append(f"| boundary precision | {_f(o['precision'])} | {_f(s['precision'])} | | |")
+    fo = res.get("fop")
+    if fo:
+        o, s = fo["ods"], fo["ois"]
+        lines.append(f"| objects and parts F (Fop) | {_f(o['f'])} | {_f(s['f'])} | AP {_f(fo['ap'])} "
+                     f"| {o['threshold']:.4g} |")
+        lines.append(f"| Fop recall | {_f(o['recall'])} | {_f(s['recall'])} | | |")
+        lines.append(f"| Fop precision | {_f(o['precision'])} | {_f(s['precision'])} | | |")
     c = res.get("covering")
     if c:
         lines.append(f"| covering | {_f(c['ods'])} | {_f(c['ois'])} | best {_f(c['best'])} | {c['ods_threshold']:.4g} |")
@@ -120,10 +127,13 @@ def results_markdown(res: Mapping) -> str:
     out = [f"# {report_header(res)}", "", format_table(res)]
     b = res.get("boundary")
     c = res.get("covering")
+    fo = res.get("fop")
     if b or c:
         cols = ["threshold"]
         if b:
             cols += ["recall", "precision", "F"]
+        if fo:
+            cols += ["Fop recall", "Fop precision", "Fop"]
         if c:
             cols += ["covering", "PRI", "VI"]
         out += ["## Per threshold", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -131,6 +141,9 @@ def results_markdown(res: Mapping) -> str:
             row = [f"{t:.4g}"]
             if b:
                 r = b["per_threshold"][i]
+                row += [_f(r["recall"]), _f(r["precision"]), _f(r["f"])]
+            if fo:
+                r = fo["per_threshold"][i]
                 row += [_f(r["recall"]), _f(r["precision"]), _f(r["f"])]
             if c:
                 row += [_f(c["per_threshold"][i]["covering"]), _f(res["pri"]["per_threshold"][i]["pri"]),
@@ -141,37 +154,41 @@ def results_markdown(res: Mapping) -> str:
 
 
 def pr_curve_png(res: Mapping) -> bytes:
-    """Precision-recall curve with iso-F lines as PNG bytes (matplotlib, Agg)."""
+    """Precision-recall curves with iso-F lines as PNG bytes (matplotlib, Agg): boundaries
+    (Fb), and objects and parts (Fop) beside them when the results have it."""
     import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    b = res["boundary"]
-    fig = Figure(figsize=(5.5, 5.5), dpi=100)
+    panels = [(res[k], title) for k, title in (("boundary", "boundaries (Fb)"), ("fop", "objects and parts (Fop)"))
+              if res.get(k)]
+    fig = Figure(figsize=(5.5 * len(panels), 5.5), dpi=100)
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
     r = np.linspace(0.005, 1, 400)
-    for f in np.arange(0.1, 1.0, 0.1):
-        with np.errstate(divide="ignore", invalid="ignore"):
-            p = f * r / (2 * r - f)
-        ok = (r > f / 2) & (p >= 0) & (p <= 1)
-        ax.plot(r[ok], p[ok], color="0.8", lw=0.8)
-        k = np.flatnonzero(ok)
-        if k.size:
-            ax.text(r[k[-1]], p[k[-1]], f"{f:.1f}", fontsize=7, color="0.55", va="bottom", ha="right")
-    rr = [x["recall"] for x in b["per_threshold"]]
-    pp = [x["precision"] for x in b["per_threshold"]]
-    o = b["ods"]
-    ax.plot(rr, pp, "-", color="tab:red", lw=1.8, label=f"ODS F={o['f']:.3f}, OIS F={b['ois']['f']:.3f}, AP={b['ap']:.3f}")
-    ax.plot([o["recall"]], [o["precision"]], "o", color="tab:red", ms=6)
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1)
-    ax.set_xlabel("Recall")
-    ax.set_ylabel("Precision")
-    ax.set_aspect("equal")
-    ax.grid(True, color="0.92")
-    ax.set_title(f"BSDS500 boundaries ({res['n_images']} images)")
-    ax.legend(loc="lower left", fontsize=8)
+    for j, (b, title) in enumerate(panels):
+        ax = fig.add_subplot(1, len(panels), j + 1)
+        for f in np.arange(0.1, 1.0, 0.1):
+            with np.errstate(divide="ignore", invalid="ignore"):
+                p = f * r / (2 * r - f)
+            ok = (r > f / 2) & (p >= 0) & (p <= 1)
+            ax.plot(r[ok], p[ok], color="0.8", lw=0.8)
+            k = np.flatnonzero(ok)
+            if k.size:
+                ax.text(r[k[-1]], p[k[-1]], f"{f:.1f}", fontsize=7, color="0.55", va="bottom", ha="right")
+        rr = [x["recall"] for x in b["per_threshold"]]
+        pp = [x["precision"] for x in b["per_threshold"]]
+        o = b["ods"]
+        ax.plot(rr, pp, "-", color="tab:red", lw=1.8,
+                label=f"ODS F={o['f']:.3f}, OIS F={b['ois']['f']:.3f}, AP={b['ap']:.3f}")
+        ax.plot([o["recall"]], [o["precision"]], "o", color="tab:red", ms=6)
+        ax.set_xlim(0, 1)
+        ax.set_ylim(0, 1)
+        ax.set_xlabel("Recall")
+        ax.set_ylabel("Precision")
+        ax.set_aspect("equal")
+        ax.grid(True, color="0.92")
+        ax.set_title(f"BSDS500 {title}, {res['n_images']} images")
+        ax.legend(loc="lower left", fontsize=8)
     buf = io.BytesIO()
     fig.savefig(buf, format="png")
     return buf.getvalue()

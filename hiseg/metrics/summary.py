@@ -2,8 +2,9 @@
 
 Thresholds (:func:`thresholds`, MATLAB's ``linspace`` arithmetic), F-measure and the
 interpolated best F (``maxF``), the official ``%10g`` rounding of the per-image tables,
-and the two collectors: :func:`collect_boundary` (``collect_eval_bdry``: ODS, OIS, AP)
-and :func:`collect_region` (``collect_eval_reg``: covering, PRI, VI). Pure numpy; the
+and the collectors: :func:`collect_boundary` (``collect_eval_bdry``: ODS, OIS, AP),
+:func:`collect_region` (``collect_eval_reg``: covering, PRI, VI) and :func:`collect_fop`
+(SEISM's aggregation of Fop: means of per-image precision and recall). Pure numpy; the
 per-image counts come from :mod:`hiseg.metrics.matching` and :mod:`hiseg.metrics.region`.
 """
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:  # types of the per-image results only
     from .matching import BoundaryImageResult
     from .region import RegionImageResult
 
-__all__ = ["collect_boundary", "collect_region", "f_measure", "matlab_linspace", "max_f", "official_round",
+__all__ = ["collect_boundary", "collect_fop", "collect_region", "fop_dataset", "average_precision", "f_measure", "matlab_linspace", "max_f", "official_round",
            "ratio", "thresholds"]
 
 
@@ -126,6 +127,21 @@ def max_f(thresh, r, p):
     return best
 
 
+def average_precision(r, p) -> float:
+    """Area under a precision-recall curve as the official benchmark and SEISM's
+    ``general_ap`` take it: MATLAB ``unique(R)`` (sorted, first occurrence), precision
+    linearly interpolated at recall 0, 0.01, ..., 1 within the range covered, summed
+    times 0.01 (0 for fewer than two distinct recalls)."""
+    r = np.asarray(r, dtype=np.float64)
+    p = np.asarray(p, dtype=np.float64)
+    ru, first = np.unique(r, return_index=True)
+    if ru.size < 2:
+        return 0.0
+    ri = np.arange(101) * 0.01
+    inside = (ri >= ru[0]) & (ri <= ru[-1])
+    return float(np.where(inside, np.interp(ri, ru, p[first]), 0.0).sum() * 0.01)
+
+
 def official_round(x) -> np.ndarray:
     """Round to 6 significant digits, as the official ``%10g`` text round-trip."""
     x = np.asarray(x, dtype=np.float64)
@@ -194,16 +210,7 @@ def collect_boundary(
     r_max = float(ratio(best_counts[0], best_counts[1]))
     p_max = float(ratio(best_counts[2], best_counts[3]))
     f_max = float(f_measure(r_max, p_max))
-    # AP: MATLAB unique(R) (sorted, first occurrence) + interp1 on 0:0.01:1
-    ru, first = np.unique(rr, return_index=True)
-    pu = pp[first]
-    if ru.size > 1:
-        ri = np.arange(101) * 0.01
-        inside = (ri >= ru[0]) & (ri <= ru[-1])
-        p_int = np.where(inside, np.interp(ri, ru, pu), 0.0)
-        ap = float(p_int.sum() * 0.01)
-    else:
-        ap = 0.0
+    ap = average_precision(rr, pp)
     return {
         "ods": {"threshold": bt, "recall": br, "precision": bp, "f": bf},
         "ois": {"recall": r_max, "precision": p_max, "f": f_max},
@@ -307,3 +314,87 @@ def collect_region(results: Sequence[RegionImageResult], official_rounding: bool
         "per_threshold": [{"threshold": float(t), "vi": float(v)} for t, v in zip(thresh, vi_avg)],
     }
     return {"covering": cover, "pri": pri, "vi": vi}
+
+
+def collect_fop(results: Sequence[RegionImageResult], official_rounding: bool = True) -> dict:
+    """Dataset Fop figures, as SEISM's ``gather_measure`` / ``general_ods`` /
+    ``general_ois`` / ``general_ap`` take them from the per-image values.
+
+    Per threshold, precision and recall are the means over images of the per-image
+    values and F is taken of those means; ODS is the threshold of the best such F
+    (the first one); OIS picks each image's best threshold by its own F (the first
+    one), averages precision and recall there and takes F of those; AP is the area
+    under the mean curve (:func:`average_precision`).
+
+    Parameters
+    ----------
+    results : sequence of RegionImageResult
+        Per-image figures with ``fop`` rows, on identical thresholds.
+    official_rounding : bool, default True
+        Round the per-image values to 6 decimals first, as SEISM's result files
+        (``%f``) hold them.
+
+    Returns
+    -------
+    dict
+        ``ods`` {threshold, f, precision, recall}, ``ois`` {f, precision, recall}, ``ap``,
+        ``per_threshold`` (threshold, f, precision, recall), ``per_image`` (image,
+        threshold, f, precision, recall at the image's best threshold).
+
+    Raises
+    ------
+    ValueError
+        If ``results`` is empty, lacks Fop, or the thresholds differ between images.
+    """
+    if not results:
+        raise ValueError("no image results to collect")
+    t0 = results[0].thresholds
+    for r in results:
+        if r.fop is None:
+            raise ValueError(f"image {r.name!r} was evaluated without Fop")
+        if r.thresholds.shape != t0.shape or not np.allclose(r.thresholds, t0):
+            raise ValueError(f"image {r.name!r} was evaluated at different thresholds than {results[0].name!r}")
+    return fop_dataset(t0, np.stack([r.fop for r in results]), [r.name for r in results], official_rounding)
+
+
+def fop_dataset(thresh, tab, names: Sequence[str], official_rounding: bool = True) -> dict:
+    """The dataset figures of :func:`collect_fop` from a table of per-image values.
+
+    Parameters
+    ----------
+    thresh : array_like, shape (T,)
+    tab : array_like, shape (images, T, 3)
+        Per image and threshold: F, precision, recall.
+    names : sequence of str
+        Image names, in the order of ``tab``.
+    official_rounding : bool
+        Round the values to 6 decimals first (SEISM's ``%f`` files).
+    """
+    tab = np.asarray(tab, dtype=np.float64)
+    thresh = np.asarray(thresh, dtype=np.float64)
+    if tab.ndim != 3 or tab.shape[2] != 3 or tab.shape[1] != thresh.size or tab.shape[0] != len(names):
+        raise ValueError(f"per-image Fop table of shape {tab.shape} does not fit {len(names)} image(s) "
+                         f"x {thresh.size} threshold(s) x (F, precision, recall)")
+    if official_rounding:
+        tab = np.round(tab, 6)
+    f_img, p_img, r_img = tab[..., 0], tab[..., 1], tab[..., 2]
+    mp, mr = p_img.mean(0), r_img.mean(0)
+    mf = f_measure(mr, mp)
+    i = int(np.argmax(mf))
+    best = np.argmax(f_img, axis=1)
+    rows = np.arange(len(names))
+    op, orr = float(p_img[rows, best].mean()), float(r_img[rows, best].mean())
+    return {
+        "ods": {"threshold": float(thresh[i]), "f": float(mf[i]), "precision": float(mp[i]), "recall": float(mr[i])},
+        "ois": {"f": float(f_measure(orr, op)), "precision": op, "recall": orr},
+        "ap": average_precision(mr, mp),
+        "per_threshold": [
+            {"threshold": float(t), "f": float(a), "precision": float(b), "recall": float(c)}
+            for t, a, b, c in zip(thresh, mf, mp, mr)
+        ],
+        "per_image": [
+            {"image": n, "threshold": float(thresh[k]), "f": float(f_img[j, k]),
+             "precision": float(p_img[j, k]), "recall": float(r_img[j, k])}
+            for j, (n, k) in enumerate(zip(names, best))
+        ],
+    }
