@@ -40,6 +40,13 @@ AUTO_AVERAGE_START_MAX_POINTS = 20000
 DISSIMILARITIES = ("auto", "euclidean", "ward")
 DEFAULT_NEIGHBORS = {"euclidean": 5, "ward": 15}
 
+#: ``dissimilarity="auto"`` without labels, up to this many samples: the candidate fits
+#: (dissimilarity, neighbour count), the one whose cut has the lowest normalised cut on the
+#: 5-NN graph kept (:meth:`UltrametricClustering._internal_score`); chosen on pilot draws
+#: (toy seeds 100-104, mixture seeds 11-13; ``experiments/hierarchies.py --pilot``)
+AUTO_UNSUPERVISED = (("euclidean", 5), ("euclidean", 10), ("ward", 15))
+AUTO_SELECT_MAX_POINTS = 20000
+
 #: ``min_cluster_size="auto"`` without labels: this fraction of an even share (n / k)
 AUTO_MIN_FRACTION = 0.1
 
@@ -187,10 +194,20 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         to another class, and no ultrametric fitted to the distances of such a graph
         comes near Ward (``experiments/results/real.md``); choose ``"euclidean"`` for
         elongated or nested classes (circles, moons), which Ward cannot separate.
-        ``"auto"``: ``"euclidean"`` without labels; with partial labels (triplet losses)
-        both are fitted, each on its own graph, and the one whose cut agrees best with
-        the labelled samples is kept (``dissimilarity_``; ties: Euclidean), a choice made
-        on the labelled samples only. An array ``init`` is for the Euclidean graph.
+        ``"auto"``: with partial labels (triplet losses) both are fitted, each on its own
+        graph, and the one whose cut agrees best with the labelled samples is kept
+        (``dissimilarity_``; ties: Euclidean), a choice made on the labelled samples only.
+        Without labels, up to 2e4 samples (``AUTO_SELECT_MAX_POINTS``), three fits: edge
+        lengths on the 5-NN and the 10-NN graphs and Ward's heights on the 15-NN graph
+        (with ``n_neighbors`` given: edge lengths and Ward's heights on that graph); the
+        one whose ``n_clusters`` cut has the lowest normalised cut on the 5-NN graph
+        (similarities ``exp(-(d / mean d)^2)``; ties: the lower Dasgupta cost of the
+        hierarchy there) is kept (``dissimilarity_``, ``n_neighbors_``, ``candidates_``).
+        That label-free rule was chosen on pilot draws of the toy sets and 64-d mixtures
+        (``experiments/hierarchies.py --pilot``): it keeps edge lengths where Ward fails
+        (circles, moons) and Ward's heights on compact classes
+        (``experiments/results/hierarchies.md``). Above 2e4 samples: edge lengths. An
+        array ``init`` is for the Euclidean graph (and disables the choice).
     n_neighbors : int or None, default=None
         Number of nearest neighbours of the graph; None: 5 for ``"euclidean"`` (the
         paper), 15 for ``"ward"`` (on a sparser graph Ward's constrained hierarchy drifts
@@ -263,6 +280,12 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         ancestor.
     dissimilarity_ : str
         The input dissimilarity of the kept fit (``"euclidean"`` or ``"ward"``).
+    n_neighbors_ : int
+        The neighbour count of its graph.
+    candidates_ : list of dict
+        The fits tried (``dissimilarity``, ``n_neighbors``, ``init``) and the score that chose
+        between them (labelled accuracy; without labels minus the normalised cut and minus
+        the Dasgupta cost; empty when there was no choice).
     init_ : str or array
         The start of the kept fit.
     min_cluster_size_ : float
@@ -457,9 +480,10 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         best = None
         graph_s = fit_s = cut_s = 0.0
         knn = {}  # neighbour count -> (graph, edge lengths): built once when both fits share it
-        for dissimilarity in dissimilarities:
+        candidates = []
+        for dissimilarity, k in dissimilarities:
             t0 = time.perf_counter()
-            graph, w = self._graph(X, dissimilarity, seed, knn)
+            graph, w = self._graph(X, dissimilarity, k, seed, knn)
             graph_s += time.perf_counter() - t0
             # the fit sees distances in units of their mean: scale-free losses and settings
             scale = float(w.mean()) if w.size and w.max() > 0 else 1.0
@@ -477,10 +501,18 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                 t2 = time.perf_counter()
                 labels = self._cut(res.hierarchy, graph, min_size)
                 fit_s, cut_s = fit_s + t2 - t, cut_s + time.perf_counter() - t2
-                score = _labelled_accuracy(labels, y) if y is not None else 0.0
+                if y is not None:
+                    score = (float(_labelled_accuracy(labels, y)),)
+                elif len(dissimilarities) > 1:
+                    score = self._internal_score(labels, res.hierarchy, knn[dissimilarities[0][1]])
+                else:
+                    score = ()
+                candidates.append(dict(dissimilarity=dissimilarity, n_neighbors=k,
+                                       init=init if isinstance(init, str) else "array", score=score))
                 if best is None or score > best[0]:  # ties: the first candidate
-                    best = (score, dissimilarity, init, res, labels, graph, w, scale)
-        _, self.dissimilarity_, self.init_, res, self.labels_, graph, w, scale = best
+                    best = (score, dissimilarity, k, init, res, labels, graph, w, scale)
+        _, self.dissimilarity_, self.n_neighbors_, self.init_, res, self.labels_, graph, w, scale = best
+        self.candidates_ = candidates
         h = res.hierarchy
         u = res.ultrametric.detach()
         self.graph_ = graph
@@ -499,27 +531,34 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         return self
 
     def _dissimilarities(self, n, y):
-        """The input dissimilarities to fit: ``dissimilarity``, or for ``"auto"`` Euclidean,
-        plus Ward's heights with partial labels (the cut that agrees best with the labelled
-        samples is kept); checks that the graph can have its neighbours."""
+        """The (input dissimilarity, neighbour count) pairs to fit: ``dissimilarity``, or for
+        ``"auto"`` with partial labels Euclidean and Ward's heights (the cut that agrees best
+        with the labelled samples is kept), without labels up to AUTO_SELECT_MAX_POINTS
+        samples the AUTO_UNSUPERVISED candidates (lowest normalised cut kept), above
+        Euclidean; checks that the graph can have its neighbours."""
         d = self.dissimilarity
         if d == "auto":
             d = "euclidean"
             if y is not None and isinstance(self.init, str) and n >= self._n_neighbors("ward") + 1:
-                return ["euclidean", "ward"]
+                return [("euclidean", self._n_neighbors("euclidean")), ("ward", self._n_neighbors("ward"))]
+            if y is None and isinstance(self.init, str) and n <= AUTO_SELECT_MAX_POINTS:
+                cands = (AUTO_UNSUPERVISED if self.n_neighbors is None else
+                         (("euclidean", int(self.n_neighbors)), ("ward", int(self.n_neighbors))))
+                cands = [(c, k) for c, k in cands if n >= k + 1]
+                if len(cands) > 1:
+                    return cands
         k = self._n_neighbors(d)
         if n < k + 1:
             raise ValueError(f"{type(self).__name__} needs n_samples >= n_neighbors + 1 = "
                              f"{k + 1}, got n_samples = {n}; lower n_neighbors "
                              "or give more samples")
-        return [d]
+        return [(d, k)]
 
-    def _graph(self, X, dissimilarity, seed, knn: dict):
-        """The kNN + spanning-edges graph and the input dissimilarity on its edges; ``knn``
-        caches the graphs by neighbour count."""
+    def _graph(self, X, dissimilarity, k, seed, knn: dict):
+        """The kNN + spanning-edges graph (``k`` neighbours) and the input dissimilarity on
+        its edges; ``knn`` caches the graphs by neighbour count."""
         from .graph import knn_graph
 
-        k = self._n_neighbors(dissimilarity)
         if k not in knn:
             knn[k] = knn_graph(X, k, connect=self.connect, method=self.knn,
                                random_state=0 if seed is None else seed)
@@ -541,6 +580,24 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         if n > AUTO_AVERAGE_START_MAX_POINTS:  # higra's average linkage is quadratic at worst
             return ["input"]
         return ["average", "input"] if y is not None else ["average"]
+
+    @staticmethod
+    def _internal_score(labels, h, knn_graph_lengths):
+        """Label-free score of a candidate fit (higher is better): minus the normalised cut
+        of its clusters on the Euclidean kNN graph with similarities exp(-(d / mean d)^2)
+        (sum over clusters of cut / volume), ties (1e-9) broken by minus the hierarchy's
+        normalised Dasgupta cost on the same graph."""
+        from .metrics.hierarchy import dasgupta_cost
+
+        g, d = knn_graph_lengths
+        sim = np.exp(-(d / d.mean()) ** 2) if d.size and d.mean() > 0 else np.ones_like(d)
+        a, b = labels[g.sources], labels[g.targets]
+        k = int(labels.max()) + 1
+        vol = np.bincount(a, sim, k) + np.bincount(b, sim, k)
+        cut = a != b
+        cuts = np.bincount(a[cut], sim[cut], k) + np.bincount(b[cut], sim[cut], k)
+        ncut = float(np.sum(cuts / np.maximum(vol, np.finfo(float).tiny)))
+        return (-round(ncut, 9), -float(dasgupta_cost(h.parents, g, sim, normalize=True)))
 
     def _n_neighbors(self, dissimilarity) -> int:
         """The graph's neighbour count: ``n_neighbors``, or the default of the dissimilarity."""

@@ -64,7 +64,8 @@ def test_labels_have_exactly_n_clusters(blobs, k):
 def test_cut_with_tied_altitudes_has_exactly_k_clusters():
     # all points equidistant on a line: every merge at the same altitude
     X = np.arange(12, dtype=float)[:, None]
-    est = UltrametricClustering(loss="closest", max_iter=1, n_neighbors=2, init="input").fit(X)
+    est = UltrametricClustering(loss="closest", max_iter=1, n_neighbors=2, init="input",
+                                dissimilarity="euclidean").fit(X)
     assert np.unique(est.altitudes_[12:]).size == 1
     for k in range(1, 13):
         lab = cut_num_clusters(est.parents_, k)
@@ -98,7 +99,8 @@ def test_partial_labels_are_used():
     idx = rng.choice(120, 24, replace=False)
     partial[idx] = y[idx]
     # the plain cut (min_cluster_size=0) shows the hierarchy itself: the labels change its top
-    unsup = UltrametricClustering(2, loss="closest", max_iter=80, min_cluster_size=0).fit(X)
+    unsup = UltrametricClustering(2, loss="closest", max_iter=80, min_cluster_size=0,
+                                  dissimilarity="euclidean").fit(X)
     semi = UltrametricClustering(2, loss="closest+triplet", margin=1.0, triplet_weight=1.0,
                                  max_iter=80, min_cluster_size=0).fit(X, partial)
     assert _accuracy(y, semi.labels_) > 0.95
@@ -201,9 +203,11 @@ def blobs_with_outliers():
 def test_outliers_merged_last_do_not_become_clusters(blobs_with_outliers):
     X, y = blobs_with_outliers
     blob = y >= 0
-    plain = UltrametricClustering(3, loss="closest", min_cluster_size=0, max_iter=50).fit(X)
+    plain = UltrametricClustering(3, loss="closest", min_cluster_size=0, max_iter=50,
+                                  dissimilarity="euclidean").fit(X)
     assert np.bincount(plain.labels_).min() <= 2  # the plain cut isolates the outliers
-    est = UltrametricClustering(3, loss="closest", min_cluster_size="auto", max_iter=50).fit(X)
+    est = UltrametricClustering(3, loss="closest", min_cluster_size="auto", max_iter=50,
+                                dissimilarity="euclidean").fit(X)
     assert est.min_cluster_size_ == pytest.approx(0.1 * len(X) / 3)
     assert _accuracy(y[blob], est.labels_[blob]) == 1.0
     assert np.bincount(est.labels_).min() >= est.min_cluster_size_
@@ -228,7 +232,8 @@ def test_auto_start_is_chosen_on_the_labelled_samples(blobs_with_outliers):
     expected = "average" if scores["average"] >= scores["input"] else "input"
     assert est.init_ == expected
     np.testing.assert_array_equal(est.labels_, fits[expected].labels_)
-    assert UltrametricClustering(3, max_iter=5).fit(X).init_ == "average"  # no labels: one start
+    # no labels: one start
+    assert UltrametricClustering(3, max_iter=5, dissimilarity="euclidean").fit(X).init_ == "average"
 
 
 def test_min_cluster_size_falls_back_to_k_clusters(blobs):
@@ -444,15 +449,50 @@ def test_auto_dissimilarity_is_chosen_on_the_labelled_samples(data, expected):
     single = UltrametricClustering(k, loss="closest+triplet", max_iter=60, dissimilarity=expected).fit(X, partial)
     np.testing.assert_array_equal(est.labels_, single.labels_)
     assert _accuracy(y, est.labels_) > 0.95
-    # without labels "auto" is the paper's Euclidean distances
-    assert UltrametricClustering(k, max_iter=5).fit(X).dissimilarity_ == "euclidean"
+    # without labels "auto" chooses by the normalised cut on the 5-NN graph, the same way
+    # here: edge lengths for the rings, Ward's heights for the compact classes
+    auto = UltrametricClustering(k, max_iter=60).fit(X)
+    assert auto.dissimilarity_ == expected
+    assert [(c["dissimilarity"], c["n_neighbors"]) for c in auto.candidates_] == [
+        ("euclidean", 5), ("euclidean", 10), ("ward", 15)]
+    assert max(c["score"] for c in auto.candidates_) == next(
+        c["score"] for c in auto.candidates_ if (c["dissimilarity"], c["n_neighbors"]) ==
+        (auto.dissimilarity_, auto.n_neighbors_))
+    ref = UltrametricClustering(k, max_iter=60, dissimilarity=expected, n_neighbors=auto.n_neighbors_).fit(X)
+    np.testing.assert_array_equal(auto.labels_, ref.labels_)
+    assert _accuracy(y, auto.labels_) > 0.95
+
+
+def test_internal_score_is_the_normalised_cut():
+    # against a dense brute force: sum over clusters of cut(C, rest) / vol(C) on the
+    # similarity matrix of the 5-NN graph
+    from hiseg.graph import knn_graph
+    from hiseg.ultrametric import build_hierarchy
+
+    rng = np.random.default_rng(4)
+    X = rng.normal(size=(40, 2))
+    labels = rng.integers(0, 3, 40)
+    g, d = knn_graph(X, 5)
+    sim = np.exp(-(d / d.mean()) ** 2)
+    W = np.zeros((40, 40))
+    W[g.sources, g.targets] = W[g.targets, g.sources] = sim
+    ncut = sum(W[labels == c][:, labels != c].sum() / W[labels == c].sum() for c in range(3))
+    import torch
+
+    h = build_hierarchy(g, torch.as_tensor(d))
+    score = UltrametricClustering._internal_score(labels, h, (g, d))
+    assert -score[0] == pytest.approx(ncut, abs=1e-9)
+    from hiseg.metrics import dasgupta_cost
+
+    assert -score[1] == pytest.approx(dasgupta_cost(h, g, sim, normalize=True))
 
 
 def test_ward_needs_its_neighbours():
     X, _ = make_blobs(12, centers=2, random_state=0)
     with pytest.raises(ValueError, match=r"n_samples >= n_neighbors \+ 1 = 16, got n_samples = 12"):
         UltrametricClustering(2, dissimilarity="ward").fit(X)
-    # "auto" with labels on so few samples fits the Euclidean distances only
+    # "auto" with or without labels on so few samples fits the Euclidean distances only
+    assert UltrametricClustering(2, max_iter=5).fit(X).dissimilarity_ == "euclidean"
     partial = np.full(12, -1)
     partial[:4] = [0, 0, 1, 1]
     est = UltrametricClustering(2, loss="closest+triplet", max_iter=5).fit(X, partial)
