@@ -6,11 +6,15 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .inference import MIN_TILE, check_tile
 from .io import IMAGE_EXTENSIONS
+from .view import add_segmenter_arguments, option_type
 
 
 def _collect_images(inputs: Sequence[str]) -> list[Path]:
-    files = []
+    """The image files of ``inputs`` (files and folders), each once: a file given twice, or
+    a file and its folder, is one input. ValueError when two files would share an output name."""
+    files, seen = [], set()
     for x in inputs:
         p = Path(x)
         if p.is_dir():
@@ -22,11 +26,22 @@ def _collect_images(inputs: Sequence[str]) -> list[Path]:
             files.append(p)
         else:
             raise FileNotFoundError(f"input not found: {p}")
+    files = [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
     stems = [f.stem for f in files]
     dup = sorted({s for s in stems if stems.count(s) > 1})
     if dup:
         raise ValueError(f"several inputs share the output name(s) {dup[:5]}: rename them or predict separately")
     return files
+
+
+def _at_least_one(v: int) -> None:
+    if v < 1:
+        raise ValueError("must be an integer >= 1")
+
+
+def _scale(v: float) -> None:
+    if not 0.1 <= v <= 4:  # also refuses nan
+        raise ValueError("each scale must be in [0.1, 4] (Pipeline.scales)")
 
 
 def _threshold(text: str) -> float:
@@ -59,23 +74,24 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                    help="trained checkpoint (.ckpt) or a shipped model's name (bsds500); without it, "
                         "the classical colour-gradient + ultrametric-fitting path")
     p.add_argument("--out", "-o", required=True, help="output folder")
-    p.add_argument("--regions", type=int, default=None, help="also write a segmentation with K regions")
+    p.add_argument("--regions", type=option_type(int, _at_least_one), default=None, metavar="K",
+                   help="also write a segmentation with K regions (K >= 1; a hierarchy with fewer regions gives "
+                        "its finest cut, with a warning)")
     p.add_argument("--threshold", type=_threshold, default=None,
                    help="also write the segmentation at UCM threshold T, in [0, 1]")
     p.add_argument("--min-region-size", type=_min_size, default="auto", metavar="SIZE",
                    help="with --regions: no region smaller than SIZE pixels (>= 1), SIZE of the image "
                         "(< 1), or 'auto' (default: 0.05/K of the image); 0 for the plain cut")
-    p.add_argument("--device", default="cpu", help="torch device of the network (cpu, cuda, cuda:1, ...)")
-    p.add_argument("--scales", type=float, nargs="+", default=None,
-                   help="multi-scale inference: average the boundary maps at these image scales "
-                        "(e.g. 0.5 1 1.5; about sum(s^2) times the network's cost); default: the checkpoint's")
+    p.add_argument("--scales", type=option_type(float, _scale), nargs="+", default=None,
+                   help="with --checkpoint: multi-scale inference, average the boundary maps at these image scales "
+                        "(each in [0.1, 4], e.g. 0.5 1 1.5; about sum(s^2) times the network's cost); default: "
+                        "the checkpoint's")
     p.add_argument("--linkage", choices=("average", "single"), default=None,
-                   help="hierarchy of the region adjacency graph; default: the checkpoint's")
-    p.add_argument("--max-pixels", type=int, default=None, metavar="N",
-                   help="working resolution: larger images are processed at N pixels and their outputs "
-                        "drawn back at full size (default: the checkpoint's pipeline, 500000; 0: no limit)")
-    p.add_argument("--tile", type=int, default=512,
-                   help="the network runs in tiles of TILE x TILE pixels (bounded memory; 0: one pass)")
+                   help="with --checkpoint: hierarchy of the region adjacency graph; default: the checkpoint's")
+    p.add_argument("--tile", type=option_type(int, lambda v: check_tile(v, "TILE")), default=512,
+                   help=f"the network runs in tiles of TILE x TILE pixels (bounded memory; >= {MIN_TILE}, or 0: "
+                        "one pass) (default: %(default)s)")
+    add_segmenter_arguments(p, "files (NAME_ucm.png, NAME.mat, ...)")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     p.add_argument("--html", action="store_true",
                    help="also write NAME.html, an interactive explorer of the hierarchy (self-contained: "
@@ -83,38 +99,47 @@ def add_predict_arguments(p: argparse.ArgumentParser):
 
 
 def run_predict(args) -> int:
+    import warnings
+
     from tqdm import tqdm
 
+    from . import view
     from .inference import output_paths, write_outputs
     from .io import read_image, refuse_overwrite
 
     if args.regions is not None and args.threshold is not None:
         raise ValueError("give at most one of --regions and --threshold")
-    if args.regions is not None and args.regions < 1:
-        raise ValueError(f"--regions must be >= 1, got {args.regions}")
     files = _collect_images(args.inputs)
     seg = make_segmenter(args)
-    if args.tile < 0:
-        raise ValueError(f"--tile must be >= 0, got {args.tile}")
     out = Path(args.out)
     outputs = [p for f in files for p in output_paths(out, f.stem).values()]
     if args.html:
-        from . import view
-
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
-    refuse_overwrite(outputs, files)  # before anything is written
-    pages = []
-    for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
+    # before anything is written: no input, and no existing file without --overwrite, is replaced
+    refuse_overwrite(outputs, files, overwrite=args.overwrite, command="hiseg predict")
+    start = view.start_of(args.regions, args.threshold)
+
+    def one(f):
         img = read_image(f)
         res = seg.segment(img, tile=args.tile)
-        write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold,
-                      min_size=args.min_region_size)
-        if args.html:
-            pages.append(view.write_page_file(out, f.stem, img, res.ucm2, view.source_of(args)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold,
+                          min_size=args.min_region_size)
+        for w in caught:
+            print(f"hiseg predict: warning: {f.name}: {w.message}", file=sys.stderr)
+        return view.write_page_file(out, f.stem, img, res.ucm2, view.source_of(args), start) if args.html else True
+
+    failures, pages = [], []
+    for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
+        page = view.per_file(failures, f, one, f)
+        if args.html and page is not None:
+            pages.append(page)
     if len(pages) > 1:
         view.write_index_file(out, pages)
-    print(f"wrote {len(files)} image(s) to {out}")
-    return 0
+    if len(files) > len(failures):
+        print(f"wrote {len(files) - len(failures)} image(s) to {out}")
+    return view.report_failures("hiseg predict", failures, len(files))
 
 
 def run_view(args) -> int:
@@ -126,20 +151,26 @@ def run_view(args) -> int:
 def make_segmenter(args):
     """The Segmenter of ``--checkpoint`` (a path or a shipped model's name; none: the classical
     path) on ``--device``, its pipeline overridden by ``--scales``/``--linkage``/``--max-pixels``."""
-    from .inference import Segmenter
+    from .inference import Segmenter, resolve_device
 
+    device = resolve_device(args.device, "--device")
     if args.checkpoint:
         from .models.weights import Weights
 
         if args.checkpoint.lower() in Weights.names() and not Path(args.checkpoint).exists():
-            seg = Segmenter.from_pretrained(args.checkpoint, device=args.device)
+            seg = Segmenter.from_pretrained(args.checkpoint, device=device)
         else:
-            seg = Segmenter.from_checkpoint(args.checkpoint, device=args.device)
+            seg = Segmenter.from_checkpoint(args.checkpoint, device=device)
         seg.pipeline = seg.pipeline.with_overrides(scales=getattr(args, "scales", None),
                                                    linkage=getattr(args, "linkage", None),
                                                    max_pixels=args.max_pixels)
     else:
-        seg = Segmenter(device=args.device)
+        given = [o for o, v in (("--scales", getattr(args, "scales", None)), ("--linkage", getattr(args, "linkage", None)))
+                 if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline and need(s) --checkpoint; without "
+                             "one, the classical path (colour gradient, closest fit) runs, which has neither")
+        seg = Segmenter(device=device)
         seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
     return seg
 

@@ -81,6 +81,12 @@ class FitResult:
     best_iter: int
     history: list = field(default_factory=list)
 
+    def __repr__(self) -> str:  # one line: not the E weights nor the loss of every iteration
+        u = self.ultrametric
+        return (f"FitResult(ultrametric=<{tuple(u.shape)} {str(u.dtype).replace('torch.', '')} on {u.device}>, "
+                f"hierarchy={self.hierarchy!r}, loss={self.loss:.6g}, "
+                f"n_iter={self.n_iter}, best_iter={self.best_iter}, history=<{len(self.history)} losses>)")
+
 
 def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, lr: Optional[float] = None,
                     max_iter: int = 500, positivity: Optional[str] = "softplus", init="input",

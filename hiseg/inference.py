@@ -28,7 +28,11 @@ from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from
                                    upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
 
-__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths"]
+__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "check_tile", "MIN_TILE", "resolve_device",
+           "MAX_LABELS"]
+
+#: The most regions a label image (16-bit PNG, labels 0..65535) holds.
+MAX_LABELS = 65536
 
 
 @dataclass
@@ -87,16 +91,22 @@ class SegmentationResult:
         if (n_regions is None) == (threshold is None):
             raise ValueError("cut: give exactly one of n_regions or threshold")
         if n_regions is not None:
+            import warnings
+
             from .segmentation.saliency import resolve_min_size
 
+            if isinstance(n_regions, bool) or not isinstance(n_regions, (int, np.integer)) or n_regions < 1:
+                raise ValueError(f"n_regions must be an integer >= 1, got {n_regions!r}")
+            if n_regions > self.rag.num_regions:
+                warnings.warn(f"n_regions={n_regions}: the hierarchy has only {self.rag.num_regions} region(s) "
+                              f"(superpixels); returning the finest cut, {self.rag.num_regions}", stacklevel=2)
+            n_regions = min(int(n_regions), self.rag.num_regions)
             # pixels of the image -> pixels of the working resolution
             px = resolve_min_size(min_size, n_regions, int(np.prod(self.shape))) * (
                 self.rag.labels.size / float(np.prod(self.shape)))
             labels = cut_num_regions(self.rag, self.hierarchy, n_regions, px)
             got = int(labels.max()) + 1
             if got < n_regions:
-                import warnings
-
                 warnings.warn(f"the hierarchy has only {got} regions of at least {px:.0f} pixels "
                               f"(min_size={min_size!r}); returning {got}, not {n_regions}", stacklevel=2)
         else:
@@ -104,6 +114,49 @@ class SegmentationResult:
                 raise ValueError(f"threshold must be in [0, 1] (the UCM's range), got {threshold!r}")
             labels = cut_at_threshold(self.rag, self.ultrametric, threshold)
         return upsample_labels(labels, self.shape) if self.upsampled else labels
+
+
+#: The smallest network tile (pixels a side) of :meth:`Segmenter.segment`: each tile also
+#: computes a margin of context around it, so smaller tiles cost many times the image.
+MIN_TILE = 64
+
+
+def check_tile(tile, name: str = "tile") -> int:
+    """``tile`` as an int: 0 (one pass) or at least :data:`MIN_TILE`; ValueError naming ``name``."""
+    if isinstance(tile, bool) or not isinstance(tile, (int, np.integer)) or not (tile == 0 or tile >= MIN_TILE):
+        raise ValueError(f"{name} must be 0 (one pass) or an integer >= {MIN_TILE} (pixels a side: each tile also "
+                         f"computes a margin of context, so smaller tiles cost many times the image), got {tile!r}")
+    return int(tile)
+
+
+def resolve_device(device, name: str = "device") -> torch.device:
+    """The torch device of a setting: ``"auto"`` is CUDA when present, else the CPU; a device
+    that cannot run the network here (``meta``, CUDA or MPS without one, an index beyond the
+    GPUs, an unknown name) is a ValueError naming ``name``."""
+    if isinstance(device, torch.device):
+        d = device
+    elif str(device).strip().lower() == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        try:
+            d = torch.device(str(device).strip())
+        except (RuntimeError, ValueError, TypeError):
+            raise ValueError(f"{name} {device!r} is not a torch device: use auto, cpu, cuda or cuda:N") from None
+    if d.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise ValueError(f"{name} {device!r}: CUDA is not available here (no GPU, or a CPU-only torch); "
+                             "use auto or cpu")
+        if d.index is not None and d.index >= n:
+            raise ValueError(f"{name} {device!r}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}")
+    elif d.type == "mps":
+        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+            raise ValueError(f"{name} {device!r}: Apple's MPS is not available here; use auto or cpu")
+    elif d.type != "cpu":
+        raise ValueError(f"{name} {device!r}: hiseg runs on cpu, cuda (cuda:N) or mps"
+                         + (" (meta tensors hold no data: nothing can be computed on them)" if d.type == "meta"
+                            else "") + "; use auto for CUDA when present, else the CPU")
+    return d
 
 
 def _as_image(image) -> np.ndarray:
@@ -122,6 +175,8 @@ class Segmenter:
         Boundary network (logits); ``None`` selects the classical path (Scharr colour
         gradient, colour-watershed superpixels, closest fitting: ``Pipeline.classical``).
     device : str or torch.device
+        ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA when present,
+        else the CPU); a device unavailable here is a ValueError (:func:`resolve_device`).
     fit_iterations, region_size
         Classical path without ``pipeline``: closest-fitting iterations (0: single linkage)
         and superpixel size.
@@ -135,7 +190,7 @@ class Segmenter:
                  fit_iterations: int = 50, region_size: float = 8.0, pipeline=None):
         from .segmentation.pipeline import Pipeline
 
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.model = model.to(self.device).eval() if model is not None else None
         if pipeline is None:
             pipeline = Pipeline() if model is not None else Pipeline.classical(region_size, fit_iterations)
@@ -187,13 +242,19 @@ class Segmenter:
 
         An image above the pipeline's ``max_pixels`` is processed at a reduced working
         resolution and its outputs drawn back at full size; ``tile``: the network's tile
-        size (memory bound; 0 for one pass).
+        size (memory bound; 0 for one pass, else at least :data:`MIN_TILE`). ValueError
+        when the network's boundary map holds NaN or infinite values (diverged weights).
         """
+        check_tile(tile)
         full = _as_image(image)
         t = {}
         t0 = time.perf_counter()
         img, out_shape = self._working_image(full)
         pmap = self.pipeline.boundary_map(self.model, img, self.device, tile=tile)
+        bad = int(np.count_nonzero(~np.isfinite(pmap)))
+        if bad:
+            raise ValueError(f"the network's boundary map has {bad} NaN or infinite values (of {pmap.size}): "
+                             "the checkpoint's weights diverged or do not suit this image; use another checkpoint")
         t["network"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
@@ -228,8 +289,9 @@ def _quantise(x: np.ndarray, top: int, dtype) -> np.ndarray:
 
 
 def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Mean colour of each region blended with the image, region boundaries in white
-    (uint8 BGR). uint8 arithmetic: a few bytes per pixel for a photograph."""
+    """Mean colour of each region blended with the image, region boundaries as a white line
+    with a black outline on both sides (visible on light and dark areas alike; uint8 BGR).
+    uint8 arithmetic: a few bytes per pixel for a photograph."""
     import cv2
 
     k = int(labels.max()) + 1
@@ -239,8 +301,11 @@ def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
     mean = np.stack([np.bincount(flat, weights=img8[..., c].ravel(), minlength=k) for c in range(3)], 1)
     lut = (mean / cnt[:, None] + 0.5).astype(np.uint8)
     out = cv2.addWeighted(lut[labels], 0.5, img8, 0.5, 0)
-    out[:, 1:][labels[:, 1:] != labels[:, :-1]] = 255
-    out[1:][labels[1:] != labels[:-1]] = 255
+    line = np.zeros(labels.shape, np.uint8)
+    line[:, 1:][labels[:, 1:] != labels[:, :-1]] = 1
+    line[1:][labels[1:] != labels[:-1]] = 1
+    out[cv2.dilate(line, np.ones((3, 3), np.uint8)) > 0] = 0  # the dark outline
+    out[line > 0] = 255
     return np.ascontiguousarray(out[..., ::-1])
 
 
@@ -252,19 +317,25 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     ``{stem}_ucm.png`` (8-bit), ``{stem}_ucm16.png`` (16-bit), ``{stem}.mat`` (BSDS
     ``ucm2``, double), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
     (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
-    :meth:`SegmentationResult.cut`). Returns the written paths.
+    :meth:`SegmentationResult.cut`). Returns the written paths. A cut of more than
+    :data:`MAX_LABELS` regions does not fit a 16-bit label image: ValueError, nothing written.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     names = output_paths(out, stem)
     cut = n_regions is not None or threshold is not None
     # the cut first, then the (large) ucm2 and its files: a photograph's full-size arrays
     # are not all held at once
+    labels = None
     if cut:
-        if n_regions is not None:
-            n_regions = min(int(n_regions), result.rag.num_regions)
         labels = (result.cut(n_regions=n_regions, min_size=min_size) if n_regions is not None
                   else result.cut(threshold=threshold))
+        k = int(labels.max()) + 1
+        if k > MAX_LABELS:
+            raise ValueError(f"{stem}: the cut has {k} regions, more than a 16-bit label image ({names['labels'].name}) "
+                             f"holds ({MAX_LABELS}); choose a higher threshold or fewer regions (nothing of {stem} "
+                             "was written)")
+    out.mkdir(parents=True, exist_ok=True)
+    if cut:
         atomic_write(names["labels"], write_png(labels.astype(np.uint16)))
         atomic_write(names["overlay"], write_png(_colour_overlay(image, labels)))
         del labels

@@ -7,19 +7,25 @@ Image conversion (:func:`read_image`, :func:`to_float_rgb`), always to float32 R
 [0, 1], shape (H, W, 3):
 
 - 8-bit: divided by 255; 16-bit: divided by 65535 (the dtype's range, not the image's
-  maximum); float images are clipped to [0, 1]; boolean images give 0 / 1;
+  maximum); float images must be in [0, 1]: values within 0.01 of it are clipped (rounding
+  of a resize), a float image further out (e.g. 0..255 values) is refused with a DataError
+  rather than clipped into a wrong image; boolean images give 0 / 1;
 - grayscale (H, W) or (H, W, 1): replicated to three channels; gray + alpha: the
   gray channel replicated; RGBA: the alpha channel is dropped (no compositing).
 
 Decoding (:func:`decode_image`): OpenCV (unchanged depth and channels), and
-``skimage.io.imread`` for what OpenCV cannot decode.
+``skimage.io.imread`` for what OpenCV cannot decode. A file's EXIF orientation (a phone's
+JPEG taken upright) is applied, as image viewers and browsers show the file: the arrays, and
+every map and cut computed from them, are the upright image.
 
 Writing (:func:`atomic_write`, :func:`atomic_write_files`): through a temporary file in
 the destination folder, renamed into place, with the usual file mode (``0666 & ~umask``):
-a killed run leaves the complete file or none, never a half-written one.
+a killed run leaves the complete file or none, never a half-written one. A failed write
+(a full disk, a file too large, no permission) raises OSError naming the destination file.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -39,10 +45,15 @@ __all__ = [
     "atomic_write",
     "atomic_write_files",
     "refuse_overwrite",
+    "naming_the_file",
+    "exif_orientation",
     "set_usual_mode",
     "write_png",
     "write_ucm2_mat",
 ]
+
+#: How far outside [0, 1] a float image may go and still be clipped (resize rounding).
+FLOAT_TOLERANCE = 0.01
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
 
@@ -73,7 +84,7 @@ def decode_image(path) -> tuple[np.ndarray, bool]:
     buf = np.fromfile(str(path), dtype=np.uint8)  # works with non-ASCII paths too
     arr = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION) if buf.size else None
     if arr is not None:
-        return arr, True
+        return _orient(arr, path), True
     try:
         from skimage.io import imread
 
@@ -82,7 +93,42 @@ def decode_image(path) -> tuple[np.ndarray, bool]:
         raise DataError(f"cannot read image {path}: unreadable or corrupt file ({type(e).__name__}: {e})") from e
     if arr.size == 0:
         raise DataError(f"cannot read image {path}: unreadable or corrupt file")
-    return arr, False
+    return _orient(arr, path), False
+
+
+def exif_orientation(path) -> int:
+    """The EXIF orientation tag (1-8) of an image file; 1 (as stored) when it has none."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            o = int(im.getexif().get(0x0112, 1))
+    except Exception:  # noqa: BLE001 - no Pillow, no EXIF, a format Pillow cannot open: as stored
+        return 1
+    return o if 1 <= o <= 8 else 1
+
+
+def _orient(arr: np.ndarray, path) -> np.ndarray:
+    """``arr`` turned upright by the file's EXIF orientation (as ``PIL.ImageOps.exif_transpose``)."""
+    o = exif_orientation(path)
+    if o == 1:
+        return arr
+    a = arr
+    if o in (5, 6, 7, 8):  # the stored image is on its side
+        a = np.swapaxes(a, 0, 1)  # transpose: 5
+        if o == 6:
+            a = a[:, ::-1]
+        elif o == 7:
+            a = a[::-1, ::-1]
+        elif o == 8:
+            a = a[::-1]
+    elif o == 2:
+        a = a[:, ::-1]
+    elif o == 3:
+        a = a[::-1, ::-1]
+    elif o == 4:
+        a = a[::-1]
+    return np.ascontiguousarray(a)
 
 
 def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
@@ -104,7 +150,8 @@ def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
     Raises
     ------
     DataError
-        Unsupported shape or dtype, or NaN / infinite values.
+        Unsupported shape or dtype, NaN / infinite values, or a float image outside [0, 1]
+        by more than :data:`FLOAT_TOLERANCE` (e.g. values in [0, 255]).
     """
     a = np.asarray(arr)
     if a.ndim == 2:
@@ -132,6 +179,12 @@ def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
         if bad:
             raise DataError(f"{name} has {bad} NaN or infinite values: give a finite image "
                             "(float in [0, 1] or integers)")
+        lo, hi = float(out.min()), float(out.max())
+        if lo < -FLOAT_TOLERANCE or hi > 1 + FLOAT_TOLERANCE:
+            hint = (" (8-bit values? divide by 255, or pass the uint8 array)" if hi <= 255 + FLOAT_TOLERANCE
+                    else " (16-bit values? divide by 65535, or pass the uint16 array)" if hi <= 65535.5 else "")
+            raise DataError(f"{name}: a float image must be in [0, 1], this one spans [{lo:g}, {hi:g}]{hint}; "
+                            "it is not clipped, which would change the image")
         np.clip(out, 0.0, 1.0, out=out)
     else:
         raise DataError(f"{name}: unsupported image dtype {a.dtype}")
@@ -272,14 +325,22 @@ def set_usual_mode(path) -> None:
     os.chmod(path, 0o666 & ~_umask())
 
 
-def refuse_overwrite(outputs, inputs) -> None:
+def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "hiseg") -> None:
     """ValueError, before anything is written, when one of the ``outputs`` paths is one of
-    the ``inputs`` files (the message names them)."""
+    the ``inputs`` files, or (unless ``overwrite``) already exists: a command never replaces
+    a file it was not asked to replace. The message names the files."""
     ins = {Path(p).resolve() for p in inputs}
     hit = sorted(str(p) for p in outputs if Path(p).resolve() in ins)
     if hit:
         raise ValueError(f"output file(s) {hit[:3]} would overwrite input files: choose another --out folder "
                          "(or move the inputs)")
+    if overwrite:
+        return
+    there = sorted(str(p) for p in outputs if os.path.lexists(p))
+    if there:
+        raise ValueError(f"{len(there)} output file(s) exist already, e.g. {there[:5]}: {command} does not replace "
+                         "files; choose another --out folder, or give --overwrite to replace them (nothing was "
+                         "written)")
 
 
 def _temp_beside(path: Path) -> str:
@@ -295,6 +356,19 @@ def _discard(tmp) -> None:
         pass
 
 
+@contextlib.contextmanager
+def naming_the_file(path):
+    """Re-raise an OSError of the block as an OSError that names ``path`` (a full disk's
+    "[Errno 27] File too large" carries no file name, nor does a failed encoder)."""
+    try:
+        yield
+    except OSError as e:
+        if str(path) in str(e):
+            raise
+        msg = f"cannot write {path}: {e.strerror or str(e) or type(e).__name__}"
+        raise (OSError(e.errno, msg) if e.errno is not None else OSError(msg)) from e
+
+
 def atomic_write(path, write: Callable[[str], object]) -> None:
     """Write one file: ``write(tmp_path)`` writes the content to a temporary file in the
     same folder, which then gets the usual mode and is renamed to ``path``.
@@ -303,11 +377,13 @@ def atomic_write(path, write: Callable[[str], object]) -> None:
     file, never under the final name); on error the temporary file is removed.
     """
     path = Path(path)
-    tmp = _temp_beside(path)
+    with naming_the_file(path):
+        tmp = _temp_beside(path)
     try:
-        write(tmp)
-        set_usual_mode(tmp)
-        os.replace(tmp, path)
+        with naming_the_file(path):
+            write(tmp)
+            set_usual_mode(tmp)
+            os.replace(tmp, path)
     except BaseException:
         _discard(tmp)
         raise
@@ -335,12 +411,14 @@ def atomic_write_files(out_dir, files: Mapping[str, bytes | str]) -> list[Path]:
         for name, content in files.items():
             dest = out_dir / name
             data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-            temps.append((dest, _temp_beside(dest)))
-            with open(temps[-1][1], "wb") as fh:
-                fh.write(data)
-            set_usual_mode(temps[-1][1])
+            with naming_the_file(dest):
+                temps.append((dest, _temp_beside(dest)))
+                with open(temps[-1][1], "wb") as fh:
+                    fh.write(data)
+                set_usual_mode(temps[-1][1])
         for dest, tmp in temps:
-            os.replace(tmp, dest)
+            with naming_the_file(dest):
+                os.replace(tmp, dest)
         written, temps = [dest for dest, _ in temps], []
         return written
     finally:

@@ -19,6 +19,7 @@ of ucm2 ``.mat`` files with ``--ucm``), and an ``index.html`` of thumbnails for 
 """
 from __future__ import annotations
 
+import argparse
 import base64
 import html
 import json
@@ -31,10 +32,11 @@ from typing import Sequence
 
 import numpy as np
 
-from .io import atomic_write, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
+from .io import atomic_write, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs",
-           "write_pages", "write_page_file", "write_index_file", "add_arguments", "run"]
+           "write_pages", "write_page_file", "write_index_file", "start_of", "add_arguments", "run", "option_type",
+           "add_segmenter_arguments", "per_file", "report_failures"]
 
 INDEX = "index.html"
 _MAX_LEVELS = 1 << 24  # ranks travel in the 24 bits of an RGB pixel
@@ -99,20 +101,31 @@ def _b64(data: bytes) -> str:
 
 
 def _script_json(obj) -> str:
-    """JSON safe inside a <script> element."""
-    return json.dumps(obj, separators=(",", ":")).replace("</", "<\\/").replace("<!--", "<\\!--")
+    """JSON safe inside a <script> element: ``<``, ``>`` and ``&`` as ``\\u003c``-style escapes
+    (valid JSON, and no ``</script>`` or ``<!--`` can appear in the element's text)."""
+    text = json.dumps(obj, separators=(",", ":"))
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "") -> str:
+def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "", regions=None, threshold=None) -> str:
     """The explorer page (HTML text) of one image and its ucm2 (see the module docstring).
 
     ``image``: (H, W[, 3]) float in [0, 1] or integers; ``ucm2``: (2H+1, 2W+1), checked by
-    :func:`check_ucm2`. ``source`` (what made the hierarchy) is shown beside the title.
+    :func:`check_ucm2`. ``source`` (what made the hierarchy) is shown beside the title. The
+    page opens at the level ``threshold``, or at the finest level with at most ``regions``
+    regions (default: 12).
     """
-    return _build_page(image, ucm2, title, source)[0]
+    return _build_page(image, ucm2, title, source, start_of(regions, threshold))[0]
 
 
-def _build_page(image, ucm2: np.ndarray, title: str, source: str) -> tuple[str, int]:
+def start_of(regions=None, threshold=None) -> dict:
+    """Where a page opens: ``{"level": threshold}`` or ``{"regions": regions}`` (default 12)."""
+    if threshold is not None:
+        return {"level": float(threshold)}
+    return {"regions": int(regions) if regions is not None else 12}
+
+
+def _build_page(image, ucm2: np.ndarray, title: str, source: str, start=None) -> tuple[str, int]:
     """(page text, number of distinct levels) of :func:`build_page`."""
     rgb = _rgb8(image)
     u = check_ucm2(ucm2, rgb.shape, where=f"ucm2 of {title or 'the image'}")
@@ -120,7 +133,8 @@ def _build_page(image, ucm2: np.ndarray, title: str, source: str) -> tuple[str, 
     packed = np.stack([(ranks >> 16) & 255, (ranks >> 8) & 255, ranks & 255], axis=-1).astype(np.uint8)
     data = {"title": title, "source": source, "width": rgb.shape[1], "height": rgb.shape[0],
             "image": _b64(_png(rgb)), "ucm": _b64(_png(packed)),
-            "levels": _b64(levels.astype("<f8").tobytes()), "rankSum": int(ranks.sum(dtype=np.int64))}
+            "levels": _b64(levels.astype("<f8").tobytes()), "rankSum": int(ranks.sum(dtype=np.int64)),
+            "start": start or start_of()}
     template = resources.files("hiseg").joinpath("view_page.html").read_text(encoding="utf-8")
     text = template.replace("__HISEG_TITLE__", html.escape(title)).replace("__HISEG_DATA__", _script_json(data))
     return text, levels.size
@@ -192,16 +206,16 @@ def page_outputs(out, stems: Sequence[str]) -> dict:
     return {n: out / n for n in names}
 
 
-def _page(stem: str, image, ucm2, source: str):
+def _page(stem: str, image, ucm2, source: str, start=None):
     """(page text, index entry) of one image."""
-    text, levels = _build_page(image, ucm2, stem, source)  # one np.unique of the ucm2, not two
+    text, levels = _build_page(image, ucm2, stem, source, start)  # one np.unique of the ucm2, not two
     return text, (f"{stem}.html", f"{stem} ({levels} levels)", thumbnail(image, ucm2))
 
 
-def write_page_file(out, stem: str, image, ucm2, source: str = "") -> tuple:
-    """Write ``out/STEM.html`` atomically (``hiseg predict --html``); returns its index entry
-    for :func:`write_index_file`."""
-    text, entry = _page(stem, image, ucm2, source)
+def write_page_file(out, stem: str, image, ucm2, source: str = "", start=None) -> tuple:
+    """Write ``out/STEM.html`` atomically (``hiseg predict --html``; ``start``: :func:`start_of`);
+    returns its index entry for :func:`write_index_file`."""
+    text, entry = _page(stem, image, ucm2, source, start)
     atomic_write(Path(out) / entry[0], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return entry
 
@@ -220,9 +234,10 @@ def write_pages(out, items, progress=None) -> list[Path]:
 
     Every file is first written into a temporary folder inside ``out`` (pages one at a
     time: a folder of photographs is never held in memory) and moved into place
-    (``os.replace``, atomic) only once all of them exist: an error on any image
-    (unreadable, a UCM of another shape, ...) leaves no page written and no folder created.
-    ``progress``: wraps ``items`` (e.g. tqdm). Returns the written paths.
+    (``os.replace``, atomic) only once all of them exist: an error raised by ``items`` or a
+    page leaves no page written and no folder created (``hiseg view`` skips and reports the
+    images that fail on their own, :func:`per_file`). ``progress``: wraps ``items`` (e.g.
+    tqdm). Returns the written paths (none, and no folder, when ``items`` is empty).
     """
     out = Path(out)
     created = []
@@ -230,29 +245,39 @@ def write_pages(out, items, progress=None) -> list[Path]:
     while not d.exists():
         created.append(d)
         d = d.parent
-    out.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(dir=out, prefix=".hiseg-view-"))
-    try:
-        entries, stems = [], []
-        for stem, image, ucm2, source in (progress(items) if progress else items):
-            text, entry = _page(stem, image, ucm2, source)
-            (stage / entry[0]).write_text(text, encoding="utf-8")
-            entries.append(entry)
-            stems.append(stem)
-        targets = page_outputs(out, stems)
-        if len(entries) > 1:
-            (stage / INDEX).write_text(build_index(entries), encoding="utf-8")
-        for name, path in targets.items():
-            set_usual_mode(stage / name)  # mkdtemp's folder is private, the pages are not
-            os.replace(stage / name, path)
-        return list(targets.values())
-    except BaseException:
+    with naming_the_file(out):
+        out.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(dir=out, prefix=".hiseg-view-"))
+
+    def remove_created():
         shutil.rmtree(stage, ignore_errors=True)
         for d in created:  # deepest first; only the folders this call made
             try:
                 d.rmdir()
             except OSError:
                 break
+    try:
+        entries, stems = [], []
+        for stem, image, ucm2, source in (progress(items) if progress else items):
+            text, entry = _page(stem, image, ucm2, source)
+            with naming_the_file(out / entry[0]):
+                (stage / entry[0]).write_text(text, encoding="utf-8")
+            entries.append(entry)
+            stems.append(stem)
+        if not entries:  # every image failed (the caller reports them): no folder left behind
+            remove_created()
+            return []
+        targets = page_outputs(out, stems)
+        if len(entries) > 1:
+            with naming_the_file(out / INDEX):
+                (stage / INDEX).write_text(build_index(entries), encoding="utf-8")
+        for name, path in targets.items():
+            with naming_the_file(path):
+                set_usual_mode(stage / name)  # mkdtemp's folder is private, the pages are not
+                os.replace(stage / name, path)
+        return list(targets.values())
+    except BaseException:
+        remove_created()
         raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
@@ -264,6 +289,69 @@ def source_of(args) -> str:
 
 
 # ----------------------------------------------------------------------------- command line
+#: Errors that stop one image of a command, not the command: an unreadable or corrupt image,
+#: a UCM of another shape, a cut too large for its file, ... (reported at the end).
+PER_FILE_ERRORS = (ValueError, FileNotFoundError)
+
+
+def option_type(convert, check=None):
+    """An argparse ``type``: ``convert(text)`` then ``check(value)``; their ValueError becomes
+    argparse's error, which names the option ("argument --tile: ...")."""
+    def parse(text):
+        try:
+            v = convert(text)
+            if check is not None:
+                check(v)
+        except (ValueError, TypeError) as e:
+            raise argparse.ArgumentTypeError(str(e) if "got" in str(e) else f"{e}, got {text!r}") from None
+        return v
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
+
+
+def _check_max_pixels(v):
+    from .segmentation.pipeline import Pipeline
+
+    Pipeline(max_pixels=v)  # the one rule: 0 or >= 4096
+
+
+def add_segmenter_arguments(p, what: str = "files") -> None:
+    """The options ``hiseg predict`` and ``hiseg view`` share: --device, --max-pixels, --overwrite."""
+    p.add_argument("--device", default="auto",
+                   help="torch device of the network: auto (CUDA when present, else the CPU), cpu, cuda, "
+                        "cuda:1, mps (default: %(default)s)")
+    p.add_argument("--max-pixels", type=option_type(int, _check_max_pixels), default=None, metavar="N",
+                   help="working resolution: larger images are processed at N pixels (>= 4096) and their outputs "
+                        "drawn back at full size (default: the checkpoint's pipeline, 500000; 0: no limit)")
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} that exist already in --out (without it, the command refuses before "
+                        "writing anything, naming them)")
+
+
+def per_file(failures: list, name, fn, *args):
+    """``fn(*args)``, or None with ``(name, message)`` added to ``failures`` on a
+    :data:`PER_FILE_ERRORS`: a folder's other images go on."""
+    try:
+        return fn(*args)
+    except PER_FILE_ERRORS as e:
+        failures.append((str(name), str(e)))
+        return None
+
+
+def report_failures(command: str, failures: list, total: int) -> int:
+    """Print the images that failed (after the others were written); the exit status (1 or 0)."""
+    import sys
+
+    if not failures:
+        return 0
+    done = total - len(failures)
+    print(f"{command}: error: {len(failures)} of {total} image(s) failed; "
+          + (f"the other {done} were written:" if done else "nothing was written:"), file=sys.stderr)
+    for name, msg in failures:
+        print(f"  {name}: {msg}", file=sys.stderr)
+    return 1
+
+
 def add_arguments(p) -> None:
     p.description = ("Write an interactive explorer page (one self-contained HTML file, no server or "
                      "network needed) per image: the image, its saliency map (UCM) and a slider over "
@@ -277,9 +365,7 @@ def add_arguments(p) -> None:
     p.add_argument("--checkpoint", "-c", default=None,
                    help="without --ucm: trained checkpoint (.ckpt) or a shipped model's name (bsds500); "
                         "without it, the classical colour-gradient + ultrametric-fitting path")
-    p.add_argument("--device", default="cpu", help="torch device of the network (cpu, cuda, ...)")
-    p.add_argument("--max-pixels", type=int, default=None, metavar="N",
-                   help="working resolution of the segmentation (default: the checkpoint's pipeline)")
+    add_segmenter_arguments(p, "pages")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
 
 
@@ -308,23 +394,31 @@ def run(args, files: Sequence[Path], make_segmenter) -> int:
         inputs += mats
     elif args.checkpoint and Path(args.checkpoint).exists():
         inputs.append(Path(args.checkpoint))
-    refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs)
+    refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs, overwrite=args.overwrite,
+                     command="hiseg view")
     seg = None if args.ucm is not None else make_segmenter(args)
     source = f"ucm2 from {args.ucm}" if seg is None else source_of(args)
+    failures = []
 
-    def items():
+    def hierarchy(f, mat):
         from .metrics.predictions import load_prediction
 
+        img = read_image(f)
+        if seg is None:
+            return img, check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
+        return img, seg.segment(img).ucm2
+
+    def items():
         for f, mat in zip(files, mats):
-            img = read_image(f)
-            if seg is None:
-                ucm2 = check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
-            else:
-                ucm2 = seg.segment(img).ucm2
-            yield f.stem, img, ucm2, source
+            got = per_file(failures, f, hierarchy, f, mat)
+            if got is not None:
+                yield (f.stem, *got, source)
 
     bar = None if args.no_progress or len(files) < 2 else (lambda it: tqdm(it, total=len(files), desc="hiseg view",
                                                                             unit="img"))
-    write_pages(out, items(), progress=bar)
-    print(f"wrote {len(files)} page(s) to {out}" + (f" and {INDEX} (open it)" if len(files) > 1 else ""))
-    return 0
+    written = write_pages(out, items(), progress=bar)
+    pages = len(files) - len(failures)
+    if pages:
+        print(f"wrote {pages} page(s) to {out}" + (f" and {INDEX} (open it)" if INDEX in {p.name for p in written}
+                                                    else ""))
+    return report_failures("hiseg view", failures, len(files))

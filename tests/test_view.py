@@ -175,7 +175,7 @@ def refused(capsys, argv, *fragments):
     return err
 
 
-def test_bad_input_is_refused_and_nothing_is_written(tmp_path, predicted, capsys):
+def test_bad_input_is_refused_or_reported_per_image(tmp_path, predicted, capsys):
     src, pred = predicted
     out = tmp_path / "new" / "pages"
     # a prediction folder without UCMs
@@ -184,14 +184,18 @@ def test_bad_input_is_refused_and_nothing_is_written(tmp_path, predicted, capsys
     (empty / "a_ucm.png").write_bytes(b"")
     refused(capsys, ["view", str(src), "--ucm", str(empty), "--out", str(out)],
             "no ucm2 file for 2 of 2 image(s): a.mat, b.mat", "0 .mat files there")
-    # b's UCM belongs to another image: a's page is not written either, no folder is left
+    # b's UCM belongs to another image: b fails, named, a's page is written, exit status 1
     savemat(pred / "b.mat", {"ucm2": np.zeros((21, 31))})
-    refused(capsys, ["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"],
-            "b.mat", "10x15 (HxW) image, but the image is 60x80", "another image")
-    assert not (tmp_path / "new").exists()
-    refused(capsys, ["view", str(src), "--ucm", str(pred), "--checkpoint", "bsds500", "--out", str(out)],
+    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "1 of 2 image(s) failed" in err and "b.mat" in err and "10x15 (HxW) image, but the image is 60x80" in err
+    assert sorted(p.name for p in out.iterdir()) == ["a.html"]
+    # only b: nothing written, no folder left
+    assert cli_main(["view", str(src / "b.png"), "--ucm", str(pred), "--out", str(tmp_path / "new2" / "p")]) == 1
+    assert "nothing was written" in capsys.readouterr().err and not (tmp_path / "new2").exists()
+    refused(capsys, ["view", str(src), "--ucm", str(pred), "--checkpoint", "bsds500", "--out", str(tmp_path / "n3")],
             "not both")
-    assert not (tmp_path / "new").exists()
+    assert not (tmp_path / "n3").exists()
 
 
 def test_an_output_never_overwrites_an_input(tmp_path, classical, capsys):

@@ -146,6 +146,17 @@ def refuse_remote_checkpoint(path: Any, what: str = "checkpoint") -> None:
             f"from a URL can run code). Download it, check where it comes from, and pass the local file.")
 
 
+_GLOBAL = re.compile(r"unsupported global", re.IGNORECASE)
+
+
+def _without_rerun_hint(text: str) -> str:
+    """torch's message minus its advice to re-run with ``weights_only=False`` (which would run
+    the file's code): hiseg never gives that advice."""
+    if "weights_only" in text and ("False" in text or "arbitrary code" in text):
+        return "refused by a weights-only load"
+    return text
+
+
 def load_checkpoint_file(path, map_location: Any = "cpu") -> Any:
     """``torch.load(path, weights_only=True)``: the raw object. FileNotFoundError; CheckpointError
     for a URL, a corrupt file, or one that pickles classes (the message says how to allow
@@ -158,17 +169,23 @@ def load_checkpoint_file(path, map_location: Any = "cpu") -> Any:
         return torch.load(p, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
         msg = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
-        # only a refused *global* (a class or function to import) means "code in the file"
-        if "Unsupported global" in msg:
-            detail = next(ln.strip() for ln in msg.splitlines() if "Unsupported global" in ln)
+        # only a refused *global* (a class or function to import) means "code in the file";
+        # torch words it "Unsupported global" or "unsupported GLOBAL" depending on the version
+        detail = next((ln.strip() for ln in msg.splitlines() if _GLOBAL.search(ln)), None)
+        if detail is not None:
             raise CheckpointError(
-                f"checkpoint {p} holds Python objects that a weights-only load refuses (a checkpoint is read "
-                f"as data, never code). If you trust the file, allow the listed classes with "
-                f"`with torch.serialization.safe_globals([...]):` around the call, or re-save only its "
-                f"state_dict. Details: {detail}") from e
-        raise CheckpointError(f"checkpoint {p} is corrupted or not a torch checkpoint: {msg.splitlines()[:1]}") from e
+                f"checkpoint {p} was refused as unsafe: it holds pickled Python code or objects (untrusted "
+                f"pickled code could run when the file is read), and a checkpoint is read as data only. "
+                f"Use a checkpoint holding tensors only (re-save its state_dict where you made it); if it is "
+                f"your own file with trusted classes, allow them with "
+                f"`with torch.serialization.safe_globals([...]):` around the call. "
+                f"Refused: {_without_rerun_hint(detail)}") from e
+        raise CheckpointError(f"checkpoint {p} is corrupted or not a torch checkpoint: "
+                              f"{_without_rerun_hint(msg.splitlines()[0] if msg else '')}") from e
     except Exception as e:  # zip / EOF / decode errors: all mean "not a usable checkpoint"
-        raise CheckpointError(f"checkpoint {p} is corrupted or not a torch checkpoint: {type(e).__name__}: {e}") from e
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise CheckpointError(f"checkpoint {p} is corrupted or not a torch checkpoint: "
+                              f"{type(e).__name__}: {_without_rerun_hint(first)}") from e
 
 
 class Checkpoint(NamedTuple):
@@ -239,7 +256,8 @@ def _arch_of_keys(state_dict: Mapping[str, torch.Tensor]) -> str | None:
 def load_state_dict_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: Any,
                             hyper_parameters: Mapping[str, Any] | None = None, listed: int = 5) -> nn.Module:
     """``model.load_state_dict(strict=True)``; ArchitectureMismatchError listing missing,
-    unexpected and mis-shaped keys and the architecture the checkpoint names."""
+    unexpected and mis-shaped keys and the architecture the checkpoint names; CheckpointError
+    when a floating-point tensor holds NaN or infinite values (a diverged run)."""
     own = model.state_dict()
     missing = [k for k in own if k not in state_dict]
     unexpected = [k for k in state_dict if k not in own]
@@ -257,6 +275,11 @@ def load_state_dict_checked(model: nn.Module, state_dict: Mapping[str, torch.Ten
         elif shapes and not missing and not unexpected:
             parts.append("same layers, other sizes: was it built with other keyword arguments (e.g. width)?")
         raise ArchitectureMismatchError(f"checkpoint {source} does not fit architecture {arch!r}: " + "; ".join(parts))
+    bad = [k for k in own if state_dict[k].is_floating_point() and not bool(torch.isfinite(state_dict[k]).all())]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {source} has NaN or infinite values in {len(bad)} tensor(s), e.g. {bad[:listed]}: "
+            "its training diverged or the file is damaged; use an earlier checkpoint of the run")
     model.load_state_dict(state_dict, strict=True)
     return model
 
