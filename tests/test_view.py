@@ -396,3 +396,19 @@ def test_browser_index_page_leads_to_the_pages(browser, predicted, tmp_path):
     ucm2 = loadmat(pred / "b.mat")["ucm2"]
     assert d.execute_script("return hisegView.regionCount()") == ucm_to_labels(
         ucm2, d.execute_script("return hisegView.level()")).max()
+
+
+def test_browser_page_opens_at_the_requested_cut(browser, classical, tmp_path):
+    """build_page(regions=K): the finest level with at most K regions; threshold=T: level T."""
+    d = browser
+    name, img, res = classical
+    levels = np.unique(res.ucm2)
+    counts = np.array([res.cut(threshold=t).max() + 1 for t in levels])  # non-increasing in the level
+    for k in (3, 8):
+        show(d, tmp_path / f"r{k}.html", img, res.ucm2, title=name, regions=k)
+        want = levels[int(np.argmax(counts <= k))]
+        assert d.execute_script("return hisegView.level()") == want
+        assert int(d.find_element("id", "regions").text) == res.cut(threshold=want).max() + 1 <= k
+    t = float(levels[len(levels) // 2])
+    show(d, tmp_path / "t.html", img, res.ucm2, title=name, threshold=t)
+    assert d.execute_script("return hisegView.level()") == t
