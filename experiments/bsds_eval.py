@@ -8,8 +8,11 @@
    (``hiseg.models.weights.save_weights``: state dict + architecture + the superpixel
    settings and training metadata; loads with ``weights_only=True``);
 2. runs ``hiseg predict`` on the val images (ucm2 ``.mat`` files), timing each stage;
-3. runs the Python BSDS benchmark (``hiseg evaluate``) on them and, with ``--baseline``,
-   on the gPb-owt-ucm ucm2 files of the same images;
+3. runs the Python BSDS benchmark (``hiseg evaluate``: Fb, covering, PRI, VI and Fop) on
+   them and, with ``--baseline``, on the gPb-owt-ucm ucm2 files of the same images, and
+   reads SEISM's published per-image results of gPb-owt-ucm and MCG
+   (``../shared/data/bench/seism``, when present; SEISM's rules, see
+   :mod:`hiseg.metrics.seism`) for the same images;
 4. writes ``OUT/results.md`` (a table of both) and ``OUT/results.json``.
 """
 import argparse
@@ -48,7 +51,10 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--export", default=None, help="write the slim checkpoint here")
     ap.add_argument("--meta", default="{}", help="extra JSON metadata for the exported checkpoint")
-    ap.add_argument("--baseline", action="store_true", help="also evaluate gPb-owt-ucm (ucm2/val)")
+    ap.add_argument("--baseline", action="store_true",
+                    help="also evaluate gPb-owt-ucm (ucm2/val), and list SEISM's gPb-owt-ucm and MCG figures")
+    ap.add_argument("--seism", default=None,
+                    help="SEISM result folders (default: ../shared/data/bench/seism beside the BSDS root)")
     ap.add_argument("--n-images", type=int, default=100)
     ap.add_argument("--thresholds", type=int, default=99)
     ap.add_argument("--workers", type=int, default=2)
@@ -123,18 +129,51 @@ def main():
             (base / f"{n}.mat").symlink_to((ucm_dir / f"{n}.mat").resolve())
         results["gpb_owt_ucm"] = evaluate(base, gt, n_thresholds=args.thresholds, workers=args.workers)
 
-    def row(name, r):
-        b = r["boundary"]
-        return (f"| {name} | {b['ods']['f']:.4f} | {b['ois']['f']:.4f} | {b['ap']:.4f} | "
-                f"{r['covering']['ods']:.4f} | {r['covering']['ois']:.4f} | {r['covering']['best']:.4f} | "
-                f"{r['pri']['ods']:.4f} | {r['pri']['ois']:.4f} | {r['vi']['ods']:.4f} | {r['vi']['ois']:.4f} |")
+    seism_rows = {}
+    if args.baseline:
+        from hiseg.metrics.seism import read_seism_table, fb_dataset
+        from hiseg.metrics.summary import fop_dataset
 
-    lines = [f"BSDS500 val, {len(names)} images, {args.thresholds} thresholds (hiseg's Python benchmark)\n",
-             "| method | bdry ODS F | bdry OIS F | AP | cover ODS | cover OIS | cover best | PRI ODS | PRI OIS "
-             "| VI ODS | VI OIS |", "|---|---|---|---|---|---|---|---|---|---|---|",
+        sdir = Path(args.seism) if args.seism else root.parent.parent / "bench" / "seism"
+        if not (sdir / "val_ids.txt").is_file():
+            sdir = root.parent / "bench" / "seism"
+        if (sdir / "val_ids.txt").is_file():
+            ids = (sdir / "val_ids.txt").read_text().split()
+            pick = [ids.index(n) for n in names]
+            for method, label in (("MCG", "MCG (SEISM's results)"), ("gPb-UCM", "gPb-owt-ucm (SEISM's results)")):
+                if (sdir / method).is_dir():
+                    th, _, fb = read_seism_table(sdir / method, "fb")
+                    _, _, fo = read_seism_table(sdir / method, "fop")
+                    seism_rows[label] = {"boundary": fb_dataset(th, fb[pick]),
+                                         "fop": fop_dataset(th, fo[pick], names, False)}
+            results["seism"] = seism_rows
+        else:
+            print(f"no SEISM results in {sdir}: MCG row left out")
+
+    def cell(r, *path):
+        try:
+            for k in path:
+                r = r[k]
+            return f"{r:.4f}"
+        except (KeyError, TypeError):
+            return "–"
+
+    def row(name, r):
+        cols = [("boundary", "ods", "f"), ("boundary", "ois", "f"), ("boundary", "ap"),
+                ("fop", "ods", "f"), ("fop", "ois", "f"), ("fop", "ap"),
+                ("covering", "ods"), ("covering", "ois"), ("covering", "best"),
+                ("pri", "ods"), ("pri", "ois"), ("vi", "ods"), ("vi", "ois")]
+        return f"| {name} | " + " | ".join(cell(r, *c) for c in cols) + " |"
+
+    lines = [f"BSDS500 val, {len(names)} images, {args.thresholds} thresholds (hiseg's Python benchmark; "
+             "SEISM rows: SEISM's own per-image files, its rules)\n",
+             "| method | Fb ODS | Fb OIS | Fb AP | Fop ODS | Fop OIS | Fop AP | cover ODS | cover OIS | cover best "
+             "| PRI ODS | PRI OIS | VI ODS | VI OIS |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
              row(f"hiseg ({Path(args.checkpoint).name})", results["hiseg"])]
     if "gpb_owt_ucm" in results:
         lines.append(row("gPb-owt-ucm", results["gpb_owt_ucm"]))
+    for label, r in seism_rows.items():
+        lines.append(row(label, r))
     lines.append(f"\nK-cut covering (K = median annotator region count; closest level of each UCM): "
                  f"hiseg {kc['hiseg']:.4f} (exact K-region cut {kc['hiseg_exact']:.4f}), "
                  f"gPb-owt-ucm {kc['gpb_owt_ucm']:.4f}")
@@ -144,9 +183,10 @@ def main():
     (out / "results.md").write_text("\n".join(lines) + "\n")
     def summary(v):  # dataset figures and per-threshold curves; per-image tables stay out
         return {kk: {f: x for f, x in v[kk].items() if f != "per_image"}
-                for kk in ("boundary", "covering", "pri", "vi") if kk in v}
+                for kk in ("boundary", "fop", "covering", "pri", "vi") if kk in v}
 
-    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds", "kcut_covering", "pipeline") else summary(v))
+    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds", "kcut_covering", "pipeline", "seism")
+                else summary(v))
             for k, v in results.items()}
     (out / "results.json").write_text(json.dumps(keep, indent=1, default=float))
     print("\n".join(lines))

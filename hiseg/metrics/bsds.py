@@ -164,7 +164,8 @@ def evaluate(
         cntR sumR cntP sumP], ``reg_best`` cntR_best, ``ri_vi`` rows [thresh
         RI VI]); ``timing`` {total_s (wall clock), boundary_s, region_s (wall
         clock summed over images), boundary_cpu_s, region_cpu_s (CPU time of
-        the worker processes, summed over images), workers}.
+        the worker processes, summed over images), fop_cpu_s (the part of region_cpu_s
+        spent on Fop, the contingency tables excepted: they are shared), workers}.
 
     Raises
     ------
@@ -255,6 +256,8 @@ def evaluate(
         "region_s": float(sum(r["time_region"] for r in per_image)),
         "boundary_cpu_s": float(sum(r["cpu_boundary"] for r in per_image)),
         "region_cpu_s": float(sum(r["cpu_region"] for r in per_image)),
+        "fop_cpu_s": float(sum((r["region"].extra.get("fop_cpu_s", 0.0) if r["region"] is not None else 0.0)
+                               for r in per_image)),
         "workers": workers,
     }
     return out

@@ -260,8 +260,11 @@ def region_counts(
     ValueError
         On shape mismatch or a segs/thresholds length mismatch.
     """
+    import time
+
     from .fop import fop_from_tables
 
+    fop_cpu = 0.0
     thresh = np.asarray(thresh, dtype=np.float64)
     nt = thresh.size
     cnt_r = np.zeros(nt)
@@ -289,11 +292,13 @@ def region_counts(
             a_g_all = np.concatenate(a_g) if a_g else np.zeros(0)
             f_row = None
             if fop:
+                c0 = time.process_time()
                 if fop_seg is None:
                     f = fop_from_tables(tables, seg, gt_segs)
                 else:
                     f = fop_from_tables(gt_tables(fop_seg, gt_segs), fop_seg, gt_segs)
                 f_row = (f.f, f.precision, f.recall)
+                fop_cpu += time.process_time() - c0
             cache = (
                 float((a_g_all * mg_all).sum()),
                 float(a_g_all.sum()),
@@ -314,4 +319,5 @@ def region_counts(
     if n != nt:
         raise ValueError(f"got {n} segmentations for {nt} thresholds")
     cnt_r_best = float((area_gt_all * best_gt).sum()) if best_gt is not None else 0.0
-    return RegionImageResult(thresh, cnt_r, sum_r, cnt_p, sum_p, cnt_r_best, ri, vi, name=name, fop=fop_rows)
+    return RegionImageResult(thresh, cnt_r, sum_r, cnt_p, sum_p, cnt_r_best, ri, vi, name=name, fop=fop_rows,
+                             extra={"fop_cpu_s": fop_cpu} if fop else {})
