@@ -19,8 +19,9 @@ ORDER = ["io", "_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting"
          "inference", "view", "cli", "cli_train"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
-    "segmentation": ["superpixels", "pooling", "saliency", "pipeline"],
-    "metrics": ["summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli"],
+    "segmentation": ["superpixels", "pooling", "merging", "saliency", "pipeline"],
+    "metrics": ["summary", "matching", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
+                "evaluate_cli", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule"],
     "models": ["weights", "boundary_net", "backbone_net"],
 }
@@ -87,3 +88,14 @@ def test_imports_run_downward(path, rel):
         elif r[0] >= own[0]:
             upward.append(target)
     assert not upward, f"hiseg/{'/'.join(rel)}.py imports from above it: {upward}"
+
+
+def test_no_private_higra_call():
+    """hiseg uses higra's public API only (no ``hg.cpp._...``): a higra release may rename
+    its private functions at any time (see benchmarks/results/bpt_canonical.md)."""
+    import re
+
+    call = re.compile(r"\b(hg|higra)\.cpp\._\w+\s*\(")
+    hits = [f"{p.relative_to(PKG.parent)}:{i + 1}" for p in sorted(PKG.rglob("*.py"))
+            for i, line in enumerate(p.read_text().splitlines()) if call.search(line.split("#")[0])]
+    assert not hits, f"private higra calls: {hits}"

@@ -42,7 +42,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
-from .region import contingency
+from .tables import contingency
 
 __all__ = [
     "AREA_PERCENTILE",

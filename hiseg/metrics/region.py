@@ -22,17 +22,22 @@ Rand index and variation of information) and ``collect_eval_reg``:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
 from scipy import ndimage
 
+from .fop import fop_from_tables
+from .tables import contingency, gt_tables  # noqa: F401 (contingency re-exported: hiseg.metrics.region.contingency)
+
 
 __all__ = [
     "RegionImageResult",
     "contingency",
     "covering_matches",
+    "gt_tables",
     "rand_index",
     "region_counts",
     "ucm_to_labels",
@@ -61,47 +66,6 @@ def ucm_to_labels(ucm2: np.ndarray, t: float) -> np.ndarray:
     """
     lab, _ = ndimage.label(np.asarray(ucm2) <= t, structure=_EIGHT)
     return lab[1::2, 1::2]
-
-
-def contingency(a: np.ndarray, b: np.ndarray):
-    """Sparse contingency table of two non-negative integer label images.
-
-    Parameters
-    ----------
-    a, b : numpy.ndarray, same shape
-        Label images (non-negative integers).
-
-    Returns
-    -------
-    ia, ib, n : numpy.ndarray
-        Label pairs with a non-zero count and the counts.
-    na, nb : numpy.ndarray
-        Areas of the labels ``0..max(a)`` and ``0..max(b)``.
-
-    Notes
-    -----
-    Cost O(N) with a dense ``bincount`` when ``(max a + 1)(max b + 1)`` is
-    moderate, else O(N log N).
-    """
-    a = np.asarray(a).ravel().astype(np.int64)
-    b = np.asarray(b).ravel().astype(np.int64)
-    if a.size != b.size:
-        raise ValueError("label images of different sizes")
-    if a.size and (a.min() < 0 or b.min() < 0):
-        raise ValueError("labels must be non-negative")
-    ka = int(a.max()) + 1 if a.size else 1
-    kb = int(b.max()) + 1 if b.size else 1
-    if ka * kb <= max(4 * a.size, 1 << 22):
-        dense = np.bincount(a * kb + b, minlength=ka * kb)
-        nz = np.flatnonzero(dense)
-        n = dense[nz]
-        ia, ib = np.divmod(nz, kb)
-    else:
-        keys, n = np.unique(a * kb + b, return_counts=True)
-        ia, ib = np.divmod(keys, kb)
-    na = np.bincount(a, minlength=ka)
-    nb = np.bincount(b, minlength=kb)
-    return ia, ib, n, na, nb
 
 
 def _ri_vi(n: np.ndarray, na: np.ndarray, nb: np.ndarray) -> tuple[float, float]:
@@ -133,20 +97,6 @@ def variation_of_information(a: np.ndarray, b: np.ndarray) -> float:
     two label images. Cost O(N)."""
     ia, ib, n, na, nb = contingency(a, b)
     return _ri_vi(n, na, nb)[1]
-
-
-def gt_tables(seg: np.ndarray, gt_segs: Sequence[np.ndarray]) -> list:
-    """The contingency table (:func:`contingency` ``(gt, seg)``) of ``seg`` against each
-    annotator: computed once per segmentation and shared by covering, PRI, VI and Fop.
-    ValueError naming the annotator when a shape differs."""
-    seg = np.asarray(seg)
-    tables = []
-    for i, gt in enumerate(gt_segs):
-        gt = np.asarray(gt)
-        if gt.shape != seg.shape:
-            raise ValueError(f"segmentation shape {seg.shape} != ground-truth shape {gt.shape} (annotator {i + 1})")
-        tables.append(contingency(gt, seg))
-    return tables
 
 
 def covering_matches(seg: np.ndarray, gt_segs: Sequence[np.ndarray], tables=None):
@@ -260,10 +210,6 @@ def region_counts(
     ValueError
         On shape mismatch or a segs/thresholds length mismatch.
     """
-    import time
-
-    from .fop import fop_from_tables
-
     fop_cpu = 0.0
     thresh = np.asarray(thresh, dtype=np.float64)
     nt = thresh.size
