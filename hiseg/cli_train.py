@@ -22,6 +22,33 @@ from .lightning import VAL_THRESHOLDS, HierarchicalSegmentationModule
 from .models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
 
 SUBCOMMANDS = ("fit", "validate", "test")
+
+
+class NoDataError(ValueError):
+    """``fit`` / ``validate`` / ``test`` without a data module (no ``--config``, no ``--data``)."""
+
+    MESSAGE = ("{sub}: no data. configs/synthetic.yaml applies only to `python train.py` with no arguments; "
+               "with arguments, give a config or a data module: --config configs/synthetic.yaml (the default "
+               "run), --config configs/folder_finetune.yaml --data.init_args.data_root DIR (your own images, "
+               "README 'Train on your own images'), --config configs/bsds500.yaml")
+
+SUBCOMMAND_HELP = {
+    "fit": "Train (the default subcommand): python train.py fit --config CONFIG [--ckpt_path last.ckpt to resume].",
+    "validate": "Evaluate a model on the validation set once.",
+    "test": "Evaluate a model on the test set once (kept apart from fit, so that the test set is "
+            "only used when you decide to).",
+}
+_SLIM_HINT = ("to start from its weights, pass it as --model.init_from (with the config of its "
+              "architecture, e.g. --config configs/folder_finetune.yaml for models/hiseg_bsds500.ckpt)")
+CKPT_PATH_HELP = {
+    "fit": "A local last.ckpt (or other Lightning checkpoint) of a train.py run to resume, or 'last'. "
+           "URLs are refused (download the file first); files are read with weights_only=True. "
+           "To start from the weights of a shipped or slim checkpoint, use --model.init_from instead.",
+    "validate": "A local Lightning checkpoint of a train.py run to evaluate, or 'best' / 'last'. URLs are "
+                "refused; files are read with weights_only=True.",
+    "test": "A local Lightning checkpoint of a train.py run to evaluate, or 'best' / 'last'. URLs are "
+            "refused; files are read with weights_only=True.",
+}
 # Lightning's ckpt_path keywords (resolved by the trainer, not files)
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
@@ -41,6 +68,8 @@ class HisegCLI(LightningCLI):
         if sub is None:
             return
         cfg = self.config[sub]
+        if cfg.get("data") is None:
+            raise NoDataError(NoDataError.MESSAGE.format(sub=sub))
         refuse_remote_checkpoint(cfg["model"].get("init_from"), "--model.init_from")
         ckpt = cfg.get("ckpt_path")
         if ckpt is None or str(ckpt) in _CKPT_KEYWORDS or str(ckpt).startswith("registry:"):
@@ -50,8 +79,35 @@ class HisegCLI(LightningCLI):
             return  # the user vouches for this local file
         cfg["weights_only"] = True
         checkpoint = load_checkpoint_file(ckpt)  # clear errors for a missing, corrupt or unsafe file
+        _refuse_slim_checkpoint(ckpt, checkpoint, sub)
         if sub == "fit":
             _resume_log_versions(cfg["trainer"], checkpoint)
+
+    def setup_parser(self, add_subcommands, main_kwargs, subparser_kwargs) -> None:
+        """Lightning's parser, with whole-sentence subcommand help and a ``--ckpt_path`` help
+        that says what hiseg accepts (local files; URLs are refused)."""
+        super().setup_parser(add_subcommands, main_kwargs, subparser_kwargs)
+        for action in self.parser._actions:
+            for choice in getattr(action, "_choices_actions", []):  # argparse's subcommand entries
+                choice.help = SUBCOMMAND_HELP.get(choice.dest, choice.help)
+        for sub, parser in getattr(self, "_subcommand_parsers", {}).items():
+            for action in parser._actions:
+                if action.dest == "ckpt_path":
+                    action.help = CKPT_PATH_HELP[sub]
+
+    def _remember_new_log_dirs(self) -> None:
+        """The log folders this run will create (see :func:`_remove_unused_log_dirs`)."""
+        global _NEW_LOG_DIRS
+        _NEW_LOG_DIRS = (self.trainer, _new_dirs([lg.log_dir for lg in self.trainer.loggers if lg.log_dir]))
+
+    def before_fit(self) -> None:
+        self._remember_new_log_dirs()
+
+    def before_validate(self) -> None:
+        self._remember_new_log_dirs()
+
+    def before_test(self) -> None:
+        self._remember_new_log_dirs()
 
     def before_instantiate_classes(self) -> None:
         """Loggers without a ``save_dir`` log under ``trainer.default_root_dir``."""
@@ -64,6 +120,69 @@ class HisegCLI(LightningCLI):
         if not trainer.is_global_zero:
             return
         print(fit_summary(trainer, model))
+
+
+def _check_checkpoint_options(args) -> None:
+    """The checks of :meth:`HisegCLI.parse_arguments` on raw ``--ckpt_path`` / ``--model.init_from``
+    options (for a command refused before parsing)."""
+    for i, a in enumerate(args):
+        opt, eq, val = a.partition("=")
+        if opt not in ("--ckpt_path", "--model.init_from"):
+            continue
+        val = val if eq else (args[i + 1] if i + 1 < len(args) else None)
+        refuse_remote_checkpoint(val, opt)
+        if opt == "--ckpt_path" and val not in (None, *_CKPT_KEYWORDS) and not str(val).startswith("registry:"):
+            load_checkpoint_file(val)
+        elif opt == "--model.init_from" and val and Path(val).expanduser().is_file():
+            load_checkpoint_file(val)
+
+
+def _refuse_slim_checkpoint(path, checkpoint, sub: str) -> None:
+    """CheckpointError for a ``--ckpt_path`` that is not a Lightning training checkpoint (a slim
+    file such as ``models/hiseg_bsds500.ckpt``: weights, architecture, pipeline only), which
+    Lightning would crash on (``KeyError: 'pytorch-lightning_version'``)."""
+    if isinstance(checkpoint, dict) and "pytorch-lightning_version" in checkpoint:
+        return
+    what = "resumes a train.py run from its Lightning checkpoint (last.ckpt)" if sub == "fit" else \
+        "evaluates a train.py run's Lightning checkpoint"
+    raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no training state: a slim "
+                          f"weights file); --ckpt_path {what}. {_SLIM_HINT[0].upper()}{_SLIM_HINT[1:]}.")
+
+
+# (trainer, folders) of the running subcommand: the log folders it creates, removed again when
+# it fails before its first training step (nothing half-made is left behind)
+_NEW_LOG_DIRS = None
+
+
+def _new_dirs(paths) -> list[Path]:
+    """Each of ``paths`` that does not exist yet, with its missing parents, deepest first."""
+    out = []
+    for p in paths:
+        p = Path(p).absolute()
+        while not p.exists() and p not in out and p != p.parent:
+            out.append(p)
+            p = p.parent
+    return sorted(out, key=lambda q: len(q.parts), reverse=True)
+
+
+def _remove_unused_log_dirs() -> None:
+    """After a run that failed before its first training step: remove the log folders it created
+    (``version_N`` with at most a config, hyper-parameters or an empty events file), unless they
+    hold a checkpoint."""
+    global _NEW_LOG_DIRS
+    if _NEW_LOG_DIRS is None:
+        return
+    (trainer, dirs), _NEW_LOG_DIRS = _NEW_LOG_DIRS, None
+    if trainer.global_step > 0 or not trainer.is_global_zero:
+        return
+    import shutil
+
+    for d in dirs:  # deepest first: a parent is removed only when nothing else is in it
+        if not d.is_dir() or any(d.rglob("*.ckpt")):
+            continue
+        if all(f.is_dir() or f.name in ("config.yaml", "hparams.yaml", "metrics.csv") or f.name.startswith("events.")
+               for f in d.rglob("*")):
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def fit_summary(trainer, model) -> str:
@@ -87,13 +206,27 @@ def fit_summary(trainer, model) -> str:
             best = best or (cb.best_model_path, cb.monitor, cb.best_model_score)
         if getattr(cb, "last_model_path", None):
             last = last or cb.last_model_path
+    degenerate = best is not None and (best[2] is None or not float(best[2]) > 0)
     if best:
         score = f"{float(best[2]):.4f}" if best[2] is not None else "?"
-        lines.append(f"  best checkpoint ({best[1]} = {score}): {best[0]}")
+        note = "  (F 0: not worth using)" if degenerate else ""
+        lines.append(f"  best checkpoint ({best[1]} = {score}): {best[0]}{note}")
     if last:
         lines.append(f"  last checkpoint (resume with --ckpt_path): {last}")
-    ck = best[0] if best else last
-    if ck:
+    zero = "boundary_f" in after and not after["boundary_f"] > 0
+    if zero:
+        ods = after.get("boundary_f_ods", 0.0)
+        lines += [
+            f"  WARNING: validation boundary F ended at 0 (threshold {model.hparams.val_threshold:g}): the hierarchy's "
+            "boundaries match none of the annotations" + (f" at that threshold (best of {len(VAL_THRESHOLDS)} "
+                                                          f"thresholds: {ods:.4f})" if ods > 0 else "") + ". Try:",
+            "    - fine-tuning the shipped model instead of training from scratch: --config configs/folder_finetune.yaml"
+            " (or --model.init_from bsds500 with its architecture);",
+            "    - a lower learning rate (--model.lr), or more steps (--trainer.max_steps) on more images;",
+            "    - checking the labels: one integer label per region, the same size as each image "
+            "(datasets/README.md); a label image of one region has no boundary to learn."]
+    ck = None if degenerate else (best[0] if best else last)
+    if ck and not zero:
         lines.append(f"  next: hiseg predict IMAGE --checkpoint {ck} --out predictions/")
     return "\n".join(lines)
 
@@ -169,15 +302,29 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
                          "(UCMs) of a trained checkpoint: hiseg predict IMAGES --checkpoint CKPT --out DIR")
+    no_arguments = argv in ([], ["fit"])
     if run and (not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help", "--print_config")):
         argv = ["fit"] + argv  # (run=False: no subcommand, the classes are only built)
-    parser_kwargs = {}
+    parser_kwargs = {sub: {"description": SUBCOMMAND_HELP[sub]} for sub in SUBCOMMANDS}
     if default_config is not None and Path(default_config).is_file():
-        parser_kwargs = {sub: {"default_config_files": [str(default_config)]} for sub in SUBCOMMANDS}
+        if no_arguments:  # the default run; with any argument, only what the command line says
+            for sub in SUBCOMMANDS:
+                parser_kwargs[sub]["default_config_files"] = [str(default_config)]
+        elif run and argv[0] in SUBCOMMANDS and not any(
+                a.split("=")[0] in ("-c", "--config", "-h", "--help", "--print_config", "--data")
+                or a.startswith("--data.") for a in argv[1:]):
+            try:  # a refused checkpoint is the first thing to say
+                _check_checkpoint_options(argv[1:])
+            except (CheckpointError, FileNotFoundError) as e:
+                raise SystemExit(f"train.py: error: {e}") from e
+            raise SystemExit(f"train.py: error: {NoDataError.MESSAGE.format(sub=argv[0])}")
         parser_kwargs["description"] = (
             "Train hiseg's boundary network through the differentiable ultrametric layer. With no "
             f"arguments: fit on the embedded synthetic dataset ({Path(default_config).name}), on the CPU. "
-            "Subcommands: fit (default), validate, test; `python train.py fit --help` lists every option.")
+            "With arguments, that file applies only when given (--config configs/synthetic.yaml). "
+            "Your own images: --config configs/folder_finetune.yaml --data.init_args.data_root DIR (README, "
+            "'Train on your own images'). Subcommands: fit (default), validate, test; "
+            "`python train.py fit --help` lists every option.")
     _quiet_lightning()
     if from_command_line:
         sys.argv = sys.argv[:1] + argv
@@ -193,5 +340,10 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
             args=None if from_command_line else argv,
             run=run,
         )
-    except (CheckpointError, FileNotFoundError) as e:
+    except (CheckpointError, FileNotFoundError, NoDataError) as e:
+        _remove_unused_log_dirs()
         raise SystemExit(f"train.py: error: {e}") from e
+    except BaseException:
+        _remove_unused_log_dirs()
+        raise
+

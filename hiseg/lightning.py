@@ -32,7 +32,7 @@ from .models import get_model
 from .segmentation.pooling import frontier_mean
 from .segmentation.saliency import ucm2_from_rag
 
-__all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LastCheckpoint", "CSVLogger",
+__all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LastCheckpoint", "CSVLogger", "TensorBoardLogger",
            "sample_batch_triplets", "balanced_bce"]
 
 VAL_THRESHOLDS = np.linspace(0.1, 0.9, 9)
@@ -182,8 +182,10 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         Evaluate the validation set once before training (logged as step 0), so that the
         run shows its improvement.
     init_from : str, optional
-        Path of a checkpoint (Lightning or plain state dict) whose model weights start
-        the run (fine-tuning), loaded with ``weights_only=True``.
+        Path of a checkpoint (Lightning, slim or plain state dict), or the name of shipped
+        weights (``bsds500``), whose model weights start the run (fine-tuning), loaded with
+        ``weights_only=True``. Without ``arch_kwargs``, the network takes the architecture the
+        checkpoint names (when it was made by ``arch``).
     pipeline : dict, optional
         Settings of the :class:`hiseg.segmentation.Pipeline` (superpixels, linkage, ...)
         that the losses, validation and ``hiseg predict`` all use; stored in the
@@ -239,11 +241,21 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         # LightningCLI records the parsed config instead of the locals (pipeline: None when the
         # config leaves it out): store the settings actually used, which `hiseg predict` reads
         self.hparams["pipeline"] = pipeline
-        self.model = get_model(arch, **(arch_kwargs or {}))
+        start = None
         if init_from:
+            from .models.weights import read_checkpoint
+
+            start = read_checkpoint(_init_weights_path(init_from))
+            made = start.hyper_parameters
+            if arch_kwargs is None and made.get("arch") == arch and isinstance(made.get("arch_kwargs"), dict):
+                # the checkpoint's architecture, unless the config gives one (then it must fit)
+                arch_kwargs = dict(made["arch_kwargs"])
+                self.hparams["arch_kwargs"] = arch_kwargs
+        self.model = get_model(arch, **(arch_kwargs or {}))
+        if start is not None:
             from .models.weights import load_weights
 
-            load_weights(self.model, init_from)
+            load_weights(self.model, start)
         self._rng = np.random.default_rng(0)
         self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
         # validation / test sums (not saved in checkpoints: torchmetrics states are not persistent)
@@ -551,7 +563,61 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             batch, device, dataloader_idx)
 
 
+def _init_weights_path(init_from):
+    """``model.init_from``: a checkpoint path, or the name of shipped weights (``bsds500``:
+    :class:`hiseg.models.Weights`) when no file of that name exists."""
+    from pathlib import Path
+
+    from .models.weights import Weights
+
+    if not Path(str(init_from)).expanduser().exists() and str(init_from).lower() in Weights.names():
+        return Weights.from_name(str(init_from)).path()
+    return init_from
+
+
 # ---------------------------------------------------------------------- runs that survive a resume
+def _epoch_end_loops(loops: dict, completed: bool = True) -> dict:
+    """Make the loop state saved in ``on_train_epoch_end`` say "epoch completed, next not
+    started" (``completed``), or, for an epoch that ``max_steps`` or a stop cut short,
+    "epoch running, its first batches done" (as a checkpoint of ``on_train_batch_end``).
+
+    Lightning (2.x) increments the fit loop's ``processed`` epochs before ``on_train_epoch_end``
+    and ``completed`` after it, so a checkpoint written in that hook holds a half-finished
+    epoch. Resumed with ``max_steps`` (or whenever Lightning treats the run as restarting), it
+    re-runs the epoch's end, counts the epoch twice and skips the next epoch's data order: a
+    4-step-per-epoch run of ``max_steps=40`` ended at step 36 on ``max_epochs`` with other
+    weights. Saved as completed (``completed = processed``) with the epoch's batch counters
+    cleared (as Lightning clears them when an epoch starts), the resumed run starts the next
+    epoch exactly as the uninterrupted run did, with ``max_steps``, ``max_epochs`` or both
+    (``tests/test_resume.py``). Only the ``current`` counters of this epoch are touched; the
+    ``total`` counters (global step, batches seen) are kept. Lightning's loop state is not a
+    public format: ``tests/test_resume.py`` checks every case against an uninterrupted run."""
+    fit = loops.get("fit_loop")
+    if not isinstance(fit, dict) or "epoch_progress" not in fit:
+        return loops
+    for part in ("total", "current"):
+        p = fit["epoch_progress"][part]
+        if not completed:  # the epoch goes on: a resumed run finishes its remaining batches
+            p["processed"] = p["completed"] = p["started"] - 1
+            continue
+        p["ready"] = p["started"] = p["completed"] = p["processed"]
+    if not completed:
+        return loops
+
+    def clear_current(d):
+        if isinstance(d, dict):
+            if isinstance(d.get("current"), dict):
+                d["current"] = {k: 0 for k in d["current"]}
+            for v in d.values():
+                clear_current(v)
+    for key in ("epoch_loop.batch_progress", "epoch_loop.scheduler_progress",
+                "epoch_loop.automatic_optimization.optim_progress", "epoch_loop.manual_optimization.optim_step_progress"):
+        clear_current(fit.get(key))
+    if isinstance(fit.get("epoch_loop.batch_progress"), dict):
+        fit["epoch_loop.batch_progress"]["is_last_batch"] = False
+    return loops
+
+
 class LastCheckpoint(pl.callbacks.ModelCheckpoint):
     """``last.ckpt``, rewritten at every epoch end (after its validation), every
     ``every_n_train_steps`` training steps (0: never) and when training ends, whatever any
@@ -569,13 +635,24 @@ class LastCheckpoint(pl.callbacks.ModelCheckpoint):
         super().__init__(dirpath=dirpath, save_last=True, save_top_k=0, enable_version_counter=False,
                          every_n_train_steps=every_n_train_steps)
 
-    def _save_last_now(self, trainer) -> None:
+    def _save_last_now(self, trainer, epoch_end: bool = False) -> None:
         if trainer.fast_dev_run or trainer.sanity_checking or trainer.state.fn != "fit":
             return
-        self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        self._epoch_end_save = epoch_end
+        try:
+            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
+        finally:
+            self._epoch_end_save = False
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self._save_last_now(trainer)
+        self._save_last_now(trainer, epoch_end=True)
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        """The ``last.ckpt`` written in ``on_train_epoch_end`` records the epoch as completed, or,
+        when ``max_steps`` (or a stop) ended it early, as still running (:func:`_epoch_end_loops`)."""
+        if getattr(self, "_epoch_end_save", False) and isinstance(checkpoint.get("loops"), dict):
+            done = int(trainer.fit_loop.epoch_loop.batch_progress.current.completed)
+            _epoch_end_loops(checkpoint["loops"], completed=done >= trainer.num_training_batches)
 
     def on_validation_end(self, trainer, pl_module) -> None:
         pass  # the epoch end follows its validation; mid-epoch: every_n_train_steps
@@ -614,3 +691,12 @@ class CSVLogger(pl.loggers.CSVLogger):
             self._fs.makedirs(self.root_dir, exist_ok=True)
             self._experiment = _AppendingCSVWriter(log_dir=self.log_dir)
         return self._experiment
+
+
+class TensorBoardLogger(pl.loggers.TensorBoardLogger):
+    """Lightning's ``TensorBoardLogger``, except that ``save_dir`` may be left out: ``train.py``
+    then uses the trainer's ``default_root_dir`` (elsewhere: the current folder), so that
+    ``--trainer.default_root_dir DIR`` moves a config's logs and checkpoints."""
+
+    def __init__(self, save_dir=None, name: Optional[str] = "lightning_logs", version=None, **kwargs):
+        super().__init__("." if save_dir is None else save_dir, name=name, version=version, **kwargs)

@@ -16,9 +16,10 @@ TINY = ("--data.init_args.n_train", "8", "--data.init_args.n_val", "2",
 
 
 def run_train(tmp_path, *extra, sub="fit", pythonpath=None, timeout=600):
-    """``python train.py SUB`` in ``tmp_path`` (logs and checkpoints under ``tmp_path/runs``);
-    later ``extra`` options override the tiny defaults."""
-    cmd = [sys.executable, str(ROOT / "train.py"), sub, "--trainer.default_root_dir", str(tmp_path), *TINY, *extra]
+    """``python train.py SUB --config configs/synthetic.yaml`` in ``tmp_path`` (logs and checkpoints
+    under ``tmp_path``, the default root dir); later ``extra`` options override the tiny defaults."""
+    cmd = [sys.executable, str(ROOT / "train.py"), sub, "--config", str(ROOT / "configs" / "synthetic.yaml"),
+           "--trainer.default_root_dir", str(tmp_path), *TINY, *extra]
     env = dict(os.environ, PYTHONWARNINGS="ignore")
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join([str(pythonpath), env.get("PYTHONPATH", "")])

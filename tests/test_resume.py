@@ -1,6 +1,10 @@
 """Exact resume: a run resumed from a checkpoint written at an epoch end or mid-epoch ends
 with the weights of the run done in one go, and logs into the same folders; last.ckpt is
-written at every epoch end and every N steps whatever the monitor."""
+written at every epoch end and every N steps whatever the monitor, and a run resumed from
+each of the files LastCheckpoint writes (epoch end, every N steps, end of training) is the
+uninterrupted run, with max_steps, max_epochs and limit_*_batches alike."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import pytorch_lightning as pl
@@ -26,7 +30,18 @@ KEEP = ("--trainer.callbacks+=pytorch_lightning.callbacks.ModelCheckpoint",
         "--trainer.callbacks+=pytorch_lightning.callbacks.ModelCheckpoint",
         "--trainer.callbacks.init_args.dirpath", "keep", "--trainer.callbacks.init_args.save_top_k", "-1",
         "--trainer.callbacks.init_args.every_n_train_steps", "10", "--trainer.callbacks.init_args.filename", "{step}")
-LAST = "runs/synthetic/tensorboard/version_0/checkpoints/last.ckpt"
+LAST = "tensorboard/version_0/checkpoints/last.ckpt"  # under --trainer.default_root_dir
+TESTS = Path(__file__).resolve().parent  # _interrupt.KillAtStep: killed as by SIGKILL
+
+
+def kill_at(step):
+    return ("--trainer.callbacks+=_interrupt.KillAtStep", "--trainer.callbacks.init_args.step", str(step))
+
+
+def assert_same_weights(a, b, what):
+    assert a["state_dict"].keys() == b["state_dict"].keys()
+    for k, v in a["state_dict"].items():
+        torch.testing.assert_close(b["state_dict"][k], v, rtol=0, atol=1e-6, msg=f"{what}: {k}")
 
 
 def test_resumed_runs_end_with_the_weights_of_the_run_in_one_go(tmp_path):
@@ -44,16 +59,75 @@ def test_resumed_runs_end_with_the_weights_of_the_run_in_one_go(tmp_path):
         assert r.returncode == 0, r.stderr[-3000:]
         out = load_ckpt(tmp_path / LAST)
         assert (out["epoch"], out["global_step"]) == (1, 12), ckpt.name
-        assert ref["state_dict"].keys() == out["state_dict"].keys()
-        for k, v in ref["state_dict"].items():
-            torch.testing.assert_close(out["state_dict"][k], v, rtol=0, atol=1e-6, msg=f"{ckpt.name}: {k}")
+        assert_same_weights(ref, out, ckpt.name)
     # the resumed runs logged into the first run's folders, and metrics.csv kept its rows
-    assert [p.name for p in (tmp_path / "runs/synthetic/csv").iterdir()] == ["version_0"]
-    assert [p.name for p in (tmp_path / "runs/synthetic/tensorboard").iterdir()] == ["version_0"]
-    rows = csv_rows(tmp_path / "runs/synthetic/csv/version_0/metrics.csv")
+    assert [p.name for p in (tmp_path / "csv").iterdir()] == ["version_0"]
+    assert [p.name for p in (tmp_path / "tensorboard").iterdir()] == ["version_0"]
+    rows = csv_rows(tmp_path / "csv/version_0/metrics.csv")
     assert sum(bool(r.get("val_start/boundary_f")) for r in rows) == 1  # the first run's only
     val_epochs = [int(r["epoch"]) for r in rows if r.get("val/boundary_f")]
     assert sorted(val_epochs) == [0, 1, 1, 1]  # run in one go: 0, 1; each resumed run: 1
+    # LastCheckpoint's every-10-steps file (mid-epoch), the process killed right after it
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    r = run_train(killed, *RUN, *kill_at(10), pythonpath=TESTS)
+    assert r.returncode != 0
+    assert load_ckpt(killed / LAST)["SyntheticDataModule"]["train_sampler"] == {"seed": 0, "epoch": 1, "batches_done": 4}
+    r = run_train(killed, *RUN, "--ckpt_path", str(killed / LAST))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert_same_weights(ref, load_ckpt(killed / LAST), "last.ckpt at step 10")
+
+
+# 2 steps per epoch (8 images, batches of 4), 6 steps in all, budgets given in several ways
+EPOCH_END_CASES = {
+    # the issue's case: max_steps and max_epochs both end the run at step 6
+    "max_steps=max_epochs": ("--trainer.max_steps", "6", "--trainer.max_epochs", "3", "--trainer.limit_val_batches", "1"),
+    "max_steps": ("--trainer.max_steps", "6", "--trainer.max_epochs", "-1", "--trainer.limit_val_batches", "0"),
+    # 3 batches per epoch, 2 of them used
+    "max_epochs, limit_train_batches": ("--data.init_args.n_train", "12", "--trainer.limit_train_batches", "2",
+                                        "--trainer.max_epochs", "3"),
+}
+
+
+@pytest.mark.parametrize("case", list(EPOCH_END_CASES))
+def test_resume_from_the_epoch_end_last_ckpt_is_exact(tmp_path, case):
+    """Killed once last.ckpt holds the end of epoch 1 (step 4), resumed from that file: the run
+    ends at step 6 with the uninterrupted run's weights (it ended at step 4, or with other
+    weights, when Lightning's half-finished epoch end was saved as is)."""
+    budget = EPOCH_END_CASES[case]
+    one, killed = tmp_path / "one", tmp_path / "killed"
+    one.mkdir(), killed.mkdir()
+    r = run_train(one, *budget)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = load_ckpt(one / LAST)
+    assert ref["global_step"] == 6
+    r = run_train(killed, *budget, *kill_at(4), pythonpath=TESTS)
+    assert r.returncode != 0 and "training finished" not in r.stdout
+    end = load_ckpt(killed / LAST)  # LastCheckpoint's own epoch-end file (every_n_train_steps is 10)
+    assert (end["epoch"], end["global_step"]) == (1, 4)
+    assert end["SyntheticDataModule"]["train_sampler"] == {"seed": 0, "epoch": 2, "batches_done": 0}
+    r = run_train(killed, *budget, "--ckpt_path", str(killed / LAST))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = load_ckpt(killed / LAST)
+    assert out["global_step"] == 6 and "3 epoch(s), 6 step(s)" in r.stdout
+    assert_same_weights(ref, out, case)
+
+
+def test_resume_from_the_end_of_training_continues_where_it_stopped(tmp_path):
+    """max_steps 5 ends mid-epoch (3 steps per epoch): last.ckpt is the end of training; resumed
+    with max_steps 8 it runs the 3 missing steps, from batch 2 of epoch 1: epochs 0 and 1 whole, 2
+    batches of epoch 2."""
+    three = ("--data.init_args.n_train", "12", "--trainer.max_epochs", "-1", "--trainer.limit_val_batches", "0")
+    r = run_train(tmp_path, *three, "--trainer.max_steps", "5")
+    assert r.returncode == 0, r.stderr[-3000:]
+    end = load_ckpt(tmp_path / LAST)
+    assert end["global_step"] == 5
+    assert end["SyntheticDataModule"]["train_sampler"] == {"seed": 0, "epoch": 1, "batches_done": 2}
+    r = run_train(tmp_path, *three, "--trainer.max_steps", "8", "--ckpt_path", str(tmp_path / LAST))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = load_ckpt(tmp_path / LAST)
+    assert out["global_step"] == 8
+    assert out["SyntheticDataModule"]["train_sampler"] == {"seed": 0, "epoch": 2, "batches_done": 2}
 
 
 def test_resume_reuses_the_log_versions_of_loggers_that_append():

@@ -282,11 +282,11 @@ def test_train_py_checkpoints_and_resume(tmp_path):
     r = run_train(tmp_path, "--trainer.max_epochs", "1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "validation before training" in r.stdout
-    lasts = sorted(tmp_path.glob("runs/**/last.ckpt"))
-    assert len(lasts) == 1 and list(tmp_path.glob("runs/**/best-*.ckpt"))
+    lasts = sorted(tmp_path.glob("**/last.ckpt"))
+    assert len(lasts) == 1 and list(tmp_path.glob("**/best-*.ckpt"))
     last = lasts[0]
-    assert list(tmp_path.glob("runs/synthetic/csv/**/metrics.csv"))
-    assert list(tmp_path.glob("runs/synthetic/tensorboard/**/events.*"))
+    assert list(tmp_path.glob("csv/**/metrics.csv"))
+    assert list(tmp_path.glob("tensorboard/**/events.*"))
     # the checkpoint carries its hyper-parameters and loads as data
     ck = torch.load(last, map_location="cpu", weights_only=True)
     assert ck["hyper_parameters"]["arch"] == "compact_boundary_net"
@@ -300,7 +300,7 @@ def test_train_py_checkpoints_and_resume(tmp_path):
     torch.save(legacy, tmp_path / "legacy.ckpt")
     r2 = run_train(tmp_path, "--trainer.max_epochs", "2", "--ckpt_path", str(tmp_path / "legacy.ckpt"))
     assert r2.returncode == 0, r2.stderr[-3000:]
-    last2 = max(tmp_path.glob("runs/**/last.ckpt"), key=lambda p: p.stat().st_mtime)
+    last2 = max(tmp_path.glob("**/last.ckpt"), key=lambda p: p.stat().st_mtime)
     ck2 = load_ckpt(last2)
     assert ck2["epoch"] == 1 and ck2["global_step"] > ck["global_step"]
     # fine-tuning from another run's weights
@@ -318,9 +318,9 @@ def test_ddp_two_cpu_processes(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     # 8 training images in batches of 4 shared by 2 processes: one step per epoch (one
     # process would take 2), so the 2 steps span 2 epochs, with a validation after each
-    last = load_ckpt(next(tmp_path.glob("runs/**/last.ckpt")))
+    last = load_ckpt(next(tmp_path.glob("**/last.ckpt")))
     assert (last["epoch"], last["global_step"]) == (1, 2)
-    rows = csv_rows(next(tmp_path.glob("runs/synthetic/csv/*/metrics.csv")))
+    rows = csv_rows(next(tmp_path.glob("csv/*/metrics.csv")))
     f = [float(row["val/boundary_f"]) for row in rows if row.get("val/boundary_f")]
     callbacks = last["callbacks"]
     best = next(v for k, v in callbacks.items() if "val/boundary_f" in k)["best_model_score"]
@@ -352,15 +352,17 @@ def test_ddp_validation_f_is_the_single_process_f(tmp_path):
 
 def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     """No promotional or contradictory start-up messages; a closing summary with F before
-    and after, the best checkpoint (which exists) and the next command."""
+    and after, the checkpoints, and either the next command (F > 0) or, for a run whose F ends
+    at 0 (this 2-step run from scratch), a warning with what to try and no recommended checkpoint."""
     import os
+    import re
     import subprocess
     import sys
 
     from _train import ROOT, TINY
 
-    cmd = [sys.executable, str(ROOT / "train.py"), "--trainer.default_root_dir", str(tmp_path), *TINY,
-           "--trainer.max_epochs", "1"]
+    cmd = [sys.executable, str(ROOT / "train.py"), "--config", str(ROOT / "configs" / "synthetic.yaml"),
+           "--trainer.default_root_dir", str(tmp_path), *TINY, "--trainer.max_epochs", "1"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
     r = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
     out = r.stdout + r.stderr
@@ -369,17 +371,128 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
                   "LeafSpec", "transfer_batch_to_device", "(best threshold:"):
         assert noise not in out, noise
     assert "validation boundary F before:" in out and "validation boundary F after:" in out
+    f_after = float(re.search(r"validation boundary F after: +([0-9.]+)", r.stdout).group(1))
     best = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("best checkpoint")]
-    assert best and (tmp_path / best[0]).is_file()
-    assert f"next: hiseg predict IMAGE --checkpoint {best[0]}" in r.stdout
-    # and that next command works: the checkpoint carries its segmentation pipeline
+    last = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("last checkpoint")]
+    assert best and last and (tmp_path / last[0]).is_file()
+    if f_after > 0:
+        assert f"next: hiseg predict IMAGE --checkpoint {best[0]}" in r.stdout and "WARNING" not in r.stdout
+    else:
+        assert "WARNING: validation boundary F ended at 0" in r.stdout and "configs/folder_finetune.yaml" in r.stdout
+        assert best[0].endswith("(F 0: not worth using)") and "next:" not in r.stdout
+    # the checkpoint carries its segmentation pipeline: hiseg predict can use it
     from hiseg.inference import Segmenter
 
-    seg = Segmenter.from_checkpoint(tmp_path / best[0])
+    seg = Segmenter.from_checkpoint(tmp_path / last[0])
     assert seg.pipeline.superpixels == "color_watershed" and seg.pipeline.linkage == "average"
     assert seg.segment(np.random.default_rng(0).random((40, 50, 3))).saliency.shape == (40, 50)
     h = subprocess.run([sys.executable, str(ROOT / "train.py"), "--help"], capture_output=True, text=True)
     assert "With no arguments: fit on the embedded synthetic dataset" in h.stdout
+    # whole sentences: no subcommand help cut at the end of its docstring's first line
+    assert "make sure you never run on your\n" not in h.stdout and h.stdout.rstrip().endswith(".")
+    h = subprocess.run([sys.executable, str(ROOT / "train.py"), "fit", "--help"], capture_output=True, text=True)
+    ckpt_help = h.stdout[h.stdout.index("--ckpt_path CKPT_PATH\n"):]
+    assert "Path/URL" not in h.stdout and "URLs are refused" in ckpt_help.split("--", 2)[1].replace("\n", " ")
+
+
+def _fake_fit(f_after, best_score, tmp_path):
+    """(trainer, model) stand-ins for :func:`hiseg.cli_train.fit_summary`."""
+    from types import SimpleNamespace
+
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    best = ModelCheckpoint(dirpath=tmp_path, monitor="val/boundary_f")
+    best.best_model_path, best.best_model_score = str(tmp_path / "best.ckpt"), torch.tensor(best_score)
+    last = SimpleNamespace(last_model_path=str(tmp_path / "last.ckpt"))
+    trainer = SimpleNamespace(current_epoch=3, global_step=12, callbacks=[best, last],
+                              callback_metrics={"val/boundary_f": torch.tensor(f_after),
+                                                "val/boundary_f_ods": torch.tensor(0.3)})
+    model = SimpleNamespace(initial_validation={"boundary_f": 0.07, "boundary_f_ods": 0.2},
+                            hparams=SimpleNamespace(val_threshold=0.5))
+    return trainer, model
+
+
+def test_fit_summary_recommends_no_degenerate_checkpoint(tmp_path):
+    from hiseg.cli_train import fit_summary
+
+    good = fit_summary(*_fake_fit(0.4, 0.45, tmp_path))
+    assert f"next: hiseg predict IMAGE --checkpoint {tmp_path / 'best.ckpt'}" in good and "WARNING" not in good
+    # the issue's run: F from .07 to 0, the "best" checkpoint at F 0
+    zero = fit_summary(*_fake_fit(0.0, 0.0, tmp_path))
+    assert "WARNING: validation boundary F ended at 0 (threshold 0.5)" in zero
+    assert "best of 9 thresholds: 0.3000" in zero and "folder_finetune.yaml" in zero and "--model.lr" in zero
+    assert "(F 0: not worth using)" in zero and "next:" not in zero
+
+
+def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
+    """With any argument, only the command line's configs: no silent synthetic settings, and a
+    clear error when no data is given; --trainer.default_root_dir moves logs and checkpoints."""
+    from _train import ROOT
+
+    from hiseg.cli_train import main
+
+    monkeypatch.setattr("sys.argv", ["train.py"])
+    default = ROOT / "configs" / "synthetic.yaml"
+    with pytest.raises(SystemExit, match=r"fit: no data\. configs/synthetic\.yaml applies only .*folder_finetune"):
+        main(["--trainer.max_steps", "20"], default_config=default)
+    data = tmp_path / "my_data"
+    _write_folder(data, 3)
+    cli = main(["--config", str(ROOT / "configs" / "folder.yaml"), "--data.init_args.data_root", str(data),
+                "--trainer.max_steps", "20", "--trainer.default_root_dir", str(tmp_path / "mine")],
+               default_config=default, run=False)
+    assert not cli.datamodule.hparams.vflip and cli.datamodule.hparams.superpixel_size == 8.0
+    # max_steps rules alone (Lightning: max_epochs -1 when only max_steps is given)
+    assert cli.trainer.max_steps == 20 and cli.trainer.max_epochs in (None, -1)  # no epoch limit
+    assert {lg.save_dir for lg in cli.trainer.loggers} == {str(tmp_path / "mine")}
+    assert cli.trainer.log_dir.startswith(str(tmp_path / "mine"))  # where ModelCheckpoint writes
+
+
+def _write_folder(root, n, size=(40, 48)):
+    """A user's folder: n images of two colour halves, a label PNG each (the README layout)."""
+    import cv2
+
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(n):
+        img = np.zeros((*size, 3), np.uint8)
+        lab = np.zeros(size, np.uint8)
+        c = int(rng.integers(10, size[1] - 10))
+        img[:, c:] = (200, 60, 30)
+        lab[:, c:] = 1
+        cv2.imwrite(str(root / "images" / f"im{i}.png"), img)
+        cv2.imwrite(str(root / "labels" / f"im{i}.png"), lab)
+
+
+def test_init_from_accepts_the_shipped_model_name():
+    from _train import ROOT
+
+    from hiseg.models import Weights, read_checkpoint
+
+    if not (ROOT / "models" / "hiseg_bsds500.ckpt").is_file():
+        pytest.skip("shipped checkpoint absent")
+    m = HierarchicalSegmentationModule(init_from="bsds500")  # the checkpoint's architecture (width 32)
+    ck = read_checkpoint(Weights.BSDS500.path())
+    assert m.hparams.arch_kwargs == ck.hyper_parameters["arch_kwargs"]
+    for k, v in ck.state_dict.items():
+        torch.testing.assert_close(m.model.state_dict()[k], v, rtol=0, atol=0)
+    with pytest.raises(Exception, match="does not fit architecture"):  # an explicit architecture must fit
+        HierarchicalSegmentationModule(init_from="bsds500", arch_kwargs={"width": 8})
+
+
+def test_a_refused_start_leaves_no_log_folder(tmp_path):
+    """--ckpt_path with a slim checkpoint: a clear error naming --model.init_from (was KeyError
+    'pytorch-lightning_version'); a data root that does not exist: its error. Neither leaves a
+    version_N folder behind."""
+    from _train import ROOT
+
+    r = run_train(tmp_path, "--ckpt_path", str(ROOT / "models" / "hiseg_bsds500.ckpt"))
+    assert r.returncode != 0 and "KeyError" not in r.stderr
+    assert "is not a Lightning training checkpoint" in r.stderr and "--model.init_from" in r.stderr
+    r = run_train(tmp_path, "--config", str(ROOT / "configs" / "folder.yaml"),
+                  "--data.init_args.data_root", str(tmp_path / "nowhere"), "--data.init_args.num_workers", "0")
+    assert r.returncode != 0 and "nowhere" in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
 @pytest.mark.filterwarnings("ignore:LightningCLI's args parameter")
@@ -418,10 +531,10 @@ def test_bf16_mixed_training_runs(tmp_path):
     CPU), and the weights stay float32."""
     r = run_train(tmp_path, "--trainer.max_steps", "3", "--trainer.precision", "bf16-mixed")
     assert r.returncode == 0, r.stderr[-3000:]
-    ck = load_ckpt(max(tmp_path.glob("runs/**/last.ckpt"), key=lambda p: p.stat().st_mtime))
+    ck = load_ckpt(max(tmp_path.glob("**/last.ckpt"), key=lambda p: p.stat().st_mtime))
     assert ck["global_step"] == 3
     assert all(v.dtype == torch.float32 for k, v in ck["state_dict"].items() if v.is_floating_point())
-    rows = [r for r in csv_rows(next(tmp_path.glob("runs/**/metrics.csv"))) if r.get("val/boundary_f")]
+    rows = [r for r in csv_rows(next(tmp_path.glob("**/metrics.csv"))) if r.get("val/boundary_f")]
     assert rows and all(0 <= float(r["val/boundary_f"]) <= 1 for r in rows)
 
 
