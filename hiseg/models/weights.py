@@ -121,13 +121,14 @@ class Weights(enum.Enum):
                 return d / self.value.file
         raise FileNotFoundError(
             f"pretrained model {self.name.lower()!r} ({self.value.file}) not found in {[str(d) for d in dirs]}: "
-            "install hiseg from its repository with `pip install -e .` (the file ships in models/), or set "
-            "HISEG_WEIGHTS_DIR to the folder holding it")
+            "a wheel or `pip install .` carries it in hiseg/weights/, an editable install (`pip install -e .`) reads "
+            "the repository's models/; or set HISEG_WEIGHTS_DIR to the folder holding it")
 
 
 def weights_dirs() -> list[Path]:
-    """Where shipped weights are looked for: ``$HISEG_WEIGHTS_DIR``, ``hiseg/weights/``, then the
-    repository's ``models/`` (an editable install)."""
+    """Where shipped weights are looked for: ``$HISEG_WEIGHTS_DIR`` (your own copies), the package
+    data ``hiseg/weights/`` (a wheel, or ``pip install .``: ``setup.py`` copies ``models/*.ckpt``
+    there), then the repository's ``models/`` (an editable install)."""
     dirs = [Path(os.environ["HISEG_WEIGHTS_DIR"])] if os.environ.get("HISEG_WEIGHTS_DIR") else []
     pkg = Path(__file__).resolve().parents[1]
     return dirs + [pkg / "weights", pkg.parent / "models"]
