@@ -65,10 +65,20 @@ def test_relu_and_custom_loss_and_init(blobs):
     assert len(calls) >= 10 and is_ultrametric_on_graph(g, u.numpy())
 
 
-def test_float32_and_device_kept(blobs):
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.cuda)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_float32_and_device_kept(blobs, device, dtype):
+    if device == "cuda" and not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
     _, _, g, w = blobs
-    u = fit_ultrametric(g, torch.tensor(w, dtype=torch.float32), max_iter=5).ultrametric
-    assert u.dtype == torch.float32
+    x = torch.tensor(w, dtype=dtype, device=device)
+    res = fit_ultrametric(g, x, max_iter=5)
+    u = res.ultrametric
+    assert u.dtype == dtype and u.device == x.device
+    # on a GPU, the fit the CPU makes in the same dtype (float32 near-ties may pick other trees: float64 only)
+    if device != "cpu" and dtype == torch.float64:
+        ref = fit_ultrametric(g, torch.tensor(w, dtype=dtype), max_iter=5).ultrametric
+        np.testing.assert_allclose(u.cpu().numpy(), ref.numpy(), rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("kw, err, msg", [

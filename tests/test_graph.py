@@ -152,13 +152,42 @@ def test_rag_and_frontiers(rng):
         assert np.all(rag.pixel_edge_map[fr] == e)
     inner = np.flatnonzero(lab[px.sources] == lab[px.targets])
     assert np.all(rag.pixel_edge_map[inner] == -1)
-    # against higra's RAG
-    L = rng.integers(0, 6, (15, 17))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rag_equals_higra_rag(seed):
+    """Regions, region edges and the pixel-edge -> region-edge map equal higra's
+    ``make_region_adjacency_graph_from_labelisation`` (connected regions: higra splits a
+    disconnected label into several vertices, hiseg keeps it one)."""
+    from skimage.measure import label
+
+    rng = np.random.default_rng(seed)
+    L = label(rng.integers(0, 5, (15, 17)), connectivity=1, background=-1) * 7 + 3  # sparse label ids
     rag = region_adjacency_graph(L)
-    hgrag = hg.make_region_adjacency_graph_from_labelisation(hg.get_4_adjacency_graph(L.shape), L)
-    hs, ht = hgrag.edge_list()
-    vm = hg.get_attribute(hgrag, "vertex_map") if hasattr(hg, "get_attribute") else None
-    assert rag.graph.num_edges <= hs.size  # higra splits disconnected regions, we don't
+    g4 = hg.get_4_adjacency_graph(L.shape)
+    hr = hg.make_region_adjacency_graph_from_labelisation(g4, L)
+    vmap = np.asarray(hg.CptRegionAdjacencyGraph.get_vertex_map(hr))
+    emap = np.asarray(hg.CptRegionAdjacencyGraph.get_edge_map(hr))
+    ours = rag.labels.ravel()
+    # the same regions: a bijection between higra's vertices and ours
+    pairs = np.unique(np.stack([vmap, ours], 1), axis=0)
+    assert rag.num_regions == hr.num_vertices() == len(pairs) == len(np.unique(pairs[:, 0]))
+    to_ours = dict(pairs.tolist())
+    hs, ht = (np.asarray(x) for x in hr.edge_list())
+    theirs = {tuple(sorted((to_ours[a], to_ours[b]))) for a, b in zip(hs, ht)}
+    assert theirs == set(zip(rag.graph.sources.tolist(), rag.graph.targets.tolist()))
+    assert rag.graph.num_edges == hr.num_edges()
+    # every pixel edge: the region edge it crosses (or none), matched through the end points
+    px = grid_graph(L.shape)
+    gs, gt = (np.asarray(x) for x in g4.edge_list())
+    higra_edge = {(min(a, b), max(a, b)): e for a, b, e in zip(gs.tolist(), gt.tolist(), emap.tolist())}
+    for f, (a, b) in enumerate(zip(px.sources.tolist(), px.targets.tolist())):
+        e_ours, e_h = rag.pixel_edge_map[f], higra_edge[(min(a, b), max(a, b))]
+        if e_h < 0:
+            assert e_ours == -1
+        else:
+            assert (rag.graph.sources[e_ours], rag.graph.targets[e_ours]) == tuple(
+                sorted((to_ours[hs[e_h]], to_ours[ht[e_h]])))
 
 
 def test_rag_bad_input():
