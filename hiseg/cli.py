@@ -110,13 +110,13 @@ def run_predict(args) -> int:
     if args.regions is not None and args.threshold is not None:
         raise ValueError("give at most one of --regions and --threshold")
     files = _collect_images(args.inputs)
-    seg = make_segmenter(args)
     out = Path(args.out)
     outputs = [p for f in files for p in output_paths(out, f.stem).values()]
     if args.html:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
-    # before anything is written: no input, and no existing file without --overwrite, is replaced
+    # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
     refuse_overwrite(outputs, files, overwrite=args.overwrite, command="hiseg predict")
+    seg = make_segmenter(args)
     start = view.start_of(args.regions, args.threshold)
 
     def one(f):
