@@ -316,7 +316,11 @@ def _check_max_pixels(v):
 
 
 def add_segmenter_arguments(p, what: str = "files") -> None:
-    """The options ``hiseg predict`` and ``hiseg view`` share: --device, --max-pixels, --overwrite."""
+    """The options ``hiseg predict`` and ``hiseg view`` share: --device, --max-pixels, --overwrite
+    (and the exit statuses, in the help's epilog)."""
+    p.epilog = ("Exit status: 0 when every image was written; 1 when some images failed (unreadable, ...): the "
+                "others are written and the failures listed at the end; 2 when nothing ran (a bad option, input "
+                "or checkpoint, or output files that exist already, without --overwrite).")
     p.add_argument("--device", default="auto",
                    help="torch device of the network: auto (CUDA when present, else the CPU), cpu, cuda, "
                         "cuda:1, mps (default: %(default)s)")
