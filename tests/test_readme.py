@@ -1,4 +1,6 @@
-"""Every ```python block of the README runs as written, on its own, from an empty folder."""
+"""Every ```python block of the README runs as written, on its own, from an empty folder; so do
+the commands of its "Train on your own images" section, on a tiny folder."""
+import os
 import re
 import subprocess
 import sys
@@ -41,3 +43,56 @@ def test_from_pretrained_by_name_and_errors(tmp_path, monkeypatch):
     monkeypatch.setattr(W, "weights_dirs", lambda: [tmp_path])
     with pytest.raises(FileNotFoundError, match="HISEG_WEIGHTS_DIR"):
         Weights.BSDS500.path()
+
+
+def _own_data_commands():
+    """The commands of the README's "Train on your own images" block (comments dropped)."""
+    section = (ROOT / "README.md").read_text().split("## Train on your own images", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    return [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.strip().startswith("#")]
+
+
+@pytest.mark.slow
+def test_readme_own_data_commands_run_as_written(tmp_path):
+    """The README's own-data commands on a tiny folder in the layout it gives: fine-tuning the
+    shipped model and training from scratch (2 steps each, logs under tmp_path), then hiseg
+    predict with the checkpoint path the README shows."""
+    import shlex
+
+    import cv2
+    import numpy as np
+
+    if not (ROOT / "models" / "hiseg_bsds500.ckpt").is_file():
+        pytest.skip("shipped checkpoint absent")
+    data = tmp_path / "my_data"
+    (data / "images").mkdir(parents=True)
+    (data / "labels").mkdir()
+    rng = np.random.default_rng(0)
+    for i in range(5):  # two colour halves each, split at a random column; two annotators
+        img = (rng.random((48, 64, 3)) * 30).astype(np.uint8)
+        c = int(rng.integers(16, 48))
+        img[:, c:] += np.array([180, 60, 20], np.uint8)
+        lab = np.zeros((48, 64), np.uint8)
+        lab[:, c:] = 1
+        cv2.imwrite(str(data / "images" / f"im{i}.png"), img)
+        cv2.imwrite(str(data / "labels" / f"im{i}_0.png"), lab)
+        cv2.imwrite(str(data / "labels" / f"im{i}_1.png"), lab * 7)
+    cv2.imwrite(str(tmp_path / "photo.jpg"), img)
+    commands = _own_data_commands()
+    assert [c.split()[:4] for c in commands] == [["python", "train.py", "fit", "--config"]] * 2 + [
+        ["hiseg", "predict", "photo.jpg", "--checkpoint"]]
+    budget = ["--trainer.max_steps", "2", "--data.init_args.crop_size", "48", "--data.init_args.num_workers", "0",
+              "--trainer.enable_progress_bar", "false"]
+    for cmd in commands[:2]:
+        argv = [a.replace("my_data", str(data)) for a in shlex.split(cmd)]
+        root = tmp_path / "runs" / Path(argv[argv.index("--config") + 1]).stem  # the config's default_root_dir
+        r = subprocess.run([sys.executable, *argv[1:], *budget, "--trainer.default_root_dir", str(root)], cwd=ROOT,
+                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-3000:]}"
+        assert "[hiseg] training finished: " in r.stdout and "2 step(s)" in r.stdout
+        assert "validation boundary F before" in r.stdout
+    argv = shlex.split(commands[2])
+    r = subprocess.run([str(Path(sys.executable).parent / "hiseg"), *argv[1:]], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert (tmp_path / "out" / "photo.mat").is_file()
