@@ -108,27 +108,19 @@ def exif_orientation(path) -> int:
     return o if 1 <= o <= 8 else 1
 
 
+#: EXIF orientation -> (transpose, flip rows, flip columns) that turn the stored image upright
+_EXIF_TURNS = {2: (False, False, True), 3: (False, True, True), 4: (False, True, False), 5: (True, False, False),
+               6: (True, False, True), 7: (True, True, True), 8: (True, True, False)}
+
+
 def _orient(arr: np.ndarray, path) -> np.ndarray:
     """``arr`` turned upright by the file's EXIF orientation (as ``PIL.ImageOps.exif_transpose``)."""
     o = exif_orientation(path)
     if o == 1:
         return arr
-    a = arr
-    if o in (5, 6, 7, 8):  # the stored image is on its side
-        a = np.swapaxes(a, 0, 1)  # transpose: 5
-        if o == 6:
-            a = a[:, ::-1]
-        elif o == 7:
-            a = a[::-1, ::-1]
-        elif o == 8:
-            a = a[::-1]
-    elif o == 2:
-        a = a[:, ::-1]
-    elif o == 3:
-        a = a[::-1, ::-1]
-    elif o == 4:
-        a = a[::-1]
-    return np.ascontiguousarray(a)
+    transpose, flip_rows, flip_cols = _EXIF_TURNS[o]
+    a = np.swapaxes(arr, 0, 1) if transpose else arr
+    return np.ascontiguousarray(a[::-1 if flip_rows else 1, ::-1 if flip_cols else 1])
 
 
 def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
