@@ -1,9 +1,11 @@
 """Train a hierarchical segmentation network: ``python train.py`` (LightningCLI).
 
 ``python train.py`` alone trains on the embedded synthetic dataset with
-``configs/synthetic.yaml``; ``python train.py fit --config configs/bsds500.yaml`` trains on
-BSDS500; ``python train.py fit --config ... --ckpt_path runs/.../last.ckpt`` resumes;
-``--model.init_from CKPT`` starts from another run's weights. All of LightningCLI's
+``configs/synthetic.yaml`` (only then: with arguments, name the configs);
+``python train.py fit --config configs/bsds500.yaml`` trains on BSDS500;
+``python train.py fit --config configs/folder_finetune.yaml --data.init_args.data_root DIR``
+fine-tunes the shipped model on your own images; ``--ckpt_path runs/.../last.ckpt`` resumes;
+``--model.init_from CKPT`` (or ``bsds500``) starts from other weights. All of LightningCLI's
 options apply (``python train.py fit --help``).
 """
 import sys

@@ -296,7 +296,9 @@ def _quiet_lightning() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):
-    """Run the CLI. With no subcommand, ``fit`` is implied; the default config applies to ``fit``."""
+    """Run the CLI. With no subcommand, ``fit`` is implied. ``default_config`` applies only when
+    ``argv`` is empty (or just ``fit``): with arguments, the run uses the configs they name, and
+    one without data stops with a message saying which to give."""
     from_command_line = argv is None or list(argv) == sys.argv[1:]
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "predict":
@@ -328,8 +330,10 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     _quiet_lightning()
     if from_command_line:
         sys.argv = sys.argv[:1] + argv
+    global _NEW_LOG_DIRS
+    _NEW_LOG_DIRS = None  # set by the subcommand's before_* hook
     try:
-        return HisegCLI(
+        cli = HisegCLI(
             HierarchicalSegmentationModule,
             pl.LightningDataModule,
             subclass_mode_data=True,
@@ -340,6 +344,8 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
             args=None if from_command_line else argv,
             run=run,
         )
+        _NEW_LOG_DIRS = None
+        return cli
     except (CheckpointError, FileNotFoundError, NoDataError) as e:
         _remove_unused_log_dirs()
         raise SystemExit(f"train.py: error: {e}") from e
