@@ -34,12 +34,9 @@ BSDS = "../shared/data/BSDS500"
 
 
 def parse_maps(spec: str):
-    """'0.5,1f' -> (scales (0.5, 1.0), flip True); flip applies to all scales."""
-    parts = spec.split(",")
-    flip = any(p.endswith("f") for p in parts)
-    if flip and not all(p.endswith("f") for p in parts):
-        raise SystemExit(f"--maps {spec}: flip ('f') must be on every scale or none")
-    return tuple(float(p.rstrip("f")) for p in parts), flip
+    """'0.5,1f' -> (scales (0.5, 1.0), flip True): a trailing 'f' mirrors every scale."""
+    flip = spec.endswith("f")
+    return tuple(float(p) for p in spec.rstrip("f").split(",")), flip
 
 
 def combine(npz, scales, flip, mirrored=False):
@@ -72,7 +69,7 @@ def cmd_features(args):
     out = feature_cache(args.maps)
     out.mkdir(parents=True, exist_ok=True)
     names = sorted(FEATURES)
-    for split in ("val", "train"):
+    for split in args.splits:
         f = out / f"{split}.pkl"
         if f.is_file():
             continue
@@ -153,7 +150,7 @@ def train_head(args, train):
         loss.backward()
         opt.step()
         sched.step()
-        log.append(float(loss))
+        log.append(loss.item())
         if (step + 1) % max(1, args.steps // 10) == 0:
             print(f"step {step + 1}: loss {np.mean(log[-50:]):.4f} ({time.perf_counter() - t0:.0f} s)", flush=True)
     return head
@@ -261,12 +258,80 @@ def cmd_export(args):
     print(f"wrote {p} ({p.stat().st_size / 1024:.0f} KiB)")
 
 
+def cmd_bench(args):
+    """Seconds per 481x321 val image of Segmenter.segment + write_outputs (as
+    benchmarks/bench_predict.py) for each checkpoint: wall and process CPU time, medians."""
+    import tempfile
+
+    from hiseg.data.bsds import find_bsds_root
+    from hiseg.inference import Segmenter, write_outputs
+    from hiseg.io import read_image
+
+    torch.set_num_threads(args.threads)
+    root = find_bsds_root(args.bsds)
+    ims = [(p.stem, read_image(p)) for p in sorted((root / "images" / "val").glob("*.jpg"))[: args.n]]
+    ims = [(n, im) for n, im in ims if im.shape[:2] == (321, 481)]
+    for ck in args.checkpoints:
+        seg = Segmenter.from_checkpoint(ck)
+        rows = []
+        with tempfile.TemporaryDirectory() as tmp:
+            seg.segment(ims[0][1])
+            for name, im in ims:
+                w0, c0 = time.perf_counter(), time.process_time()
+                res = seg.segment(im)
+                w1, c1 = time.perf_counter(), time.process_time()
+                write_outputs(tmp, name, res, im)
+                rows.append({"network_wall": res.timings["network"], "hierarchy_wall": res.timings["hierarchy"],
+                             "segment_cpu": c1 - c0, "writing_wall": time.perf_counter() - w1,
+                             "total_wall": time.perf_counter() - w0, "total_cpu": time.process_time() - c0})
+        med = {k: round(float(np.median([r[k] for r in rows])), 3) for k in rows[0]}
+        print(json.dumps({"checkpoint": ck, "threads": args.threads, "images": len(ims),
+                          "scales": list(seg.pipeline.scales), "flip": seg.pipeline.flip,
+                          "head": seg.pipeline.merge_head is not None, **med}), flush=True)
+
+
+def cmd_variant(args):
+    """A checkpoint of the shipped network with another pipeline (for timing)."""
+    from hiseg.models.weights import Weights, load_checkpoint_file, load_model, save_weights
+    from hiseg.segmentation import Pipeline
+
+    src = Weights.from_name("bsds500").path()
+    meta = dict(load_checkpoint_file(src).get("metadata") or {})
+    scales, flip = parse_maps(args.maps)
+    head = json.loads(Path(args.head).read_text()) if args.head else None
+    meta["pipeline"] = Pipeline.from_dict(meta["pipeline"]).with_overrides(scales=scales, flip=flip,
+                                                                         merge_head=head).to_dict()
+    print(save_weights(load_model(src), args.out, metadata=meta))
+
+
+def cmd_report(args):
+    """experiments/results/merge_selection.md: every val run of selection.jsonl as a table."""
+    cols = ["ods", "ois", "ap", "cover_ods", "cover_ois", "cover_best", "pri_ods", "pri_ois", "vi_ods", "vi_ois",
+            "kcut_plain", "kcut"]
+    lines = ["Learned merging, selection on BSDS500 val (100 images, thresholds as listed; cached maps of the "
+             "frozen shipped network, float16): `experiments/merge_head.py run`.\n",
+             "| run | maps | head | thr | " + " | ".join(cols) + " |", "|---" * (len(cols) + 4) + "|"]
+    for ln in (CACHE / "selection.jsonl").read_text().splitlines():
+        r = json.loads(ln)
+        head = "frontier mean (shipped)" if r["baseline"] else (
+            f"hidden {r['hidden']}, {len(r['features'])} features, {r['steps']} steps, closest {r['closest']} "
+            f"triplet {r['triplet']} direct {r['direct']}")
+        lines.append(f"| {Path(r['out']).name} | {r['maps']} | {head} | {r['thresholds']} | "
+                     + " | ".join(f"{r[c]:.4f}" for c in cols) + " |")
+    lines.append("\nkcut_plain: the UCM level closest to K regions; kcut: the size-aware K-region cut (min 0.05/K, "
+                 "the default of `cut(n_regions=K)`); K = the median annotator region count.")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     f = sub.add_parser("features")
     f.add_argument("--maps", default="1")
     f.add_argument("--bsds", default=BSDS)
+    f.add_argument("--splits", nargs="+", default=["val", "train"])
     r = sub.add_parser("run")
     r.add_argument("--maps", default="1")
     r.add_argument("--bsds", default=BSDS)
@@ -294,8 +359,20 @@ def main():
     e.add_argument("--maps", default="1")
     e.add_argument("--out", required=True)
     e.add_argument("--meta", default="{}")
+    b = sub.add_parser("bench")
+    b.add_argument("checkpoints", nargs="+")
+    b.add_argument("--bsds", default=BSDS)
+    b.add_argument("--n", type=int, default=10)
+    b.add_argument("--threads", type=int, default=2)
+    v = sub.add_parser("variant")
+    v.add_argument("--maps", default="1")
+    v.add_argument("--head", default=None)
+    v.add_argument("--out", required=True)
+    rp = sub.add_parser("report")
+    rp.add_argument("--out", default="experiments/results/merge_selection/selection.md")
     args = ap.parse_args()
-    {"features": cmd_features, "run": cmd_run, "export": cmd_export}[args.cmd](args)
+    {"features": cmd_features, "run": cmd_run, "export": cmd_export, "bench": cmd_bench,
+     "variant": cmd_variant, "report": cmd_report}[args.cmd](args)
 
 
 if __name__ == "__main__":
