@@ -256,20 +256,45 @@ def _stepper(optimizer: str, theta: torch.Tensor, lr: float, lr_decay, project: 
                 state["lr"] *= lr_decay
 
         return step
-    if optimizer == "sgd":
-        opt = torch.optim.SGD([theta], lr=lr)
-    else:
-        fi = torch.finfo(theta.dtype)  # 0 < eps < inf: edges with no gradient, huge units
-        eps = min(max(1e-8 * scale * scale, float(fi.tiny)), float(fi.max))
-        opt = torch.optim.Adam([theta], lr=lr, amsgrad=optimizer == "amsgrad", eps=eps)
-    sched = torch.optim.lr_scheduler.ExponentialLR(opt, lr_decay) if lr_decay else None
+    fi = torch.finfo(theta.dtype)  # 0 < eps < inf: edges with no gradient, huge units
+    eps = min(max(1e-8 * scale * scale, float(fi.tiny)), float(fi.max))
+    return _AdamStep(theta, lr, lr_decay, optimizer, eps)
 
-    def step(h):
-        opt.step()
-        if sched is not None:
-            sched.step()
 
-    return step
+class _AdamStep:
+    """Adam / AMSGrad / SGD on one tensor, with an exponential step-size decay: the updates
+    of ``torch.optim.Adam(amsgrad=...)`` / ``SGD`` + ``ExponentialLR`` (betas .9, .999),
+    written out because constructing a ``torch.optim`` optimiser imports ``torch._dynamo``
+    (seconds on a cold start: most of a small fit's time). Tested against torch.optim."""
+
+    def __init__(self, theta: torch.Tensor, lr: float, lr_decay, kind: str, eps: float,
+                 betas: tuple = (0.9, 0.999)):
+        self.theta, self.lr, self.decay, self.kind, self.eps = theta, lr, lr_decay, kind, eps
+        self.b1, self.b2 = betas
+        self.t = 0
+        self.m = self.v = self.vmax = None
+
+    @torch.no_grad()
+    def __call__(self, h=None) -> None:
+        g = self.theta.grad
+        if g is not None:
+            if self.kind == "sgd":
+                self.theta.add_(g, alpha=-self.lr)
+            else:
+                if self.m is None:
+                    self.m, self.v = torch.zeros_like(g), torch.zeros_like(g)
+                    self.vmax = torch.zeros_like(g) if self.kind == "amsgrad" else None
+                self.t += 1
+                self.m.lerp_(g, 1 - self.b1)
+                self.v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+                if self.vmax is not None:
+                    torch.maximum(self.vmax, self.v, out=self.vmax)
+                second = self.vmax if self.vmax is not None else self.v
+                bc1, bc2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+                denom = (second.sqrt() / math.sqrt(bc2)).add_(self.eps)
+                self.theta.addcdiv_(self.m, denom, value=-self.lr / bc1)
+        if self.decay:
+            self.lr *= self.decay
 
 
 def _newton_step(theta: torch.Tensor, h: Hierarchy, lr: float, project: bool) -> None:

@@ -139,3 +139,30 @@ def test_average_linkage_start(blobs):
     assert res.loss <= res.history[0]
     with pytest.raises(ValueError, match="init must be"):
         fit_ultrametric(g, torch.tensor(w), init="ward")
+
+
+@pytest.mark.parametrize("kind", ["amsgrad", "adam", "sgd"])
+@pytest.mark.parametrize("decay", [None, 0.97])
+def test_written_out_optimiser_equals_torch_optim(kind, decay):
+    """fit_ultrametric's step (hiseg.fitting._AdamStep) makes torch.optim's updates."""
+    from hiseg.fitting import _AdamStep
+
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(50, dtype=torch.float64, generator=gen)
+    b = a.clone()
+    ours = _AdamStep(a, 0.05, decay, kind, 1e-8)
+    opt = (torch.optim.SGD([b], lr=0.05) if kind == "sgd"
+           else torch.optim.Adam([b], lr=0.05, amsgrad=kind == "amsgrad", eps=1e-8))
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, decay) if decay else None
+    for i in range(30):
+        g = torch.randn(50, dtype=torch.float64, generator=gen) * (10.0 ** (i % 3 - 1))
+        a.grad, b.grad = g.clone(), g.clone()
+        ours()
+        opt.step()
+        if sched:
+            sched.step()
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-12, atol=1e-14)
+    a.grad = b.grad = None  # no gradient: no move (the step-size decay goes on)
+    before = a.clone()
+    ours()
+    assert torch.equal(a, before)
