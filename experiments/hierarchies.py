@@ -20,7 +20,8 @@ Measures, on every hierarchy:
   the estimator's ``labels_`` (its size-aware cut). All samples (the semi-supervised fit
   sees 10% of the labels: ``toy.labelled_subset``, seeded by the draw);
 * *s*: wall time of the fit; *MB*: the peak resident memory of a process forked for the
-  fit, minus the parent's resident memory at the fork (so imports and data are excluded);
+  fit above its resident memory at the fork (peak reset through ``/proc/self/clear_refs``;
+  imports and data excluded; pages the fit touches but the parent had already count 0);
   at scale a fresh process and its whole peak (imports included, as in
   ``benchmarks/results/clustering_scale.md``).
 
@@ -44,7 +45,6 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import argparse  # noqa: E402
 import json  # noqa: E402
 import pickle  # noqa: E402
-import resource  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
@@ -110,21 +110,25 @@ def measure(tree, labels, y, graph, n_pairs=None):
     return out
 
 
-def _rss_mb():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+def _status_mb(field):
+    with open("/proc/self/status") as f:
+        return next(int(line.split()[1]) / 1024 for line in f if line.startswith(field))
 
 
 def forked(fn):
-    """Run ``fn()`` in a forked child; return its result, with the child's peak RSS above the
-    parent's RSS at the fork (``MB``)."""
-    base = _rss_mb()
+    """Run ``fn()`` in a forked child; return its result with ``MB``: the child's peak
+    resident memory above its resident memory at the start (the peak is reset first through
+    ``/proc/self/clear_refs``, so the parent's earlier peak does not count)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # child
         os.close(r)
         try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")  # reset the peak RSS (VmHWM) to the current RSS
+            base = _status_mb("VmRSS")
             res = fn()
+            res["MB"] = _status_mb("VmHWM") - base
         except Exception as e:  # report, do not crash the run
             res = dict(error=f"{type(e).__name__}: {e}")
         with os.fdopen(w, "wb") as f:
@@ -133,10 +137,8 @@ def forked(fn):
     os.close(w)
     with os.fdopen(r, "rb") as f:
         data = f.read()
-    _, _, usage = os.wait4(pid, 0)
-    res = pickle.loads(data) if data else dict(error="child died")
-    res["MB"] = max(0.0, usage.ru_maxrss / 1024 - base)
-    return res
+    os.waitpid(pid, 0)
+    return pickle.loads(data) if data else dict(error="child died")
 
 
 def linkage_fit(X, y, k, method, graph):
@@ -179,6 +181,9 @@ def run_set(name, seed, methods):
 # ---------------------------------------------------------------------------------- scale
 def scale_worker(method, n, d):
     """One fit on the scale set in this (fresh) process; prints a JSON line."""
+    skip = Path(os.environ["HIER_TMP"]) / "skip_scale"  # the pids whose scale rows come from another run
+    if skip.exists() and str(os.getppid()) in skip.read_text().split():
+        sys.exit("skipped: the scale rows come from a separate run (runs/hierarchies_tmp/skip_scale)")
     from sklearn.datasets import make_blobs
 
     from bench_clustering_scale import K
@@ -397,7 +402,7 @@ def write(res, methods, scale_rows, args):
         out += [f"## {title}", ""]
         for key, label in (("purity", "dendrogram purity"), ("accuracy", "flat accuracy"),
                            ("dasgupta", "Dasgupta's cost (normalised, lower is better)"),
-                           ("s", "fit time (s)"), ("MB", "peak memory above the parent (MB)")):
+                           ("s", "fit time (s)"), ("MB", "peak memory of the forked fit above its start (MB)")):
             out += [f"### {label}", ""] + table(res, sets, names, key) + [""]
     if scale_rows:
         out += ["## Scale set", "",
