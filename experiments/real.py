@@ -9,7 +9,8 @@ classes, b 5, std 0.5-3), ``mix10`` (1000, 10 classes, b 2, std 1-2) and ``mix20
 edge lengths, 15-NN + MST for Ward's heights (``dissimilarity="ward"``).
 
 * Unsupervised, cut at the true number of classes (deterministic, one run): Ward and
-  average linkage (scikit-learn), :class:`hiseg.UltrametricClustering` with its defaults
+  average linkage (scikit-learn), :class:`hiseg.UltrametricClustering` on edge lengths
+  (``dissimilarity="euclidean"``) with its other defaults
   (closest+size, size weight 10 on the top 10 nodes, distances divided by their mean,
   started at the average-linkage ultrametric, size-aware cut with ``min_cluster_size=
   "auto"``), the same on Ward's heights, with the plain cut (``min_cluster_size=0``) and
