@@ -55,6 +55,8 @@ def main():
                     help="also evaluate gPb-owt-ucm (ucm2/val), and list SEISM's gPb-owt-ucm and MCG figures")
     ap.add_argument("--seism", default=None,
                     help="SEISM result folders (default: ../shared/data/bench/seism beside the BSDS root)")
+    ap.add_argument("--no-boundary", action="store_true",
+                    help="skip the boundary benchmark (Fb), the slow part: regions and Fop only")
     ap.add_argument("--n-images", type=int, default=100)
     ap.add_argument("--thresholds", type=int, default=99)
     ap.add_argument("--workers", type=int, default=2)
@@ -119,7 +121,8 @@ def main():
     print("predict seconds per image (median):", {k: round(v, 3) for k, v in tmed.items()})
     kc = {k: (v[0] / v[1] if v[1] else float("nan")) for k, v in kcut.items()}
     print("K-cut covering:", kc)
-    results = {"kcut_covering": kc, "pipeline": seg.pipeline.to_dict(), "hiseg": evaluate(pred, gt, n_thresholds=args.thresholds, workers=args.workers),
+    results = {"kcut_covering": kc, "pipeline": seg.pipeline.to_dict(), "hiseg": evaluate(pred, gt, n_thresholds=args.thresholds, workers=args.workers,
+                                boundary=not args.no_boundary),
                "predict_seconds": tmed, "n_images": len(names), "thresholds": args.thresholds}
     if args.baseline:
         base = out / "gpb"
@@ -127,7 +130,8 @@ def main():
         base.mkdir()
         for n in names:
             (base / f"{n}.mat").symlink_to((ucm_dir / f"{n}.mat").resolve())
-        results["gpb_owt_ucm"] = evaluate(base, gt, n_thresholds=args.thresholds, workers=args.workers)
+        results["gpb_owt_ucm"] = evaluate(base, gt, n_thresholds=args.thresholds, workers=args.workers,
+                                          boundary=not args.no_boundary)
 
     seism_rows = {}
     if args.baseline:
