@@ -201,3 +201,23 @@ def test_previous_checkpoint_still_loads_by_name():
         pytest.skip("models/hiseg_bsds500.ckpt absent")
     seg = Segmenter.from_pretrained("bsds500")
     assert seg.pipeline.merge_head is None and seg.pipeline.flip is False
+
+
+def test_shipped_merge_checkpoint_fits_the_shipped_network():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "models" / "hiseg_bsds500_merge.ckpt"
+    if not path.is_file():
+        pytest.skip("models/hiseg_bsds500_merge.ckpt absent")
+    seg = Segmenter.from_checkpoint(path)
+    head = seg.pipeline.head
+    assert head is not None and seg.pipeline.flip and seg.pipeline.scales == (0.5, 1.0)
+    assert head.network == network_fingerprint(seg.model)
+    try:
+        shipped = Segmenter.from_pretrained("bsds500")
+    except FileNotFoundError:
+        return
+    assert network_fingerprint(shipped.model) == head.network  # the frozen network is the shipped one
+    img, _ = scene(5, 64, 96)
+    res = seg.segment(img)
+    assert res.saliency.shape == (64, 96) and 0 <= res.saliency.min() and res.saliency.max() <= 1
