@@ -312,6 +312,8 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
         if no_arguments:  # the default run; with any argument, only what the command line says
             for sub in SUBCOMMANDS:
                 parser_kwargs[sub]["default_config_files"] = [str(default_config)]
+            if not run:  # no subcommand parsers: the main parser reads it
+                parser_kwargs["default_config_files"] = [str(default_config)]
         elif run and argv[0] in SUBCOMMANDS and not any(
                 a.split("=")[0] in ("-c", "--config", "-h", "--help", "--print_config", "--data")
                 or a.startswith("--data.") for a in argv[1:]):

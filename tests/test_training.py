@@ -433,6 +433,8 @@ def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
 
     monkeypatch.setattr("sys.argv", ["train.py"])
     default = ROOT / "configs" / "synthetic.yaml"
+    cli = main([], default_config=default, run=False)  # `python train.py`: the synthetic default
+    assert type(cli.datamodule).__name__ == "SyntheticDataModule" and cli.trainer.max_epochs == 10
     with pytest.raises(SystemExit, match=r"fit: no data\. configs/synthetic\.yaml applies only .*folder_finetune"):
         main(["--trainer.max_steps", "20"], default_config=default)
     data = tmp_path / "my_data"
