@@ -39,6 +39,19 @@ def _at_least_one(v: int) -> None:
         raise ValueError("must be an integer >= 1")
 
 
+def default_workers() -> int:
+    """``--workers``' default: the CPUs this process may use, at most 8."""
+    import os
+
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, n))
+
+
+def _workers(v: int) -> None:
+    if v < 0:
+        raise ValueError("must be an integer >= 0 (0 or 1: no worker processes)")
+
+
 def _scale(v: float) -> None:
     if not 0.1 <= v <= 4:  # also refuses nan
         raise ValueError("each scale must be in [0.1, 4] (Pipeline.scales)")
@@ -92,6 +105,10 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                    help=f"the network runs in tiles of TILE x TILE pixels (bounded memory; >= {MIN_TILE}, or 0: "
                         "one pass) (default: %(default)s)")
     add_segmenter_arguments(p, "files (NAME_ucm.png, NAME.mat, ...)")
+    p.add_argument("--workers", type=option_type(int, _workers), default=default_workers(), metavar="N",
+                   help="worker processes for what runs on the CPU per image (decoding, superpixels, hierarchy, "
+                        "writing), overlapped with the network in the main process; 0 or 1: all in this process; "
+                        "the files are the same either way (default: the CPUs available, at most 8: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     p.add_argument("--html", action="store_true",
                    help="also write NAME.html, an interactive explorer of the hierarchy (self-contained: "
@@ -99,13 +116,11 @@ def add_predict_arguments(p: argparse.ArgumentParser):
 
 
 def run_predict(args) -> int:
-    import warnings
-
     from tqdm import tqdm
 
     from . import view
-    from .inference import output_paths, write_outputs
-    from .io import read_image, refuse_overwrite
+    from .inference import output_paths
+    from .io import refuse_overwrite
 
     if args.regions is not None and args.threshold is not None:
         raise ValueError("give at most one of --regions and --threshold")
@@ -117,29 +132,173 @@ def run_predict(args) -> int:
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
     refuse_overwrite(outputs, files, overwrite=args.overwrite, command="hiseg predict")
     seg = make_segmenter(args)
-    start = view.start_of(args.regions, args.threshold)
-
-    def one(f):
-        img = read_image(f)
-        res = seg.segment(img, tile=args.tile)
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            write_outputs(out, f.stem, res, img, n_regions=args.regions, threshold=args.threshold,
-                          min_size=args.min_region_size)
-        for w in caught:
-            print(f"hiseg predict: warning: {f.name}: {w.message}", file=sys.stderr)
-        return view.write_page_file(out, f.stem, img, res.ucm2, view.source_of(args), start) if args.html else True
-
+    opts = {"out": out, "tile": args.tile, "regions": args.regions, "threshold": args.threshold,
+            "min_size": args.min_region_size, "html": args.html, "source": view.source_of(args),
+            "start": view.start_of(args.regions, args.threshold)}
     failures, pages = [], []
-    for f in tqdm(files, desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2):
-        page = view.per_file(failures, f, one, f)
-        if args.html and page is not None:
+    bar = tqdm(total=len(files), desc="hiseg predict", unit="img", disable=args.no_progress or len(files) < 2)
+
+    def done(f, result):
+        """Report one image's outcome (in input order): its warnings, its page."""
+        if result is None:
+            return
+        page, caught = result
+        for msg in caught:
+            print(f"hiseg predict: warning: {f.name}: {msg}", file=sys.stderr)
+        if args.html:
             pages.append(page)
+
+    workers = min(args.workers, len(files))
+    with bar:
+        if workers <= 1:
+            for f in files:
+                done(f, view.per_file(failures, f, _predict_one, seg, f, opts))
+                bar.update()
+        else:
+            _predict_pool(seg, files, opts, workers, failures, done, bar.update)
     if len(pages) > 1:
         view.write_index_file(out, pages)
     if len(files) > len(failures):
         print(f"wrote {len(files) - len(failures)} image(s) to {out}")
     return view.report_failures("hiseg predict", failures, len(files))
+
+
+def _predict_one(seg, f: Path, opts: dict, pmap=None):
+    """:func:`hiseg.inference.predict_file` of image ``f`` (``pmap``: its boundary map, computed
+    there when None), plus its page with --html; (page index entry or True, the warnings'
+    messages). The one code of ``hiseg predict``'s images, in the main process or a worker."""
+    from . import view
+    from .inference import predict_file
+
+    img, res, caught = predict_file(seg, f, opts["out"], opts["tile"], opts["regions"], opts["threshold"],
+                                    opts["min_size"], boundary=pmap)
+    page = view.write_page_file(opts["out"], f.stem, img, res.ucm2, opts["source"], opts["start"]) if opts["html"] else True
+    return page, caught
+
+
+# ----------------------------------------------------------------------------- worker processes
+_WORKER: dict = {}
+
+
+def _worker_init(seg, opts):
+    """A worker's state: the Segmenter (its pipeline) and the options; one thread each (the
+    workers are the parallelism)."""
+    import cv2
+    import torch
+
+    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
+    _WORKER.update(seg=seg, opts=opts)
+
+
+def _in_worker(step, f: Path, *rest):
+    """``step`` of image ``f`` in a worker, its outcome as plain data (an exception of any
+    class comes back whole, named by its image): ("ok", value), ("fail", message) for the
+    errors that stop one image (:data:`hiseg.view.PER_FILE_ERRORS`), ("error", kind, message)."""
+    import traceback
+
+    from .view import PER_FILE_ERRORS
+
+    try:
+        if step == "decode":
+            from .io import read_image
+
+            return "ok", _WORKER["seg"].working_image(read_image(f))
+        return "ok", _predict_one(_WORKER["seg"], f, _WORKER["opts"], *rest)
+    except PER_FILE_ERRORS as e:
+        return "fail", str(e)
+    except Exception as e:  # noqa: BLE001 -- reported in the main process, naming the image
+        kind = "OSError" if isinstance(e, OSError) else type(e).__name__
+        return "error", kind, f"{e}\n(in worker process:\n{traceback.format_exc().rstrip()})" if kind != "OSError" else str(e)
+
+
+def _outcome(f: Path, fut, failures: list):
+    """The value of a worker's step on ``f``, or None (``failures`` gets the image's
+    per-image error); an error that stops the run is raised naming the image."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        res = fut.result()
+    except BrokenProcessPool:
+        raise RuntimeError(f"a worker process died (killed? out of memory?) while processing {f} or an image "
+                           "beside it; rerun with --workers 1 to see its error") from None
+    if res[0] == "ok":
+        return res[1]
+    if res[0] == "fail":
+        failures.append((str(f), res[1]))
+        return None
+    if res[1] == "OSError":
+        raise OSError(f"{f}: {res[2]}")
+    raise RuntimeError(f"{f}: {res[1]}: {res[2]}")
+
+
+def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, done, tick) -> None:
+    """``hiseg predict`` with ``workers`` processes: each image is decoded in a worker, its
+    network pass runs here (one image at a time: the same pass as in-process, so the same
+    bytes), and its superpixels, hierarchy and files are made in a worker, while the network
+    goes on with the next images. Outcomes are reported in input order; an error that is not
+    an image's own stops the run (the workers' queued images are cancelled)."""
+    import multiprocessing as mp
+    from collections import deque
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from .inference import Segmenter
+    from .view import PER_FILE_ERRORS
+
+    # fork (Linux): the workers start at once, without re-importing torch; they run no
+    # OpenMP region (one thread each) and never touch CUDA. Elsewhere: spawn.
+    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    cpu_seg = Segmenter(None, device="cpu", pipeline=seg.pipeline)  # the workers' steps need no network
+    network = seg.model is not None
+    window = 2 * workers  # images in flight per stage: bounded memory whatever the folder's size
+    finishing: dict = {}   # index -> future of its last step
+    outcomes: dict = {}    # index -> value (None: failed), until reported in order
+    reported = 0
+
+    def collect(block: bool):
+        nonlocal reported
+        if block and finishing:
+            wait(list(finishing.values()), return_when=FIRST_COMPLETED)
+        for i in [i for i, fu in finishing.items() if fu.done()]:
+            outcomes[i] = _outcome(files[i], finishing.pop(i), failures_of[i])
+            tick()
+        while reported in outcomes:
+            done(files[reported], outcomes.pop(reported))
+            reported += 1
+
+    failures_of = [[] for _ in files]  # per image, merged in input order at the end
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(cpu_seg, opts))
+    try:
+        decoding = deque()
+        queued = 0
+        for i, f in enumerate(files):
+            pmap = None
+            if network:
+                while queued < len(files) and len(decoding) < window:
+                    decoding.append(pool.submit(_in_worker, "decode", files[queued]))
+                    queued += 1
+                work = _outcome(f, decoding.popleft(), failures_of[i])
+                try:
+                    pmap = None if work is None else seg.network_map(work[0], opts["tile"])
+                except PER_FILE_ERRORS as e:
+                    failures_of[i].append((str(f), str(e)))
+                if pmap is None:  # failed here: reported with the others, in order
+                    outcomes[i] = None
+                    tick()
+                    collect(False)
+                    continue
+            finishing[i] = pool.submit(_in_worker, "finish", f, pmap)
+            while len(finishing) > window:
+                collect(True)
+            collect(False)
+        while finishing:
+            collect(True)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    for fl in failures_of:
+        failures.extend(fl)
 
 
 def run_view(args) -> int:

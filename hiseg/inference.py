@@ -28,7 +28,7 @@ from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from
                                    upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
 
-__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "check_tile", "MIN_TILE", "resolve_device",
+__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "predict_file", "check_tile", "MIN_TILE", "resolve_device",
            "MAX_LABELS"]
 
 #: The most regions a label image (16-bit PNG, labels 0..65535) holds.
@@ -249,13 +249,25 @@ class Segmenter:
         full = _as_image(image)
         t = {}
         t0 = time.perf_counter()
-        img, out_shape = self._working_image(full)
+        img, out_shape = self.working_image(full)
+        pmap = self.network_map(img, tile)
+        t["network"] = time.perf_counter() - t0
+        return self.finish(img, pmap, out_shape, t)
+
+    def network_map(self, img: np.ndarray, tile: int = 512) -> np.ndarray:
+        """The boundary map of :meth:`segment` on the working image ``img`` (the step that
+        needs the network; ``hiseg predict --workers`` runs it in the main process)."""
         pmap = self.pipeline.boundary_map(self.model, img, self.device, tile=tile)
         bad = int(np.count_nonzero(~np.isfinite(pmap)))
         if bad:
             raise ValueError(f"the network's boundary map has {bad} NaN or infinite values (of {pmap.size}): "
                              "the checkpoint's weights diverged or do not suit this image; use another checkpoint")
-        t["network"] = time.perf_counter() - t0
+        return pmap
+
+    def finish(self, img: np.ndarray, pmap: np.ndarray, out_shape=None, t: Optional[dict] = None) -> SegmentationResult:
+        """The steps of :meth:`segment` after the network (superpixels, RAG, hierarchy): CPU
+        only, no model needed (``hiseg predict --workers`` runs them in worker processes)."""
+        t = {} if t is None else t
         t0 = time.perf_counter()
         rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
         t["hierarchy"] = time.perf_counter() - t0
@@ -263,7 +275,7 @@ class Segmenter:
             return self._flat(rag, t, out_shape)
         return SegmentationResult(rag, u, h, pmap, t, output_shape=out_shape)
 
-    def _working_image(self, img: np.ndarray):
+    def working_image(self, img: np.ndarray):
         """(image at the working resolution, full (H, W) or None when unchanged)."""
         hw = self.pipeline.working_size(*img.shape[:2])
         if hw == img.shape[:2]:
@@ -352,3 +364,22 @@ def output_paths(out_dir, stem: str) -> dict:
     out = Path(out_dir)
     return {"ucm": out / f"{stem}_ucm.png", "ucm16": out / f"{stem}_ucm16.png", "mat": out / f"{stem}.mat",
             "labels": out / f"{stem}_labels.png", "overlay": out / f"{stem}_overlay.png"}
+
+
+def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Optional[int] = None,
+                 threshold: Optional[float] = None, min_size="auto", boundary: Optional[np.ndarray] = None):
+    """``hiseg predict``'s work on one image file: read it, segment it with ``seg`` and
+    :func:`write_outputs` its files into ``out_dir``. ``boundary``: its boundary map at the
+    working resolution, when the network ran elsewhere (``--workers``, :mod:`hiseg.predict_ddp`);
+    the result is the same as computing it here. Returns (image, result, the warnings'
+    messages): every path that writes ``hiseg predict``'s files goes through here."""
+    import warnings
+
+    path = Path(path)
+    img = read_image(path)
+    work, out_shape = seg.working_image(img)
+    res = seg.finish(work, seg.network_map(work, tile) if boundary is None else boundary, out_shape)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        write_outputs(out_dir, path.stem, res, img, n_regions=n_regions, threshold=threshold, min_size=min_size)
+    return img, res, [str(w.message) for w in caught]

@@ -16,7 +16,7 @@ PKG = Path(__file__).resolve().parents[1] / "hiseg"
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
 ORDER = ["io", "_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting", "plotting", "clustering",
          "segmentation", "metrics", "data", "models", "edge_training", "lightning",
-         "inference", "view", "cli", "cli_train"]
+         "inference", "predict_ddp", "view", "cli", "cli_train"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "pipeline"],

@@ -1,0 +1,145 @@
+"""``hiseg predict`` on several GPUs or nodes, on Lightning's own machinery.
+
+``trainer.predict`` with DDP: each process reads its share of the images (a distributed
+sampler, no image twice), runs the network on them, and a
+:class:`~pytorch_lightning.callbacks.BasePredictionWriter` (:class:`PredictionFilesWriter`)
+makes their hierarchies and writes the same files as ``hiseg predict``, byte for byte
+(both go through :func:`hiseg.inference.predict_file`)::
+
+    from hiseg.inference import Segmenter
+    from hiseg.predict_ddp import predict_files
+
+    failures = predict_files(Segmenter.from_pretrained("bsds500"), sorted(Path("photos").glob("*.jpg")),
+                             "out/", regions=12,
+                             trainer_kwargs=dict(accelerator="gpu", devices=4, num_nodes=2, strategy="ddp"))
+
+The same guarantees as ``hiseg predict``: existing files are refused before anything is
+written (checked in every process, before the processes meet; ``overwrite=True`` replaces
+them), every file is written atomically, and an image that fails (unreadable, ...) does not
+stop the others: rank 0 prints the failures at the end and :func:`predict_files` returns them
+(``(file, message)`` in input order; under ``strategy="ddp_spawn"`` only the printed report
+reaches the calling process). No ``--html`` pages, and a checkpoint is needed (the classical
+path has no network to distribute).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import BasePredictionWriter
+from torch.utils.data import DataLoader, Dataset
+
+from .inference import Segmenter, output_paths, predict_file
+from .io import read_image, refuse_overwrite
+
+__all__ = ["predict_files", "PredictionFilesWriter", "IMAGE_ERRORS"]
+
+#: The errors that stop one image, not the run (``hiseg.view.PER_FILE_ERRORS``, which is a layer above).
+IMAGE_ERRORS = (ValueError, FileNotFoundError)
+
+
+def _first(batch):
+    return batch[0]
+
+
+class _Images(Dataset):
+    """Item ``i``: the working image of ``files[i]`` (or the error that stopped its reading)."""
+
+    def __init__(self, files: Sequence[Path], pipeline):
+        self.files, self.seg = list(files), Segmenter(None, pipeline=pipeline)
+
+    def __len__(self):
+        return len(self.files)
+
+    def __getitem__(self, i):
+        try:
+            return {"index": i, "image": self.seg.working_image(read_image(self.files[i]))[0], "error": None}
+        except IMAGE_ERRORS as e:
+            return {"index": i, "image": None, "error": str(e)}
+
+
+class _Network(pl.LightningModule):
+    """The segmenter's network; ``predict_step``: an image's boundary map (or its error)."""
+
+    def __init__(self, seg: Segmenter, tile: int):
+        super().__init__()
+        self.model, self.seg, self.tile = seg.model, seg, tile
+
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch  # Segmenter.network_map moves the image itself
+
+    def predict_step(self, item, batch_idx=0, dataloader_idx=0):
+        if item["error"] is None:
+            self.seg.device = self.device
+            try:
+                return {"index": item["index"], "pmap": self.seg.network_map(item["image"], self.tile), "error": None}
+            except IMAGE_ERRORS as e:
+                item = dict(item, error=str(e))
+        return {"index": item["index"], "error": item["error"]}
+
+
+class PredictionFilesWriter(BasePredictionWriter):
+    """Writes ``hiseg predict``'s files of each predicted image into ``out``
+    (:func:`hiseg.inference.predict_file` with the network's boundary map); ``failures``:
+    ``(file, message)`` of the images that failed, gathered from every process at the end."""
+
+    def __init__(self, pipeline, files: Sequence[Path], out, tile: int = 512, regions: Optional[int] = None,
+                 threshold: Optional[float] = None, min_size="auto"):
+        super().__init__("batch")
+        self.seg, self.files, self.out = Segmenter(None, pipeline=pipeline), list(files), Path(out)
+        self.cut = dict(tile=tile, n_regions=regions, threshold=threshold, min_size=min_size)
+        self.failures: list = []
+
+    def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
+        i = prediction["index"]
+        f = self.files[i]
+        if prediction["error"] is None:
+            try:
+                _, _, caught = predict_file(self.seg, f, self.out, boundary=prediction["pmap"], **self.cut)
+            except IMAGE_ERRORS as e:
+                prediction = dict(prediction, error=str(e))
+            else:
+                for msg in caught:
+                    print(f"hiseg predict: warning: {f.name}: {msg}", file=sys.stderr)
+        if prediction["error"] is not None:
+            self.failures.append((i, str(f), prediction["error"]))
+
+    def on_predict_end(self, trainer, pl_module):
+        failures = self.failures
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            every = [None] * torch.distributed.get_world_size()
+            torch.distributed.all_gather_object(every, failures)
+            failures = [x for part in every for x in part]
+        self.failures = [(name, msg) for _, name, msg in sorted(set(failures))]
+        if trainer.is_global_zero and self.failures:
+            print(f"hiseg.predict_ddp: error: {len(self.failures)} of {len(self.files)} image(s) failed:",
+                  file=sys.stderr)
+            for name, msg in self.failures:
+                print(f"  {name}: {msg}", file=sys.stderr)
+
+
+def predict_files(segmenter: Segmenter, files: Sequence, out, *, regions: Optional[int] = None,
+                  threshold: Optional[float] = None, min_size="auto", tile: int = 512, overwrite: bool = False,
+                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0) -> list:
+    """Write ``hiseg predict``'s files of the image ``files`` into ``out`` with
+    ``pl.Trainer(**trainer_kwargs).predict`` (e.g. ``devices=4, strategy="ddp"``; default:
+    Lightning's ``auto``). ``num_workers``: the DataLoader's image-decoding processes per
+    device. Returns the failed images, ``(file, message)`` (see the module docstring)."""
+    if segmenter.model is None:
+        raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
+                         "runs on the CPU: use `hiseg predict --workers N`")
+    files = [Path(f) for f in files]
+    stems = [f.stem for f in files]
+    if len(set(stems)) != len(stems):
+        raise ValueError(f"several files share an output name: {sorted({s for s in stems if stems.count(s) > 1})[:5]}")
+    refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite,
+                     command="hiseg.predict_ddp")
+    writer = PredictionFilesWriter(segmenter.pipeline, files, out, tile, regions, threshold, min_size)
+    kw = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer = pl.Trainer(callbacks=[writer], **{**kw, **(trainer_kwargs or {})})
+    loader = DataLoader(_Images(files, segmenter.pipeline), batch_size=1, collate_fn=_first, num_workers=num_workers)
+    trainer.predict(_Network(segmenter, tile), loader, return_predictions=False)
+    return writer.failures

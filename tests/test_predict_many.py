@@ -1,0 +1,144 @@
+"""Many images (issue 23 section 4): ``hiseg predict --workers N`` and :mod:`hiseg.predict_ddp`
+write the same bytes as the single-process ``hiseg predict --workers 0``, keep its
+guarantees (existing files refused before writing, per-image failures reported at the end
+with exit 1, atomic writes) and name the image of an error raised in a worker."""
+import cv2
+import numpy as np
+import pytest
+import torch
+from test_cli_faults import PIPE, photos, quadrants, run, snapshot
+
+from hiseg.models import get_model
+from hiseg.models.weights import save_weights
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    torch.manual_seed(0)
+    return str(save_weights(get_model("compact_boundary_net", width=8), tmp_path_factory.mktemp("ck") / "net.ckpt",
+                            metadata={"pipeline": PIPE}))
+
+
+def four_photos(tmp_path):
+    """Four small images, one of another size (and one a JPEG)."""
+    d = photos(tmp_path, "a.png", "b.png", "c.jpg")
+    cv2.imwrite(str(d / "d.png"), cv2.resize(quadrants(), (70, 50)))
+    return d
+
+
+def predict(capsys, tmp_path, name, *argv):
+    out = tmp_path / name
+    rc, err = run(capsys, ["predict", *argv, "--out", str(out), "--no-progress", "--device", "cpu"])
+    return rc, err, snapshot(out)
+
+
+@pytest.mark.parametrize("network", [False, True], ids=["classical-html", "network"])
+def test_workers_write_the_same_bytes_as_one_process(tmp_path, capsys, checkpoint, network):
+    d = four_photos(tmp_path)
+    extra = ["--checkpoint", checkpoint, "--threshold", "0.2"] if network else ["--regions", "3", "--html"]
+    rc0, err0, one = predict(capsys, tmp_path, "o0", str(d), "--workers", "0", *extra)
+    assert rc0 == 0, err0
+    assert len(one) == 4 * 5 + (5 if "--html" in extra else 0)
+    for n in (2, 3):
+        rc, err, many = predict(capsys, tmp_path, f"o{n}", str(d), "--workers", str(n), *extra)
+        assert rc == 0, err
+        assert many == one  # every file, byte for byte, and no other file (no stray temporary)
+
+
+def test_a_bad_image_in_a_worker_is_reported_at_the_end_as_in_one_process(tmp_path, capsys, checkpoint):
+    d = four_photos(tmp_path)
+    (d / "b.png").write_bytes(b"not an image")
+    outs = {}
+    for n in (0, 2):
+        rc, err, outs[n] = predict(capsys, tmp_path, f"o{n}", str(d), "--workers", str(n), "--checkpoint", checkpoint)
+        assert rc == 1
+        report = err[err.index("hiseg predict: error:"):]
+        assert report.startswith("hiseg predict: error: 1 of 4 image(s) failed; the other 3 were written:")
+        assert f"{d / 'b.png'}: cannot read image" in report
+        outs[n, "report"] = report
+    assert outs[0] == outs[2] and outs[0, "report"] == outs[2, "report"]
+    assert not any(name.startswith("b") for name in outs[2])
+
+
+def test_existing_files_are_refused_before_any_worker_writes(tmp_path, capsys):
+    d = four_photos(tmp_path)
+    out = tmp_path / "o"
+    out.mkdir()
+    (out / "c.mat").write_bytes(b"ground truth")
+    rc, err = run(capsys, ["predict", str(d), "--out", str(out), "--workers", "2"])
+    assert rc == 2 and "c.mat" in err
+    assert snapshot(out) == {"c.mat": b"ground truth"}
+
+
+def test_an_error_in_a_worker_names_the_image(tmp_path, capsys, monkeypatch):
+    import errno
+
+    import hiseg.inference
+    from hiseg.segmentation.pipeline import Pipeline
+
+    d = four_photos(tmp_path)
+    real = Pipeline.hierarchy_of_map
+
+    def broken_on_small(self, boundary, image=None):  # workers are forked: they see the patch
+        if boundary.shape == (50, 70):
+            raise RuntimeError("higra gave up")
+        return real(self, boundary, image)
+
+    monkeypatch.setattr(Pipeline, "hierarchy_of_map", broken_on_small)
+    with pytest.raises(RuntimeError, match=r"d\.png: RuntimeError: higra gave up"):
+        run(capsys, ["predict", str(d), "--out", str(tmp_path / "o"), "--workers", "2"])
+    monkeypatch.setattr(Pipeline, "hierarchy_of_map", real)
+
+    def disk_full(path, ucm2):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(hiseg.inference, "write_ucm2_mat", disk_full)
+    rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o2"), "--workers", "2", "--no-progress"])
+    assert rc == 2 and f"{d / 'a.png'}: [Errno 28] cannot write {tmp_path / 'o2' / 'a.mat'}" in err
+    assert not list((tmp_path / "o2").glob("*.mat")) and not list((tmp_path / "o2").glob(".*tmp*"))
+
+
+@pytest.mark.parametrize("value", ["-1", "two", "1.5"])
+def test_a_bad_workers_value_is_named(tmp_path, capsys, value):
+    d = four_photos(tmp_path)
+    rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o"), "--workers", value])
+    assert rc == 2 and "argument --workers" in err and not (tmp_path / "o").exists()
+
+
+def test_workers_default_to_the_cpus_available():
+    import os
+
+    from hiseg.cli import default_workers
+
+    assert default_workers() == max(1, min(8, len(os.sched_getaffinity(0))))
+
+
+def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path, capsys, checkpoint):
+    from hiseg.inference import Segmenter
+    from hiseg.predict_ddp import IMAGE_ERRORS, predict_files
+    from hiseg.view import PER_FILE_ERRORS
+
+    assert IMAGE_ERRORS == PER_FILE_ERRORS
+    d = four_photos(tmp_path)
+    files = sorted(p for p in d.iterdir() if p.name != "b.png")  # 3 images, one of another size
+    rc, err, truth = predict(capsys, tmp_path, "o0", *map(str, files), "--workers", "0", "--checkpoint", checkpoint,
+                             "--regions", "3")
+    assert rc == 0, err
+    out = tmp_path / "ddp"
+    predict_files(Segmenter.from_checkpoint(checkpoint), files, out, regions=3,
+                  trainer_kwargs=dict(accelerator="cpu", devices=2, strategy="ddp_spawn"))
+    assert snapshot(out) == truth
+    with pytest.raises(ValueError, match="a.mat"):  # refused before anything runs
+        predict_files(Segmenter.from_checkpoint(checkpoint), files, out, trainer_kwargs=dict(accelerator="cpu"))
+
+
+def test_warnings_from_workers_name_their_image_in_input_order(tmp_path, capsys):
+    d = four_photos(tmp_path)
+    errs = {}
+    for n in (0, 2):
+        rc, err, _ = predict(capsys, tmp_path, f"o{n}", str(d), "--workers", str(n), "--regions", "5000")
+        assert rc == 0, err
+        errs[n] = [line for line in err.splitlines() if line.startswith("hiseg predict: warning:")]
+    names = [w.split(":")[2].strip() for w in errs[0]]
+    assert sorted(set(names), key=names.index) == ["a.png", "b.png", "c.jpg", "d.png"]
+    assert errs[2] == errs[0]
