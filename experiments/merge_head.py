@@ -325,6 +325,46 @@ def cmd_report(args):
     print("\n".join(lines))
 
 
+def cmd_final(args):
+    """The final val table: ``hiseg evaluate``'s results.json of the checkpoint's ucm2 (99
+    thresholds), its K-cut coverings, next to the shipped model's and MCG's rows of
+    experiments/results/bsds_val_shipped/results.json."""
+    def fig(r):
+        b, f = r["boundary"], r.get("fop")
+        out = [b["ods"]["f"], b["ois"]["f"], b["ap"]]
+        out += [f["ods"]["f"], f["ois"]["f"], f["ap"]] if f else [float("nan")] * 3
+        return out + [r["covering"]["ods"], r["covering"]["ois"], r["covering"]["best"], r["pri"]["ods"],
+                      r["pri"]["ois"], r["vi"]["ods"], r["vi"]["ois"]]
+
+    def row(name, vals, kc):
+        cells = ["–" if v is None or v != v else f"{v:.4f}" for v in vals + kc]
+        return f"| {name} | " + " | ".join(cells) + " |"
+
+    ship = json.loads(Path(args.shipped).read_text())
+    new = json.loads(Path(args.results).read_text())
+    new = new.get("hiseg", new)
+    kc = json.loads(args.kcut)
+    lines = [f"BSDS500 val, 100 images, {args.thresholds} thresholds (`hiseg evaluate`), learned merging next to the "
+             "shipped model (experiments/results/bsds_val_shipped/) and MCG (SEISM's files, its rules).\n",
+             "| method | Fb ODS | Fb OIS | Fb AP | Fop ODS | Fop OIS | Fop AP | cover ODS | cover OIS | cover best "
+             "| PRI ODS | PRI OIS | VI ODS | VI OIS | K-cut (size-aware) | K-cut (closest level) |", "|---" * 16 + "|",
+             row("hiseg_bsds500 (shipped)", fig(ship["hiseg"]),
+                 [ship["kcut_covering"]["hiseg_exact"], ship["kcut_covering"]["hiseg"]]),
+             row("**hiseg_bsds500_merge** (head + scales 0.5,1 + flip)", fig(new), [kc["hiseg_exact"], kc["hiseg"]])]
+    if "seism" in ship:
+        for name, r in ship["seism"].items():
+            if "mcg" in name.lower():
+                b, f = r.get("boundary"), r.get("fop")
+                vals = [b["ods"]["f"], b["ois"]["f"], b["ap"]] if b else [None] * 3
+                vals += [f["ods"]["f"], f["ois"]["f"], f["ap"]] if f else [None] * 3
+                lines.append(row("MCG (SEISM's results)", vals + [None] * 7, [None, None]))
+    lines.append("\n(VI: lower is better. K-cut: K = the median annotator region count; size-aware = "
+                 "`cut(n_regions=K)`'s default, min 0.05/K of the image; closest level = the UCM level closest to K.)")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -370,8 +410,14 @@ def main():
     v.add_argument("--out", required=True)
     rp = sub.add_parser("report")
     rp.add_argument("--out", default="experiments/results/merge_selection/selection.md")
+    fi = sub.add_parser("final")
+    fi.add_argument("--results", required=True, help="hiseg evaluate's results.json of the checkpoint's ucm2")
+    fi.add_argument("--kcut", required=True, help="JSON {hiseg_exact, hiseg} from bsds_eval's K-cut line")
+    fi.add_argument("--shipped", default="experiments/results/bsds_val_shipped/results.json")
+    fi.add_argument("--thresholds", type=int, default=99)
+    fi.add_argument("--out", default="experiments/results/merge_val/merge_val.md")
     args = ap.parse_args()
-    {"features": cmd_features, "run": cmd_run, "export": cmd_export, "bench": cmd_bench,
+    {"final": cmd_final, "features": cmd_features, "run": cmd_run, "export": cmd_export, "bench": cmd_bench,
      "variant": cmd_variant, "report": cmd_report}[args.cmd](args)
 
 
