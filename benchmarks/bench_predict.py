@@ -8,8 +8,20 @@ device when ``--device cuda``.
 
 Usage: ``python benchmarks/bench_predict.py [--checkpoint CKPT] [--images DIR] [--n 10]
 [--threads 2] [--device cpu]``
+
+``--workers 1 2``: instead, the throughput of the whole command, ``hiseg predict FOLDER
+--workers N`` run as a subprocess on ``--n`` images (BSDS500 val from
+/work/shared/data/BSDS500 when present, else the sample images), for each N: images/s of
+wall-clock time (process start and model loading included) and the CPU seconds of the
+process and its workers, with the ratio to the first N, and whether every file equals the
+first N's byte for byte; a markdown table, also written to ``--table``
+(default benchmarks/results/predict.md).
 """
 import argparse
+import os
+import resource
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +32,7 @@ import torch
 from hiseg.inference import Segmenter, write_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
+BSDS_VAL = Path("/work/shared/data/BSDS500/data/images/val")
 
 
 def images(args):
@@ -40,6 +53,60 @@ def images(args):
     return out
 
 
+def throughput(args):
+    """images/s and CPU seconds of ``hiseg predict --workers N`` for each N of ``args.workers``."""
+    import cv2
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(args.images) if args.images else (BSDS_VAL if BSDS_VAL.is_dir() else None)
+        src = Path(tmp) / "images"
+        src.mkdir()
+        if folder is not None:
+            for f in sorted(folder.glob("*.jpg"))[: args.n]:
+                (src / f.name).symlink_to(f)
+        else:
+            for name, im in images(args):
+                cv2.imwrite(str(src / f"{name}.png"), (im[..., ::-1] * 255 + 0.5).astype("uint8"))
+        n = len(list(src.iterdir()))
+        rows, first = [], None
+        for run, w in enumerate(args.workers):
+            out = Path(tmp) / f"out{run}"
+            cmd = [sys.executable, "-m", "hiseg.cli", "predict", str(src), "--out", str(out), "--workers", str(w),
+                   "--device", args.device, "--no-progress"] + (["--checkpoint", args.checkpoint] if args.checkpoint else [])
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            t0 = time.perf_counter()
+            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
+                           env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+            wall = time.perf_counter() - t0
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+            files = {p.name: p.read_bytes() for p in sorted(out.iterdir())}
+            first = files if first is None else first
+            rows.append((w, n / wall, wall, cpu, files == first))
+    what = f"checkpoint {Path(args.checkpoint).name}" if args.checkpoint else "classical path"
+    source = "BSDS500 val" if folder is not None else "scikit-image samples"
+    lines = [f"# hiseg predict --workers N: throughput on this machine's CPU\n",
+             f"{n} {source} images (481x321 or 321x481), {what}, device {args.device}, OMP_NUM_THREADS={args.threads}; "
+             f"wall clock of the whole command (start, model loading and writing included). `--workers 1` is the "
+             "single-process run; `--workers 2`: two worker processes (decoding, superpixels, hierarchy, writing) "
+             "beside the main one (the network). "
+             f"**The machine has {os.cpu_count()} cores shared with other jobs and was heavily loaded "
+             f"(load average {os.getloadavg()[0]:.1f} at the end of the run)**: the wall-clock figures are what "
+             "this load allowed, not what free cores give; CPU seconds (user + system, of the command and its "
+             "worker processes) are the work done, less sensitive to the load. "
+             "Command: `python benchmarks/bench_predict.py --workers " + " ".join(map(str, args.workers))
+             + f" --n {args.n}`.\n",
+             "| workers | images/s | ratio | wall s | CPU s | CPU s per image | files equal to the first row's |",
+             "|---:|---:|---:|---:|---:|---:|---|"]
+    for w, ips, wall, cpu, same in rows:
+        lines.append(f"| {w} | {ips:.3f} | {ips / rows[0][1]:.2f} | {wall:.1f} | {cpu:.1f} | {cpu / n:.2f} | "
+                     f"{'yes, byte for byte' if same else 'NO'} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.table).write_text(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     default = ROOT / "models" / "hiseg_bsds500.ckpt"
@@ -49,7 +116,12 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--on-boundary", action="store_true")
+    ap.add_argument("--workers", type=int, nargs="+", default=None,
+                    help="throughput of `hiseg predict --workers N` for these N (see above)")
+    ap.add_argument("--table", default=str(ROOT / "benchmarks" / "results" / "predict.md"))
     args = ap.parse_args()
+    if args.workers:
+        return throughput(args)
     torch.set_num_threads(args.threads)
     seg = (Segmenter.from_checkpoint(args.checkpoint, device=args.device)
            if args.checkpoint else Segmenter(device=args.device))

@@ -192,9 +192,10 @@ def _worker_init(seg, opts):
 
 
 def _in_worker(step, f: Path, *rest):
-    """``step`` of image ``f`` in a worker, its outcome as plain data (an exception of any
-    class comes back whole, named by its image): ("ok", value), ("fail", message) for the
-    errors that stop one image (:data:`hiseg.view.PER_FILE_ERRORS`), ("error", kind, message)."""
+    """``step`` of image ``f`` in a worker, its outcome as plain data (any exception comes
+    back as its class name and message, with the worker's traceback, whatever its pickling):
+    ("ok", value), ("fail", message) for the errors that stop one image
+    (:data:`hiseg.view.PER_FILE_ERRORS`), ("error", class name, message)."""
     import traceback
 
     from .view import PER_FILE_ERRORS

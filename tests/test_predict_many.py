@@ -142,3 +142,19 @@ def test_warnings_from_workers_name_their_image_in_input_order(tmp_path, capsys)
     names = [w.split(":")[2].strip() for w in errs[0]]
     assert sorted(set(names), key=names.index) == ["a.png", "b.png", "c.jpg", "d.png"]
     assert errs[2] == errs[0]
+
+
+def test_predict_ddp_reports_a_bad_image_and_writes_the_others(tmp_path, capfd, checkpoint):
+    from hiseg.inference import Segmenter
+    from hiseg.predict_ddp import predict_files
+
+    d = four_photos(tmp_path)
+    (d / "b.png").write_bytes(b"not an image")
+    files = sorted(d.iterdir())
+    failures = predict_files(Segmenter.from_checkpoint(checkpoint), files, tmp_path / "o",
+                             trainer_kwargs=dict(accelerator="cpu", devices=1))
+    assert [(n, m[:18]) for n, m in failures] == [(str(d / "b.png"), "cannot read image ")]
+    assert "1 of 4 image(s) failed" in capfd.readouterr().err
+    assert sorted(p.name for p in (tmp_path / "o").glob("*.mat")) == ["a.mat", "c.mat", "d.mat"]
+    with pytest.raises(ValueError, match="needs a Segmenter with a network"):
+        predict_files(Segmenter(), files, tmp_path / "o2")
