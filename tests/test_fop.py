@@ -355,3 +355,19 @@ def test_seism_folder_errors_name_the_file(tmp_path):
     (tmp_path / "val_fop_0.2.txt").write_text("0.5 0.5\n")
     with pytest.raises(ValueError, match="val_fop_0.2.txt"):
         seism.read_seism_table(tmp_path, "fop")
+
+
+def test_evaluate_out_never_replaces_existing_files_unless_overwrite(one_image, tmp_path, capsys):
+    pred_dir, gt_dir, seg = one_image
+    savemat(str(pred_dir / "a.mat"), {"segs": _cell(seg)})
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "results.md").write_text("my own notes")
+    argv = ["--pred", str(pred_dir), "--gt", str(gt_dir), "--out", str(out), "--workers", "1", "--quiet"]
+    assert _cli(argv) == 2
+    err = capsys.readouterr().err
+    assert "results.md" in err and "--overwrite" in err
+    assert (out / "results.md").read_text() == "my own notes"
+    assert sorted(p.name for p in out.iterdir()) == ["results.md"]
+    assert _cli(argv + ["--overwrite"]) == 0
+    assert "Fop" in (out / "results.md").read_text()

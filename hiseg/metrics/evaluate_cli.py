@@ -22,11 +22,12 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..io import atomic_write_files
+from ..io import atomic_write_files, refuse_overwrite
 from .bsds import evaluate
 from .matching import DEFAULT_MAX_DIST
 from .predictions import KINDS
-from .report import format_table, official_txt_files, pr_curve_png, report_header, results_markdown, results_to_json
+from .report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header, results_markdown,
+                     results_to_json)
 
 __all__ = ["add_arguments", "run"]
 
@@ -55,6 +56,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--no-fop", action="store_true",
                         help="skip the precision-recall for objects and parts (Fop)")
     parser.add_argument("--no-boundary", action="store_true", help="skip the boundary benchmark")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace result files that exist already in --out (default: refuse, naming them)")
     parser.add_argument("--quiet", action="store_true", help="no progress line")
     return parser
 
@@ -112,6 +115,13 @@ def run(args: argparse.Namespace) -> int:
     an :class:`OSError` while writing ``--out`` returns 1 and leaves no
     partial file there.
     """
+    if args.out is not None:
+        try:  # before the (long) evaluation: never replace a file that exists, unless asked
+            refuse_overwrite([args.out / n for n in OUTPUT_FILES], [], getattr(args, "overwrite", False),
+                             command="hiseg evaluate")
+        except ValueError as exc:
+            print(f"hiseg evaluate: error: {exc}", file=sys.stderr)
+            return 2
     try:
         res = evaluate(
             args.pred,

@@ -10,8 +10,14 @@ from typing import Mapping
 
 from ..io import atomic_write_files
 
-__all__ = ["format_table", "official_txt_files", "pr_curve_png", "report_header", "results_markdown", "results_to_json",
+__all__ = ["OUTPUT_FILES", "format_table", "official_txt_files", "pr_curve_png", "report_header", "results_markdown", "results_to_json",
            "write_official_txt"]
+
+
+#: Every file ``hiseg evaluate --out`` may write (which ones depends on the benchmarks run).
+OUTPUT_FILES = ("results.md", "results.json", "pr_curve.png", "eval_bdry.txt", "eval_bdry_thr.txt",
+                "eval_bdry_img.txt", "eval_cover.txt", "eval_cover_th.txt", "eval_cover_img.txt",
+                "eval_RI_VOI.txt", "eval_RI_VOI_thr.txt")
 
 
 def _fmt_rows(rows, int_first: bool = False) -> str:
