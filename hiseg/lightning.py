@@ -236,6 +236,10 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if self.pipeline.linkage == "closest":
             raise ValueError("model.pipeline.linkage 'closest' is a fit, not a differentiable layer (inference "
                              "only): train with linkage 'average' or 'single'")
+        if self.pipeline.merge_head is not None:  # the losses pool the frontier mean: they would ignore it
+            raise ValueError("model.pipeline.merge_head: training with a learned merging head is not supported yet "
+                             "(the losses use the frontier mean); train the network without it and fit the head "
+                             "with experiments/merge_head.py")
         pipeline = self.pipeline.to_dict()  # save_hyperparameters reads this local: the full settings
         self.save_hyperparameters()
         # LightningCLI records the parsed config instead of the locals (pipeline: None when the

@@ -221,3 +221,17 @@ def test_shipped_merge_checkpoint_fits_the_shipped_network():
     img, _ = scene(5, 64, 96)
     res = seg.segment(img)
     assert res.saliency.shape == (64, 96) and 0 <= res.saliency.min() and res.saliency.max() <= 1
+
+
+def test_merge_checkpoint_loads_by_name_and_training_refuses_a_head():
+    try:
+        Weights.from_name("bsds500_merge").path()
+    except FileNotFoundError:
+        pytest.skip("models/hiseg_bsds500_merge.ckpt absent")
+    seg = Segmenter.from_pretrained("bsds500_merge")
+    assert seg.pipeline.head is not None and seg.pipeline.flip and seg.pipeline.scales == (0.5, 1.0)
+    # the Lightning losses pool the frontier mean: a pipeline with a head is refused, not silently ignored
+    from hiseg.lightning import HierarchicalSegmentationModule
+
+    with pytest.raises(ValueError, match="model.pipeline.merge_head"):
+        HierarchicalSegmentationModule(pipeline=seg.pipeline.to_dict())

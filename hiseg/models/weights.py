@@ -100,6 +100,16 @@ class Weights(enum.Enum):
               "bsds500_val": {"ods": 0.7309, "ois": 0.7417, "ap": 0.7686, "covering_ods": 0.6283, "pri_ods": 0.8206,
                               "vi_ods": 1.5394},
               "licence": "trained on BSDS500: non-commercial research and education", "card": "models/README.md"})
+    BSDS500_MERGE = WeightsEntry(
+        file="hiseg_bsds500_merge.ckpt", builder="compact_boundary_net",
+        pipeline={"superpixels": "boundary_watershed", "linkage": "average", "region_size": 8.0, "sigma": 1.0,
+                  "scales": [0.5, 1.0], "flip": True, "merge_head": "learned (14 edge features, MLP 32-32)"},
+        preprocessing="float RGB in [0, 1], any size; images above 500,000 pixels are reduced (Pipeline.max_pixels)",
+        meta={"parameters": 329_000, "data": "BSDS500 train (200 images); the merging head trained on train with the "
+                                             "network frozen, its settings chosen on val",
+              "bsds500_val": {"ods": 0.7527, "ois": 0.7651, "ap": 0.8057, "covering_ods": 0.6462, "pri_ods": 0.8318,
+                              "vi_ods": 1.4665, "fop_ods": 0.3993, "fop_ois": 0.4532, "fop_ap": 0.3068},
+              "licence": "trained on BSDS500: non-commercial research and education", "card": "models/README.md"})
 
     @classmethod
     def from_name(cls, name: str) -> "Weights":
