@@ -40,7 +40,8 @@ def _at_least_one(v: int) -> None:
 
 
 def default_workers() -> int:
-    """``--workers``' default: the CPUs this process may use, at most 8."""
+    """The CPUs this process may use, at most 8: the ``--workers`` value worth trying on a
+    folder of many images (named in ``--help``; the default is 1, one process)."""
     import os
 
     n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -105,10 +106,12 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                    help=f"the network runs in tiles of TILE x TILE pixels (bounded memory; >= {MIN_TILE}, or 0: "
                         "one pass) (default: %(default)s)")
     add_segmenter_arguments(p, "files (NAME_ucm.png, NAME.mat, ...)")
-    p.add_argument("--workers", type=option_type(int, _workers), default=default_workers(), metavar="N",
+    p.add_argument("--workers", type=option_type(int, _workers), default=1, metavar="N",
                    help="worker processes for what runs on the CPU per image (decoding, superpixels, hierarchy, "
                         "writing), overlapped with the network in the main process; 0 or 1: all in this process; "
-                        "the files are the same either way (default: the CPUs available, at most 8: %(default)s)")
+                        "the files are the same either way. Each worker starts in a few seconds: worth it for "
+                        f"folders of many images on free cores (here: {default_workers()} CPUs) "
+                        "(default: %(default)s)")
     p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
     p.add_argument("--html", action="store_true",
                    help="also write NAME.html, an interactive explorer of the hierarchy (self-contained: "
@@ -246,9 +249,10 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
     from .inference import Segmenter
     from .view import PER_FILE_ERRORS
 
-    # fork (Linux): the workers start at once, without re-importing torch; they run no
-    # OpenMP region (one thread each) and never touch CUDA. Elsewhere: spawn.
-    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    # forkserver (Linux) or spawn: never a plain fork of this process, whose OpenCV / OpenMP
+    # thread pools may hold a lock at fork time (a forked worker hung in cv2.setNumThreads in CI);
+    # the workers import hiseg themselves (a few seconds once), then run one thread each.
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
     cpu_seg = Segmenter(None, device="cpu", pipeline=seg.pipeline)  # the workers' steps need no network
     network = seg.model is not None
     window = 2 * workers  # images in flight per stage: bounded memory whatever the folder's size
