@@ -90,10 +90,11 @@ def throughput(args):
              f"wall clock of the whole command (start, model loading and writing included). `--workers 1` is the "
              "single-process run; `--workers 2`: two worker processes (decoding, superpixels, hierarchy, writing) "
              "beside the main one (the network). "
-             f"**The machine has {os.cpu_count()} cores shared with other jobs and was heavily loaded "
-             f"(load average {os.getloadavg()[0]:.1f} at the end of the run)**: the wall-clock figures are what "
-             "this load allowed, not what free cores give; CPU seconds (user + system, of the command and its "
-             "worker processes) are the work done, less sensitive to the load. "
+             f"**The machine has {os.cpu_count()} cores, shared with other jobs (load average "
+             f"{os.getloadavg()[0]:.1f} at the end of the run)**: the wall-clock figures are what "
+             "that load allowed; CPU seconds (user + system, of the command and its "
+             "worker processes) are the work done, less sensitive to the load. Workers start by forkserver "
+             "(they import hiseg themselves: about a second each). "
              "Command: `python benchmarks/bench_predict.py --workers " + " ".join(map(str, args.workers))
              + f" --n {args.n}`.\n",
              "| workers | images/s | ratio | wall s | CPU s | CPU s per image | files equal to the first row's |",
