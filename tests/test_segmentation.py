@@ -66,6 +66,30 @@ def test_frontier_mean_is_differentiable_and_batched(rng):
     assert b.grad.abs().sum() > 0
 
 
+def test_frontier_mean_refuses_an_edge_without_frontier_pixels():
+    pa, pb, e = (torch.tensor(x) for x in ([0, 1], [1, 2], [0, 0]))
+    with pytest.raises(ValueError, match="no frontier pixel"):
+        frontier_mean(torch.rand(3), pa, pb, e, 2)  # edge 1 has none
+
+
+@pytest.mark.cuda
+def test_frontier_mean_on_cuda_never_synchronises(rng):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA device")
+    lab = voronoi_labels(rng, (20, 25), 12)
+    rag = region_adjacency_graph(lab)
+    pa, pb, e = (torch.tensor(x, device="cuda") for x in frontier_pixel_pairs(rag))
+    b = torch.rand(lab.shape, dtype=torch.float64, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        w = frontier_mean(b, pa, pb, e, rag.graph.num_edges)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    ref = frontier_mean(b.cpu(), pa.cpu(), pb.cpu(), e.cpu(), rag.graph.num_edges)
+    torch.testing.assert_close(w.cpu(), ref)
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_ucm2_regions_equal_cuts(seed):
     """The benchmark's reading of a ucm2 (8-connected components of ucm2 <= t) is our cut."""

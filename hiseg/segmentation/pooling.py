@@ -55,14 +55,19 @@ def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tens
     num_edges : number of RAG edges (every one must have at least one pixel-edge).
 
     Returns a (num_edges,) tensor on ``boundary``'s device, differentiable (scatter-add
-    backward). O(F) on the device.
+    backward). O(F) on the device, with no host synchronisation: the sums and the counts
+    are two ``index_add_`` (a CUDA ``bincount`` would read the maximum index back). The
+    check that every edge has a frontier pixel is made where the indices are host tensors
+    (ValueError); indices already on an accelerator come from RAGs, whose edges are made
+    from their frontier pixels, and are not read back.
     """
+    if edge.device.type == "cpu" and num_edges and (
+            edge.numel() == 0 or torch.bincount(edge, minlength=num_edges).min() == 0):
+        raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
     flat = boundary.reshape(-1)
     vals = 0.5 * (flat[pix_a] + flat[pix_b])
     s = flat.new_zeros(num_edges).index_add_(0, edge, vals)
-    cnt = torch.bincount(edge, minlength=num_edges).to(flat.dtype)
-    if bool((cnt == 0).any()):
-        raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
+    cnt = flat.new_zeros(num_edges).index_add_(0, edge, torch.ones_like(vals.detach()))
     return s / cnt
 
 
