@@ -189,9 +189,12 @@ def main():
         return {kk: {f: x for f, x in v[kk].items() if f != "per_image"}
                 for kk in ("boundary", "fop", "covering", "pri", "vi") if kk in v}
 
-    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds", "kcut_covering", "pipeline", "seism")
+    keep = {k: (v if k in ("predict_seconds", "n_images", "thresholds", "kcut_covering", "pipeline")
                 else summary(v))
-            for k, v in results.items()}
+            for k, v in results.items() if k != "seism"}
+    if seism_rows:  # dataset figures only: the curves are SEISM's files, in ../shared/data/bench/seism
+        keep["seism"] = {label: {kk: {f: x for f, x in r[kk].items() if f in ("ods", "ois", "ap")} for kk in r}
+                         for label, r in seism_rows.items()}
     (out / "results.json").write_text(json.dumps(keep, indent=1, default=float))
     print("\n".join(lines))
 

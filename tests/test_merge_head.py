@@ -9,7 +9,7 @@ from hiseg import losses
 from hiseg.graph import region_adjacency_graph
 from hiseg.inference import Segmenter
 from hiseg.models import get_model
-from hiseg.models.weights import Weights, save_weights
+from hiseg.models.weights import save_weights
 from hiseg.segmentation import Pipeline, PipelineError
 from hiseg.segmentation.merging import FEATURES, MergeHead, edge_features, network_fingerprint
 from hiseg.segmentation.pooling import rag_frontier_mean
@@ -195,10 +195,6 @@ def test_flip_averages_the_mirrored_map():
 
 
 def test_previous_checkpoint_still_loads_by_name():
-    try:
-        Weights.from_name("bsds500").path()
-    except FileNotFoundError:
-        pytest.skip("models/hiseg_bsds500.ckpt absent")
     seg = Segmenter.from_pretrained("bsds500")
     assert seg.pipeline.merge_head is None and seg.pipeline.flip is False
 
@@ -206,9 +202,7 @@ def test_previous_checkpoint_still_loads_by_name():
 def test_shipped_merge_checkpoint_fits_the_shipped_network():
     from pathlib import Path
 
-    path = Path(__file__).resolve().parents[1] / "models" / "hiseg_bsds500_merge.ckpt"
-    if not path.is_file():
-        pytest.skip("models/hiseg_bsds500_merge.ckpt absent")
+    path = Path(__file__).resolve().parents[1] / "models" / "hiseg_bsds500_merge.ckpt"  # shipped: must be there
     seg = Segmenter.from_checkpoint(path)
     head = seg.pipeline.head
     assert head is not None and seg.pipeline.flip and seg.pipeline.scales == (0.5, 1.0)
@@ -224,10 +218,6 @@ def test_shipped_merge_checkpoint_fits_the_shipped_network():
 
 
 def test_merge_checkpoint_loads_by_name_and_training_refuses_a_head():
-    try:
-        Weights.from_name("bsds500_merge").path()
-    except FileNotFoundError:
-        pytest.skip("models/hiseg_bsds500_merge.ckpt absent")
     seg = Segmenter.from_pretrained("bsds500_merge")
     assert seg.pipeline.head is not None and seg.pipeline.flip and seg.pipeline.scales == (0.5, 1.0)
     # the Lightning losses pool the frontier mean: a pipeline with a head is refused, not silently ignored

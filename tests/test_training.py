@@ -467,12 +467,8 @@ def _write_folder(root, n, size=(40, 48)):
 
 
 def test_init_from_accepts_the_shipped_model_name():
-    from _train import ROOT
-
     from hiseg.models import Weights, read_checkpoint
 
-    if not (ROOT / "models" / "hiseg_bsds500.ckpt").is_file():
-        pytest.skip("shipped checkpoint absent")
     m = HierarchicalSegmentationModule(init_from="bsds500")  # the checkpoint's architecture (width 32)
     ck = read_checkpoint(Weights.BSDS500.path())
     assert m.hparams.arch_kwargs == ck.hyper_parameters["arch_kwargs"]

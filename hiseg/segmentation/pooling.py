@@ -61,13 +61,16 @@ def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tens
     (ValueError); indices already on an accelerator come from RAGs, whose edges are made
     from their frontier pixels, and are not read back.
     """
-    if edge.device.type == "cpu" and num_edges and (
-            edge.numel() == 0 or torch.bincount(edge, minlength=num_edges).min() == 0):
-        raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
     flat = boundary.reshape(-1)
     vals = 0.5 * (flat[pix_a] + flat[pix_b])
     s = flat.new_zeros(num_edges).index_add_(0, edge, vals)
-    cnt = flat.new_zeros(num_edges).index_add_(0, edge, torch.ones_like(vals.detach()))
+    if edge.device.type == "cpu":  # host indices: count once, check for free
+        cnt = torch.bincount(edge, minlength=num_edges)
+        if num_edges and bool((cnt == 0).any()):
+            raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
+        cnt = cnt.to(device=flat.device, dtype=flat.dtype)
+    else:
+        cnt = flat.new_zeros(num_edges).index_add_(0, edge, torch.ones_like(vals.detach()))
     return s / cnt
 
 
