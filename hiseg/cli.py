@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from .cuts import AUTO_MIN_REGION_FRACTION
 from .inference import MIN_TILE, check_tile
 from .io import IMAGE_EXTENSIONS
 from .view import add_segmenter_arguments, option_type
@@ -95,7 +96,9 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                    help="also write the segmentation at UCM threshold T, in [0, 1]")
     p.add_argument("--min-region-size", type=_min_size, default="auto", metavar="SIZE",
                    help="with --regions: no region smaller than SIZE pixels (>= 1), SIZE of the image "
-                        "(< 1), or 'auto' (default: 0.05/K of the image); 0 for the plain cut")
+                        f"(< 1), or 'auto' (default: {AUTO_MIN_REGION_FRACTION:g}/K of the image); 0 for the plain "
+                        "cut. When the hierarchy has fewer than K regions of SIZE, SIZE is halved until it has "
+                        "them, with a warning")
     p.add_argument("--scales", type=option_type(float, _scale), nargs="+", default=None,
                    help="with --checkpoint: multi-scale inference, average the boundary maps at these image scales "
                         "(each in [0.1, 4], e.g. 0.5 1 1.5; about sum(s^2) times the network's cost); default: "

@@ -26,11 +26,10 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from .cuts import cut_num_clusters, kcut_merges
+from .cuts import AUTO_MIN_CLUSTER_FRACTION, cut_hierarchy, resolve_min_size
 from .fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
-from .graph import EdgeList, connected_components
 
-__all__ = ["UltrametricClustering", "cut_num_clusters", "as_tree", "dendrogram_purity", "dasgupta_cost"]
+__all__ = ["UltrametricClustering", "cut_hierarchy", "as_tree", "dendrogram_purity", "dasgupta_cost"]
 
 
 #: ``init="auto"`` starts from the average-linkage ultrametric up to this many samples and
@@ -52,8 +51,21 @@ DEFAULT_NEIGHBORS = {"euclidean": 5, "ward": 15}
 AUTO_UNSUPERVISED = (("euclidean", 5), ("euclidean", 10), ("ward", 15))
 AUTO_SELECT_MAX_POINTS = 20000
 
-#: ``min_cluster_size="auto"`` without labels: this fraction of an even share (n / k)
-AUTO_MIN_FRACTION = 0.1
+# ``min_size="auto"`` without labels: AUTO_MIN_CLUSTER_FRACTION of an even share (hiseg.cuts)
+
+
+def __getattr__(name):
+    if name == "AUTO_MIN_FRACTION":  # the name of earlier releases
+        import warnings
+
+        warnings.warn("hiseg.clustering.AUTO_MIN_FRACTION is deprecated: use hiseg.cuts.AUTO_MIN_CLUSTER_FRACTION",
+                      DeprecationWarning, stacklevel=2)
+        return AUTO_MIN_CLUSTER_FRACTION
+    if name == "cut_num_clusters":  # deprecated (it warns when called): hiseg.cuts.cut_hierarchy
+        from .cuts import cut_num_clusters
+
+        return cut_num_clusters
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _labelled_accuracy(labels, y) -> float:
@@ -159,8 +171,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     give the same clustering). An ultrametric on that graph is fitted by gradient descent
     (:func:`hiseg.fitting.fit_ultrametric`, AMSGrad on :math:`J(\Phi(\tilde w))`); its
     single-linkage tree is the hierarchy, cut into ``n_clusters`` clusters by a
-    size-aware cut (:func:`hiseg.cuts.kcut_merges`): groups smaller than
-    ``min_cluster_size`` merged last (outliers) are not split off as clusters of their
+    size-aware cut (:func:`hiseg.cuts.cut_hierarchy`): groups smaller than
+    ``min_size`` merged last (outliers) are not split off as clusters of their
     own but stay with the cluster they merged into.
 
     Parameters
@@ -236,15 +248,17 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         labelled samples is kept (``init_``; ties: average linkage), a choice made on the
         labelled samples only (wine, 10% labelled: 0.90 from average linkage, 0.93 from
         the input, 0.94 chosen; ``experiments/real.py``).
-    min_cluster_size : "auto", float or 0, default="auto"
-        Smallest cluster the cut splits off: a number of samples (>= 1), a fraction of
-        the samples (in (0, 1)) or 0 (plain cut: the ``n_clusters - 1`` highest merges
-        undone, ties broken as in :func:`cut_num_clusters`). ``"auto"``: with partial
-        labels, half the smallest labelled class share of the samples; without, 10% of
-        an even share (``0.1 n / n_clusters``). When the hierarchy has fewer than
-        ``n_clusters`` clusters of that size, the size is halved until it has them.
-        Without a minimum size, outliers merged last become clusters of their own
-        (closest+triplet stayed at .63 on breast cancer, ``experiments/real.py``).
+    min_size : "auto", float or 0, default="auto"
+        Smallest cluster the cut splits off (:func:`hiseg.cuts.cut_hierarchy`): a number
+        of samples (>= 1), a fraction of the samples (in (0, 1)) or 0 (plain cut: the
+        ``n_clusters - 1`` highest merges undone, ties broken by the merge order).
+        ``"auto"``: with partial labels, half the smallest labelled class share of the
+        samples; without, :data:`hiseg.cuts.AUTO_MIN_CLUSTER_FRACTION` (10%) of an even
+        share (``0.1 n / n_clusters``). When the hierarchy has fewer than
+        ``n_clusters`` clusters of that size, the size is halved until it has them:
+        ``labels_`` always has ``n_clusters`` clusters. Without a minimum size, outliers
+        merged last become clusters of their own (closest+triplet stayed at .63 on
+        breast cancer, ``experiments/real.py``).
     lr : float or None, default=None
         Step size; None: 0.1 for AMSGrad/Adam/SGD (the paper's value), 1.0 for
         ``optimizer="newton"``.
@@ -261,6 +275,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Seeds the approximate neighbour search (seed 0 when None) and the triplet
         sampling.
+    min_cluster_size : deprecated
+        The name of ``min_size`` in earlier releases: still accepted, with a
+        DeprecationWarning at ``fit``; removed in the next release.
 
     Attributes
     ----------
@@ -293,8 +310,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         the Dasgupta cost; empty when there was no choice).
     init_ : str or array
         The start of the kept fit.
-    min_cluster_size_ : float
-        The minimum cluster size asked of the cut (samples), before any halving.
+    min_size_ : float
+        The minimum cluster size asked of the cut (samples), before any halving
+        (``min_cluster_size_``: its deprecated name).
     loss_history_ : list of float
         Loss value at every iteration.
     n_iter_ : int
@@ -330,9 +348,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
                  triplet_weight=1.0, margin=1.0, max_triplets=100000, sigmoid_slope=5.0,
                  dissimilarity="auto", n_neighbors=None, knn="auto", connect="auto", init="auto",
-                 min_cluster_size="auto",
+                 min_size="auto",
                  lr=None, max_iter=200, positivity="softplus", patience=50,
-                 optimizer="amsgrad", random_state=None):
+                 optimizer="amsgrad", random_state=None, min_cluster_size="deprecated"):
         self.n_clusters = n_clusters
         self.loss = loss
         self.size_weight = size_weight
@@ -346,13 +364,14 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.knn = knn
         self.connect = connect
         self.init = init
-        self.min_cluster_size = min_cluster_size
+        self.min_size = min_size
         self.lr = lr
         self.max_iter = max_iter
         self.positivity = positivity
         self.patience = patience
         self.optimizer = optimizer
         self.random_state = random_state
+        self.min_cluster_size = min_cluster_size
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
@@ -395,10 +414,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"connect must be 'auto', 'mst' or 'components', got {self.connect!r}")
         if isinstance(self.init, str) and self.init not in INITS + ("auto",):
             raise ValueError(f"init must be 'auto', 'input' or 'average', got {self.init!r}")
-        m = self.min_cluster_size
+        m = self._min_size_setting()
         if not (m == "auto" if isinstance(m, str) else isinstance(m, numbers.Real) and not isinstance(m, bool)
                 and np.isfinite(m) and m >= 0):
-            raise ValueError("min_cluster_size must be 'auto', a number of samples >= 1, a fraction of "
+            name = "min_size" if self._min_size_deprecated() is None else "min_cluster_size"
+            raise ValueError(f"{name} must be 'auto', a number of samples >= 1, a fraction of "
                              f"the samples in [0, 1) or 0, got {m!r}")
         if self.positivity not in POSITIVITY:
             raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
@@ -504,7 +524,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                                       positivity=self.positivity, patience=self.patience, init=init,
                                       optimizer=self.optimizer, **kw)
                 t2 = time.perf_counter()
-                labels = self._cut(res.hierarchy, graph, min_size)
+                labels = self._cut(res.hierarchy, min_size)
                 fit_s, cut_s = fit_s + t2 - t, cut_s + time.perf_counter() - t2
                 if y is not None:
                     score = (float(_labelled_accuracy(labels, y)),)
@@ -530,7 +550,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.altitudes_ = h.node_altitudes(u).detach().cpu().numpy().astype(np.float64) * scale
         self.loss_history_ = list(res.history)
         self.n_iter_ = int(res.n_iter)
-        self.min_cluster_size_ = min_size
+        self.min_size_ = min_size
         self.timings_ = dict(graph=graph_s, fit=fit_s, cut=cut_s)
         self._X_digest = _digest(X)
         return self
@@ -606,34 +626,50 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         """The graph's neighbour count: ``n_neighbors``, or the default of the dissimilarity."""
         return DEFAULT_NEIGHBORS[dissimilarity] if self.n_neighbors is None else int(self.n_neighbors)
 
+    def _min_size_deprecated(self):
+        """The deprecated ``min_cluster_size`` when it was given, else None."""
+        m = self.min_cluster_size
+        return None if isinstance(m, str) and m == "deprecated" else m
+
+    def _min_size_setting(self):
+        """``min_size``, or the deprecated ``min_cluster_size`` (ValueError when both are given)."""
+        old = self._min_size_deprecated()
+        if old is None:
+            return self.min_size
+        if not (isinstance(self.min_size, str) and self.min_size == "auto"):
+            raise ValueError("give min_size only: min_cluster_size is its deprecated name")
+        return old
+
     def _min_size(self, y, n):
         """The minimum cluster size of the cut (samples)."""
-        m = self.min_cluster_size
-        if isinstance(m, str):  # "auto"
-            k = int(self.n_clusters)
-            if y is not None and (y >= 0).any():
-                # half the smallest labelled class share, in samples
-                counts = np.bincount(y[y >= 0])
-                share = counts[counts > 0].min() / counts.sum()
-                return max(1.0, 0.5 * share * n)
-            return max(1.0, AUTO_MIN_FRACTION * n / k)
-        return float(m) * n if 0 < m < 1 else float(m)
+        if self._min_size_deprecated() is not None:
+            import warnings
 
-    def _cut(self, h, graph, min_size):
-        """Labels of the size-aware cut into n_clusters (min_size halved until it has them all)."""
-        k = int(self.n_clusters)
-        n = graph.num_vertices
-        if min_size <= 1 or k == 1:
-            return cut_num_clusters(h.parents, k)
-        while True:
-            keep = kcut_merges(h.parents, k, min_size)
-            if n - 1 - int(keep.sum()) == k - 1 or min_size <= 1:
-                break
-            min_size /= 2
-        if min_size <= 1:
-            return cut_num_clusters(h.parents, k)
-        e = h.mst_edge_map[keep]
-        return connected_components(EdgeList(graph.sources[e], graph.targets[e], n))[1].astype(np.int64)
+            warnings.warn("UltrametricClustering: the parameter 'min_cluster_size' is now called 'min_size'; "
+                          "'min_cluster_size' will be removed in the next release", DeprecationWarning, stacklevel=3)
+        m = self._min_size_setting()
+        if isinstance(m, str) and y is not None and (y >= 0).any():  # "auto" with partial labels
+            # half the smallest labelled class share, in samples
+            counts = np.bincount(y[y >= 0])
+            share = counts[counts > 0].min() / counts.sum()
+            return max(1.0, 0.5 * share * n)
+        v = resolve_min_size(m, int(self.n_clusters), n, AUTO_MIN_CLUSTER_FRACTION)
+        return max(1.0, v) if isinstance(m, str) else v
+
+    @property
+    def min_cluster_size_(self):
+        """Deprecated name of ``min_size_`` (removed in the next release)."""
+        import warnings
+
+        check_is_fitted(self, "min_size_")
+        warnings.warn("UltrametricClustering.min_cluster_size_ is now called min_size_", DeprecationWarning,
+                      stacklevel=2)
+        return self.min_size_
+
+    def _cut(self, h, min_size):
+        """Labels of the cut into n_clusters (:func:`hiseg.cuts.cut_hierarchy`: size-aware,
+        min_size halved until it has them all)."""
+        return cut_hierarchy(h, int(self.n_clusters), min_size)
 
     def fit_predict(self, X, y=None):
         """Fit and return ``labels_`` (see :meth:`fit`)."""

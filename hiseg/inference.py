@@ -79,14 +79,18 @@ class SegmentationResult:
 
     def cut(self, n_regions: Optional[int] = None, threshold: Optional[float] = None,
             min_size="auto") -> np.ndarray:
-        """Segmentation (H, W) int64: ``n_regions`` regions, or merged below ``threshold``.
+        """Segmentation (H, W) int32: ``n_regions`` regions, or merged below ``threshold``.
 
-        A cut with ``n_regions`` is size-aware: no region is smaller than ``min_size``
-        (pixels if >= 1, a fraction of the image if < 1, ``"auto"``: a twentieth of an
-        even share, ``0.05 / n_regions`` of the image; 0 for the plain cut, which may split off
+        A cut with ``n_regions`` (:func:`hiseg.cuts.cut_hierarchy`, through
+        :func:`~hiseg.segmentation.saliency.cut_num_regions`) is size-aware: no region is
+        smaller than ``min_size`` (pixels if >= 1, a fraction of the image if < 1,
+        ``"auto"``: :data:`hiseg.cuts.AUTO_MIN_REGION_FRACTION` of an even share,
+        ``0.05 / n_regions`` of the image; 0 for the plain cut, which may split off
         specks). A speck merged into a region stays with it. When the hierarchy has fewer
-        than ``n_regions`` regions of that size, the most it has are returned, with a
-        warning. ``min_size`` does not apply to ``threshold`` cuts.
+        than ``n_regions`` regions of that size, ``min_size`` is halved until it has them,
+        with a warning; the cut always has ``n_regions`` regions, or the finest cut (the
+        superpixels), with a warning, when ``n_regions`` exceeds them. ``min_size`` does
+        not apply to ``threshold`` cuts.
         """
         if (n_regions is None) == (threshold is None):
             raise ValueError("cut: give exactly one of n_regions or threshold")
@@ -102,13 +106,13 @@ class SegmentationResult:
                               f"(superpixels); returning the finest cut, {self.rag.num_regions}", stacklevel=2)
             n_regions = min(int(n_regions), self.rag.num_regions)
             # pixels of the image -> pixels of the working resolution
-            px = resolve_min_size(min_size, n_regions, int(np.prod(self.shape))) * (
-                self.rag.labels.size / float(np.prod(self.shape)))
-            labels = cut_num_regions(self.rag, self.hierarchy, n_regions, px)
-            got = int(labels.max()) + 1
-            if got < n_regions:
-                warnings.warn(f"the hierarchy has only {got} regions of at least {px:.0f} pixels "
-                              f"(min_size={min_size!r}); returning {got}, not {n_regions}", stacklevel=2)
+            scale = self.rag.labels.size / float(np.prod(self.shape))
+            px = resolve_min_size(min_size, n_regions, int(np.prod(self.shape))) * scale
+            labels, used = cut_num_regions(self.rag, self.hierarchy, n_regions, px, return_min_size=True)
+            if used < px:
+                warnings.warn(f"the hierarchy has fewer than {n_regions} regions of at least {px / scale:.0f} pixels "
+                              f"(min_size={min_size!r}); returning {n_regions} regions of at least "
+                              f"{used / scale:.0f} pixels", stacklevel=2)
         else:
             if not 0.0 <= float(threshold) <= 1.0:  # also refuses nan
                 raise ValueError(f"threshold must be in [0, 1] (the UCM's range), got {threshold!r}")

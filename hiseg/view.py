@@ -32,6 +32,7 @@ from typing import Sequence
 
 import numpy as np
 
+from .cuts import renamed_parameters
 from .io import atomic_write, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs",
@@ -107,22 +108,24 @@ def _script_json(obj) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "", regions=None, threshold=None) -> str:
+@renamed_parameters(regions="n_regions")
+def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "", n_regions=None, threshold=None) -> str:
     """The explorer page (HTML text) of one image and its ucm2 (see the module docstring).
 
     ``image``: (H, W[, 3]) float in [0, 1] or integers; ``ucm2``: (2H+1, 2W+1), checked by
     :func:`check_ucm2`. ``source`` (what made the hierarchy) is shown beside the title. The
-    page opens at the level ``threshold``, or at the finest level with at most ``regions``
-    regions (default: 12).
+    page opens at the level ``threshold``, or at the finest level with at most
+    ``n_regions`` regions (default: 12; ``regions``: its deprecated name).
     """
-    return _build_page(image, ucm2, title, source, start_of(regions, threshold))[0]
+    return _build_page(image, ucm2, title, source, start_of(n_regions, threshold))[0]
 
 
-def start_of(regions=None, threshold=None) -> dict:
-    """Where a page opens: ``{"level": threshold}`` or ``{"regions": regions}`` (default 12)."""
+@renamed_parameters(regions="n_regions")
+def start_of(n_regions=None, threshold=None) -> dict:
+    """Where a page opens: ``{"level": threshold}`` or ``{"regions": n_regions}`` (default 12)."""
     if threshold is not None:
         return {"level": float(threshold)}
-    return {"regions": int(regions) if regions is not None else 12}
+    return {"regions": int(n_regions) if n_regions is not None else 12}
 
 
 def _build_page(image, ucm2: np.ndarray, title: str, source: str, start=None) -> tuple[str, int]:

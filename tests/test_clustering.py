@@ -7,7 +7,7 @@ from sklearn.datasets import make_blobs
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from hiseg import UltrametricClustering
-from hiseg.clustering import cut_num_clusters
+from hiseg.cuts import cut_hierarchy
 
 
 def _accuracy(y, labels):
@@ -54,11 +54,24 @@ def test_well_separated_blobs_are_found(blobs):
     np.testing.assert_array_equal(clone(est).fit_predict(X), est.labels_)
 
 
-@pytest.mark.parametrize("k", [1, 2, 3, 7, 90])
-def test_labels_have_exactly_n_clusters(blobs, k):
+@pytest.mark.parametrize("k", [1, 2, 3, 7, 89, 90])
+def test_plain_labels_are_scipys_maxclust_cut_of_the_fitted_hierarchy(blobs, k):
+    """labels_ of the plain cut (min_size=0) against an independent cut of the same
+    hierarchy: scipy's fcluster(maxclust) on its linkage matrix, whose altitudes have no
+    tie at the cut (asserted), renumbered by the smallest sample index as labels_ is."""
+    from scipy.cluster.hierarchy import fcluster
+
     X, _ = blobs
-    est = UltrametricClustering(n_clusters=k, loss="closest", max_iter=5).fit(X)
-    assert np.array_equal(np.unique(est.labels_), np.arange(k))
+    est = UltrametricClustering(n_clusters=k, loss="closest", max_iter=5, min_size=0,
+                                dissimilarity="euclidean").fit(X)
+    Z = est.linkage_matrix()
+    n = len(X)
+    if 1 < k < n:
+        assert Z[n - k - 1, 2] < Z[n - k, 2]  # the kept merges lie strictly below the undone ones
+    ref = fcluster(Z, k, criterion="maxclust")
+    _, first, inverse = np.unique(ref, return_index=True, return_inverse=True)
+    rank = np.argsort(np.argsort(first))
+    np.testing.assert_array_equal(est.labels_, rank[inverse])
 
 
 def test_cut_with_tied_altitudes_has_exactly_k_clusters():
@@ -68,11 +81,11 @@ def test_cut_with_tied_altitudes_has_exactly_k_clusters():
                                 dissimilarity="euclidean").fit(X)
     assert np.unique(est.altitudes_[12:]).size == 1
     for k in range(1, 13):
-        lab = cut_num_clusters(est.parents_, k)
+        lab = cut_hierarchy(est.parents_, k)
         assert np.unique(lab).size == k
         # clusters of a cut of a tree are nested: k + 1 refines k
         if k > 1:
-            prev = cut_num_clusters(est.parents_, k - 1)
+            prev = cut_hierarchy(est.parents_, k - 1)
             assert all(np.unique(prev[lab == c]).size == 1 for c in range(k))
 
 
@@ -85,7 +98,7 @@ def test_cut_against_scipy_fcluster():
     Z = est.linkage_matrix()
     for k in (2, 3, 4, 6):
         ref = fcluster(Z, k, criterion="maxclust")
-        assert adjusted_rand_score(ref, cut_num_clusters(est.parents_, k)) == 1.0
+        assert adjusted_rand_score(ref, cut_hierarchy(est.parents_, k)) == 1.0
 
 
 def test_partial_labels_are_used():
@@ -98,11 +111,11 @@ def test_partial_labels_are_used():
     partial = np.full(120, -1)
     idx = rng.choice(120, 24, replace=False)
     partial[idx] = y[idx]
-    # the plain cut (min_cluster_size=0) shows the hierarchy itself: the labels change its top
-    unsup = UltrametricClustering(2, loss="closest", max_iter=80, min_cluster_size=0,
+    # the plain cut (min_size=0) shows the hierarchy itself: the labels change its top
+    unsup = UltrametricClustering(2, loss="closest", max_iter=80, min_size=0,
                                   dissimilarity="euclidean").fit(X)
     semi = UltrametricClustering(2, loss="closest+triplet", margin=1.0, triplet_weight=1.0,
-                                 max_iter=80, min_cluster_size=0).fit(X, partial)
+                                 max_iter=80, min_size=0).fit(X, partial)
     assert _accuracy(y, semi.labels_) > 0.95
     assert _accuracy(y, semi.labels_) > _accuracy(y, unsup.labels_) + 0.2
     # the size term can be added to the semi-supervised loss
@@ -203,21 +216,21 @@ def blobs_with_outliers():
 def test_outliers_merged_last_do_not_become_clusters(blobs_with_outliers):
     X, y = blobs_with_outliers
     blob = y >= 0
-    plain = UltrametricClustering(3, loss="closest", min_cluster_size=0, max_iter=50,
+    plain = UltrametricClustering(3, loss="closest", min_size=0, max_iter=50,
                                   dissimilarity="euclidean").fit(X)
     assert np.bincount(plain.labels_).min() <= 2  # the plain cut isolates the outliers
-    est = UltrametricClustering(3, loss="closest", min_cluster_size="auto", max_iter=50,
+    est = UltrametricClustering(3, loss="closest", min_size="auto", max_iter=50,
                                 dissimilarity="euclidean").fit(X)
-    assert est.min_cluster_size_ == pytest.approx(0.1 * len(X) / 3)
+    assert est.min_size_ == pytest.approx(0.1 * len(X) / 3)
     assert _accuracy(y[blob], est.labels_[blob]) == 1.0
-    assert np.bincount(est.labels_).min() >= est.min_cluster_size_
+    assert np.bincount(est.labels_).min() >= est.min_size_
     np.testing.assert_array_equal(est.parents_, plain.parents_)  # same hierarchy, another cut
     # semi-supervised: the minimum size is half the smallest labelled class share
     partial = np.where(np.arange(len(y)) % 6 == 0, y, -1)
     partial[-2:] = -1
     semi = UltrametricClustering(3, loss="closest+triplet", max_iter=50).fit(X, partial)
     counts = np.bincount(partial[partial >= 0])
-    assert semi.min_cluster_size_ == pytest.approx(0.5 * counts.min() / counts.sum() * len(X))
+    assert semi.min_size_ == pytest.approx(0.5 * counts.min() / counts.sum() * len(X))
     assert _accuracy(y[blob], semi.labels_[blob]) == 1.0
 
 
@@ -236,15 +249,33 @@ def test_auto_start_is_chosen_on_the_labelled_samples(blobs_with_outliers):
     assert UltrametricClustering(3, max_iter=5, dissimilarity="euclidean").fit(X).init_ == "average"
 
 
-def test_min_cluster_size_falls_back_to_k_clusters(blobs):
+def test_min_size_falls_back_to_k_clusters(blobs):
     X, y = blobs
     # no three clusters of 40 samples in 90: halved until the cut has three clusters
-    est = UltrametricClustering(3, min_cluster_size=40, max_iter=30).fit(X)
+    est = UltrametricClustering(3, min_size=40, max_iter=30).fit(X)
     assert np.unique(est.labels_).size == 3
     assert _accuracy(y, est.labels_) == 1.0
-    frac = UltrametricClustering(3, min_cluster_size=0.2, max_iter=30).fit(X)
-    assert frac.min_cluster_size_ == pytest.approx(18)
+    frac = UltrametricClustering(3, min_size=0.2, max_iter=30).fit(X)
+    assert frac.min_size_ == pytest.approx(18)
     np.testing.assert_array_equal(frac.labels_, est.labels_)
+
+
+def test_min_cluster_size_is_a_deprecated_name_of_min_size(blobs):
+    from sklearn.base import clone
+
+    X, _ = blobs
+    new = UltrametricClustering(3, min_size=40, max_iter=10).fit(X)
+    old = UltrametricClustering(3, min_cluster_size=40, max_iter=10)
+    assert clone(old).get_params()["min_cluster_size"] == 40
+    with pytest.warns(DeprecationWarning, match="'min_cluster_size' is now called 'min_size'"):
+        old.fit(X)
+    np.testing.assert_array_equal(old.labels_, new.labels_)
+    with pytest.warns(DeprecationWarning, match="min_size_"):
+        assert old.min_cluster_size_ == new.min_size_ == 40
+    with pytest.raises(ValueError, match="give min_size only"):
+        UltrametricClustering(3, min_size=5, min_cluster_size=4, max_iter=2).fit(X)
+    with pytest.raises(ValueError, match="min_cluster_size must be"):
+        UltrametricClustering(3, min_cluster_size=-1, max_iter=2).fit(X)
 
 
 @pytest.mark.parametrize("params, msg", [
@@ -252,9 +283,9 @@ def test_min_cluster_size_falls_back_to_k_clusters(blobs):
     (dict(connect="full"), "connect must be"),
     (dict(init="ward"), "init must be"),
     (dict(dissimilarity="cosine"), "dissimilarity must be one of"),
-    (dict(min_cluster_size=-1), "min_cluster_size must be"),
-    (dict(min_cluster_size=float("nan")), "min_cluster_size must be"),
-    (dict(min_cluster_size="big"), "min_cluster_size must be"),
+    (dict(min_size=-1), "min_size must be"),
+    (dict(min_size=float("nan")), "min_size must be"),
+    (dict(min_size="big"), "min_size must be"),
 ])
 def test_bad_graph_and_cut_options(blobs, params, msg):
     with pytest.raises(ValueError, match=msg):
@@ -277,53 +308,6 @@ def test_no_predict_and_not_fitted_errors():
         est.tree_
     with pytest.raises(NotFittedError):
         est.linkage_matrix()
-
-
-def test_kcut_merges_against_brute_force(rng):
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    from hiseg import build_hierarchy
-    from hiseg.cuts import kcut_merges
-    from hiseg.graph import knn_graph
-
-    X = rng.normal(size=(70, 2))
-    X[:4] += 12  # a small far group
-    g, w = knn_graph(X, 3)
-    h = build_hierarchy(g, w)
-    n = 70
-    leaves = [{i} for i in range(n)] + [set() for _ in range(n - 1)]
-    kids = [[] for _ in range(2 * n - 1)]
-    for c, p in enumerate(h.parents[:-1]):
-        kids[p].append(c)
-        leaves[p] |= leaves[c]  # children have smaller ids: complete before their parent
-    for min_size in (0, 3, 10):
-        relevant = [min(len(leaves[c]) for c in kids[n + i]) >= min_size for i in range(n - 1)]
-        for k in (1, 2, 4, 8):
-            undo = [i for i in range(n - 2, -1, -1) if relevant[i]][: k - 1]
-            expected = np.ones(n - 1, dtype=bool)
-            expected[undo] = False
-            keep = kcut_merges(h.parents, k, min_size)
-            np.testing.assert_array_equal(keep, expected)
-            e = h.mst_edge_map[keep]
-            m = coo_matrix((np.ones(e.size), (g.sources[e], g.targets[e])), shape=(n, n))
-            c, lab = connected_components(m, directed=False)
-            assert c == min(k, 1 + sum(relevant))
-            if k >= 2:
-                assert np.bincount(lab).min() >= min_size
-    with pytest.raises(ValueError, match="min_size"):
-        kcut_merges(h.parents, 2, -1)
-    with pytest.raises(ValueError, match="leaf_size"):
-        kcut_merges(h.parents, 2, 2, np.ones(3))
-
-
-def test_cut_num_clusters_errors():
-    parents = np.array([3, 3, 4, 4, 4])
-    assert np.array_equal(cut_num_clusters(parents, 2), [0, 0, 1])
-    with pytest.raises(ValueError, match=r"n_clusters must be in \[1, n_samples = 3\]"):
-        cut_num_clusters(parents, 4)
-    with pytest.raises(ValueError, match="binary"):
-        cut_num_clusters(np.array([2, 2, 2, 3]), 1)
 
 
 # ----------------------------------------------------------------------------- plotting
@@ -406,12 +390,12 @@ def test_ward_heights_on_a_complete_graph_give_scipys_ward():
 
     X, _ = make_blobs(50, centers=4, cluster_std=2.0, random_state=5)
     est = UltrametricClustering(4, loss="closest", dissimilarity="ward", n_neighbors=49,
-                                min_cluster_size=0, max_iter=20).fit(X)
+                                min_size=0, max_iter=20).fit(X)
     assert est.dissimilarity_ == "ward" and est.init_ == "input"
     Z = linkage(X, "ward")
     for k in (2, 3, 4, 7):
         ref = fcluster(Z, k, criterion="maxclust")
-        assert adjusted_rand_score(ref, cut_num_clusters(est.parents_, k)) == 1.0
+        assert adjusted_rand_score(ref, cut_hierarchy(est.parents_, k)) == 1.0
     np.testing.assert_allclose(np.sort(est.altitudes_[50:]), np.sort(Z[:, 2]), rtol=1e-9)
 
 

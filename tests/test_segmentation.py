@@ -129,6 +129,8 @@ def test_cut_num_regions_exact(rng):
         assert len(np.unique(cut_num_regions(rag, h, k))) == k
     with pytest.raises(ValueError, match="between 1 and"):
         cut_num_regions(rag, h, rag.num_regions + 1)
+    with pytest.warns(DeprecationWarning, match="'k' is now called 'n_regions'"):
+        np.testing.assert_array_equal(cut_num_regions(rag, h, k=3), cut_num_regions(rag, h, n_regions=3))
 
 
 def test_ucm2_bad_length(rng):
@@ -162,8 +164,9 @@ def _relevant_merges_brute_force(rag, h, min_size):
 @given(seed=st.integers(0, 10_000), frac=st.floats(0.0, 0.3))
 @settings(max_examples=25, deadline=None)
 def test_size_aware_cut_against_brute_force(linkage, seed, frac):
-    """Size-aware K cuts: the k-1 highest relevant merges undone (replayed independently),
-    every region >= min_size, connected, exactly min(k, 1 + #relevant) regions, nested in k."""
+    """Size-aware K cuts: min_size halved until k - 1 merges are relevant, the k-1 highest
+    relevant merges undone (replayed independently), exactly k regions, every region >=
+    the size used, connected; nested in k while no halving was needed."""
     from hiseg.ultrametric import average_linkage_ultrametric
 
     rng = np.random.default_rng(seed)
@@ -175,25 +178,28 @@ def test_size_aware_cut_against_brute_force(linkage, seed, frac):
     else:
         _, h = average_linkage_ultrametric(rag.graph, w, rag.frontier_lengths().astype(float), return_hierarchy=True)
     min_size = frac * lab.size
-    rel = _relevant_merges_brute_force(rag, h, min_size)
     prev = None
     for k in range(1, rag.num_regions + 1):
-        cut = cut_num_regions(rag, h, k, min_size=min_size)
+        cut, used = cut_num_regions(rag, h, k, min_size=min_size, return_min_size=True)
+        expected_used = min_size
+        while k > 1 and expected_used > 0 and _relevant_merges_brute_force(rag, h, expected_used).sum() < k - 1:
+            expected_used /= 2
+        assert used == expected_used
+        rel = _relevant_merges_brute_force(rag, h, used)
         undo = np.flatnonzero(rel)[::-1][: k - 1]
         keep = np.setdiff1d(np.arange(rag.num_regions - 1), undo)
         merges = h.mst_edge_map[keep]
         ref = cut_at_threshold(rag, np.where(np.isin(np.arange(rag.graph.num_edges), merges), 0.0, 1.0), 0.5)
         assert same_partition(cut, ref)
-        n = len(np.unique(cut))
-        assert n == min(k, 1 + int(rel.sum()))
+        assert np.array_equal(np.unique(cut), np.arange(k))
         sizes = np.bincount(cut.ravel())
-        if n > 1:
-            assert sizes[sizes > 0].min() >= min_size
+        if k > 1:
+            assert sizes.min() >= used
         for r in np.unique(cut):
             assert cc_label(cut == r, connectivity=1).max() == 1
-        if prev is not None:  # nested: every region of the finer cut lies in one coarser region
+        if prev is not None and used == min_size:  # nested: each finer region lies in one coarser region
             assert same_partition(np.stack([prev, cut]).reshape(2, -1).T @ [10**6, 1], cut)
-        prev = cut
+        prev = cut if used == min_size else None
 
 
 def test_size_aware_cut_of_a_ucm_equals_the_hierarchy_cut(rng):
@@ -210,9 +216,10 @@ def test_size_aware_cut_of_a_ucm_equals_the_hierarchy_cut(rng):
         assert same_partition(ucm2_size_aware_cut(ucm2, k, 0.0), cut_num_regions(rag, h, k))
         for ms in (30.0, 0.1):
             px = ms * lab.size if ms < 1 else ms
-            a, b = ucm2_size_aware_cut(ucm2, k, ms), cut_num_regions(rag, h, k, min_size=px)
-            assert len(np.unique(a)) == len(np.unique(b))
-            assert np.bincount(a.ravel())[1:].min() >= px or len(np.unique(a)) == 1
+            a, (b, used) = ucm2_size_aware_cut(ucm2, k, ms), cut_num_regions(rag, h, k, min_size=px,
+                                                                            return_min_size=True)
+            assert len(np.unique(a)) == len(np.unique(b)) == k
+            assert np.bincount(a.ravel())[1:].min() >= used
 
 
 def test_size_aware_cut_bad_input(rng):
@@ -231,3 +238,57 @@ def test_size_aware_cut_bad_input(rng):
     with pytest.raises(ValueError, match="ucm2"):
         ucm2_size_aware_cut(np.zeros((4, 5)), 2)
     assert resolve_min_size(0.5, 4, 100) == 50 and resolve_min_size(7, 4, 100) == 7
+    with pytest.warns(DeprecationWarning, match="'k' is now called 'n_regions'"):
+        assert resolve_min_size("auto", k=4, num_pixels=100) == resolve_min_size("auto", 4, 100)
+    from hiseg.cuts import AUTO_MIN_REGION_FRACTION
+
+    assert resolve_min_size("auto", 4, 100) == pytest.approx(AUTO_MIN_REGION_FRACTION * 25)
+
+
+def test_kcut_functions_take_n_regions(rng):
+    from hiseg.metrics.kcut import ucm2_cut_k, ucm2_size_aware_cut
+
+    lab = voronoi_labels(rng, (12, 14), 8)
+    rag = region_adjacency_graph(lab)
+    u, _ = rag_hierarchy(rag, rng.random(rag.graph.num_edges) + 0.01)
+    ucm2 = ucm2_from_rag(rag, u)
+    for f in (ucm2_cut_k, ucm2_size_aware_cut):
+        new = f(ucm2, n_regions=3)
+        with pytest.warns(DeprecationWarning, match="'k' is now called 'n_regions'"):
+            np.testing.assert_array_equal(f(ucm2, k=3), new)
+        assert len(np.unique(new)) == 3
+
+
+# ----------------------------------------------------------------------------- higra's versions
+def _random_rag(seed, h, w, n_labels, ties):
+    """A RAG of the 4-connected components of random labels (1..R regions, any shape down to
+    1 x 1) and its single-linkage ultrametric of random weights (with ties, or without)."""
+    rng = np.random.default_rng(seed)
+    rag = region_adjacency_graph(cc_label(rng.integers(0, n_labels, (h, w)), connectivity=1))
+    wt = rng.integers(0, 3, rag.graph.num_edges).astype(float) if ties else rng.random(rag.graph.num_edges)
+    u, _ = rag_hierarchy(rag, wt)
+    return rag, wt, u.numpy()
+
+
+@given(seed=st.integers(0, 10_000), h=st.integers(1, 12), w=st.integers(1, 12), n_labels=st.integers(1, 5),
+       ties=st.booleans())
+@settings(max_examples=60, deadline=None)
+def test_ucm2_and_threshold_cuts_equal_higras(seed, h, w, n_labels, ties):
+    """hiseg's ucm2 and threshold cuts are bit for bit higra's (graph_4_adjacency_2_khalimsky,
+    the region adjacency graph's back projection, bpt_canonical and
+    labelisation_horizontal_cut_from_threshold), which the benchmark times against them."""
+    from hiseg.segmentation import saliency
+
+    rag, wt, u = _random_rag(seed, h, w, n_labels, ties)
+    ours = ucm2_from_rag(rag, u)
+    theirs = saliency._ucm2_from_rag_higra(rag, u)
+    assert ours.dtype == theirs.dtype == np.float64 and np.array_equal(ours, theirs)
+    for shape in ((h, w), (3 * h - 1, 2 * w + 1)):  # as drawn, and upsampled as for a photograph
+        big = saliency.upsample_labels(rag.labels, shape)
+        ours = saliency.ucm2_from_labels(big, rag.graph, u)
+        theirs = saliency._ucm2_from_labels_higra(big, rag.graph, u)
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)
+    for values in (u, wt):  # the ultrametric, and weights that are not one
+        for t in np.unique(np.r_[values, -1.0, 10.0]):
+            ours, theirs = cut_at_threshold(rag, values, t), saliency._cut_at_threshold_higra(rag, values, t)
+            assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs)

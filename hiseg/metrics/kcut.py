@@ -18,6 +18,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..cuts import renamed_parameters
 from .region import covering_matches, ucm_to_labels
 
 __all__ = ["median_region_count", "ucm2_cut_k", "ucm2_size_aware_cut", "kcut_counts"]
@@ -29,9 +30,14 @@ def median_region_count(gt_segs: Sequence[np.ndarray]) -> int:
     return max(1, int(round(float(np.median(counts)))))
 
 
-def ucm2_cut_k(ucm2: np.ndarray, k: int) -> np.ndarray:
-    """The level of a ucm2 whose region count is closest to ``k`` (finer on ties): labels (H, W).
+@renamed_parameters(k="n_regions")
+def ucm2_cut_k(ucm2: np.ndarray, n_regions: int) -> np.ndarray:
+    """The level of a ucm2 whose region count is closest to ``n_regions`` (finer on ties): labels (H, W).
 
+    A threshold cut, not a cut into a number of regions (:func:`ucm2_size_aware_cut`): a
+    level of the map, read as the benchmark reads it (:func:`~hiseg.metrics.region.ucm_to_labels`,
+    the 8-connected components of ``ucm2 <= t``, MATLAB's ``bwlabel``), so that it cuts any
+    method's ucm2 as the BSDS code would; higra's threshold cut works on a tree, not on a map.
     Binary search over the distinct levels (region counts decrease with the level):
     O(H W log L) for L levels.
     """
@@ -40,27 +46,31 @@ def ucm2_cut_k(ucm2: np.ndarray, k: int) -> np.ndarray:
     lo, hi = 0, levels.size - 1
     def count(i):
         return int(ucm_to_labels(ucm2, levels[i]).max())
-    # largest level index with count >= k
-    if count(0) < k:
+    # largest level index with count >= n_regions
+    if count(0) < n_regions:
         return ucm_to_labels(ucm2, levels[0])
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if count(mid) >= k:
+        if count(mid) >= n_regions:
             lo = mid
         else:
             hi = mid - 1
     fine = ucm_to_labels(ucm2, levels[lo])
     if lo + 1 < levels.size:
         coarse = ucm_to_labels(ucm2, levels[lo + 1])
-        if abs(int(coarse.max()) - k) < abs(int(fine.max()) - k):
+        if abs(int(coarse.max()) - n_regions) < abs(int(fine.max()) - n_regions):
             return coarse
     return fine
 
 
-def ucm2_size_aware_cut(ucm2: np.ndarray, k: int, min_size="auto") -> np.ndarray:
-    """The size-aware cut with ``k`` regions of any UCM (labels (H, W) from 1), as
-    :func:`hiseg.segmentation.saliency.cut_num_regions` cuts hiseg's own hierarchies,
-    so that hiseg's and another method's UCMs (gPb-owt-ucm) are cut the same way.
+@renamed_parameters(k="n_regions")
+def ucm2_size_aware_cut(ucm2: np.ndarray, n_regions: int, min_size="auto") -> np.ndarray:
+    """The size-aware cut with ``n_regions`` regions of any UCM (labels (H, W) from 1), by
+    :func:`hiseg.cuts.cut_hierarchy` as hiseg's own hierarchies are cut
+    (:meth:`hiseg.inference.SegmentationResult.cut`), so that hiseg's and another method's
+    UCMs (gPb-owt-ucm) are cut the same way. ``min(n_regions, finest level's regions)``
+    regions: when the map has fewer regions of ``min_size``, ``min_size`` is halved until
+    it has them (:func:`~hiseg.cuts.cut_hierarchy`).
 
     The hierarchy is rebuilt from the map: the regions of its finest level, their
     4-adjacency graph weighted by the UCM value on each frontier (max), single linkage
@@ -86,8 +96,8 @@ def ucm2_size_aware_cut(ucm2: np.ndarray, k: int, min_size="auto") -> np.ndarray
     import torch
 
     h = build_hierarchy(rag.graph, torch.from_numpy(w))
-    px = resolve_min_size(min_size, k, fine.size)
-    return cut_num_regions(rag, h, min(int(k), n), px) + 1
+    px = resolve_min_size(min_size, n_regions, fine.size)
+    return cut_num_regions(rag, h, min(int(n_regions), n), px) + 1
 
 
 def kcut_counts(seg: np.ndarray, gt_segs: Sequence[np.ndarray]) -> tuple[float, float]:

@@ -11,14 +11,23 @@ pixel ``(i, j)`` sits at ``(2i+1, 2j+1)``, the edge between horizontal neighbour
 ``(even, even)`` carries the max of its (up to four) incident edges. The benchmark reads
 boundaries at ``ucm2[2::2, 2::2]`` and regions as the 8-connected components of
 ``ucm2 <= t`` at ``[1::2, 1::2]``.
+
+Cuts: :func:`cut_num_regions` (``n_regions`` regions, none under ``min_size`` pixels) is
+the region adjacency graph's wrapper of :func:`hiseg.cuts.cut_hierarchy`, the one cut of
+hiseg; :func:`cut_at_threshold` is the level ``t``. The maps and the threshold cut are
+numpy: higra's ``graph_4_adjacency_2_khalimsky`` and
+``labelisation_horizontal_cut_from_threshold`` give the same arrays bit for bit (tested
+against the ``_..._higra`` versions here) but slower, measured in
+``benchmarks/bench_saliency_higra.py`` (each function's docstring has its ratio).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from ..cuts import kcut_merges
-from ..graph import EdgeList, RegionAdjacencyGraph, connected_components, grid_graph
+from ..cuts import AUTO_MIN_REGION_FRACTION, cut_hierarchy, renamed_parameters
+from ..cuts import resolve_min_size as _resolve_min_size
+from ..graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
@@ -33,23 +42,53 @@ def _np(x):
 def ucm2_from_rag(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
     """BSDS ``ucm2`` map (float64, (2H+1, 2W+1)) of an ultrametric on the RAG edges.
 
-    O(H W). Raises ValueError if ``ultrametric`` has not one value per RAG edge.
+    O(H W), numpy only: higra's ``graph_4_adjacency_2_khalimsky`` draws the same map
+    (tested bit for bit, :func:`_ucm2_from_rag_higra`) but needs an explicit 4-adjacency
+    graph of the pixels and its edge weights in its own order: 9.6 times slower on a
+    481x321 image with 2000 superpixels, 13.5 times on 4000x3000
+    (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own. Raises ValueError if ``ultrametric`` has
+    not one value per RAG edge.
     """
-    u = _np(ultrametric).astype(np.float64)
-    if u.shape != (rag.graph.num_edges,):
-        raise ValueError(f"ultrametric has shape {u.shape}, expected ({rag.graph.num_edges},) "
-                         "(one value per RAG edge)")
+    u = _check_ultrametric(ultrametric, rag.graph.num_edges)
     h, w = rag.labels.shape
-    px = grid_graph((h, w))
-    val = np.zeros(px.num_edges)
-    on = rag.pixel_edge_map >= 0
-    val[on] = u[rag.pixel_edge_map[on]]
     ucm = np.zeros((2 * h + 1, 2 * w + 1))
-    horizontal, vertical = ucm2_edge_views(ucm)
-    horizontal[:] = val[: h * (w - 1)].reshape(h, w - 1)  # grid_graph's order: horizontal first
-    vertical[:] = val[h * (w - 1):].reshape(h - 1, w)
+    pem = rag.pixel_edge_map  # grid_graph's order: horizontal edges first
+    for view, edge in zip(ucm2_edge_views(ucm), (pem[: h * (w - 1)].reshape(h, w - 1), pem[h * (w - 1):].reshape(h - 1, w))):
+        on = edge >= 0
+        view[on] = u[edge[on]]
     _corners_in_place(ucm)
     return ucm
+
+
+def _check_ultrametric(ultrametric, num_edges: int) -> np.ndarray:
+    u = _np(ultrametric).astype(np.float64)
+    if u.shape != (num_edges,):
+        raise ValueError(f"ultrametric has shape {u.shape}, expected ({num_edges},) (one value per RAG edge)")
+    return u
+
+
+def _khalimsky(shape, horizontal: np.ndarray, vertical: np.ndarray) -> np.ndarray:
+    """higra's ucm2 of pixel-edge values given as the two views of :func:`ucm2_edge_views`."""
+    import higra as hg
+
+    h, w = shape
+    both = np.zeros((h, w, 2))  # higra's edge order: for every pixel, its right then its bottom edge
+    both[:, :-1, 0] = horizontal
+    both[:-1, :, 1] = vertical
+    exists = np.ones((h, w, 2), dtype=bool)
+    exists[:, -1, 0] = False
+    exists[-1, :, 1] = False
+    return hg.graph_4_adjacency_2_khalimsky(hg.get_4_adjacency_graph((h, w)), both[exists], (h, w),
+                                            add_extra_border=True)
+
+
+def _ucm2_from_rag_higra(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
+    """:func:`ucm2_from_rag` drawn by higra (``graph_4_adjacency_2_khalimsky``): the same
+    map, kept for the equality tests and the benchmark."""
+    u = _check_ultrametric(ultrametric, rag.graph.num_edges)
+    h, w = rag.labels.shape
+    val = np.where(rag.pixel_edge_map >= 0, u[np.maximum(rag.pixel_edge_map, 0)] if u.size else 0.0, 0.0)
+    return _khalimsky((h, w), val[: h * (w - 1)].reshape(h, w - 1), val[h * (w - 1):].reshape(h - 1, w))
 
 
 def ucm2_edge_views(ucm2: np.ndarray):
@@ -78,6 +117,11 @@ def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
     upsampled to a photograph's full resolution (:func:`upsample_labels`). Every pair of
     4-neighbours with different labels must be an edge of the graph (ValueError if not).
     O(H W + B log E) for B frontier pixel pairs; the map is the only full-size float array.
+    numpy only: higra draws the same map (tested bit for bit, :func:`_ucm2_from_labels_higra`:
+    its region adjacency graph of ``labels``, ``rag_back_project_edge_weights``,
+    ``graph_4_adjacency_2_khalimsky``) 14.6 times slower at 481x321, 17.4 times at
+    4000x3000, with a full-size pixel graph and weight array besides the map
+    (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
     """
     lab = np.asarray(labels)
     u = _np(ultrametric).astype(np.float64)
@@ -103,6 +147,32 @@ def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
     draw(vertical, lab[:-1], lab[1:])
     _corners_in_place(ucm)
     return ucm
+
+
+def _ucm2_from_labels_higra(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
+    """:func:`ucm2_from_labels` by higra: the same map, kept for the equality tests and the benchmark."""
+    import higra as hg
+
+    lab = np.asarray(labels)
+    h, w = lab.shape
+    u = _check_ultrametric(ultrametric, int(graph.num_edges))
+    n = int(graph.num_vertices)
+    pixels = hg.get_4_adjacency_graph((h, w))
+    rag = hg.make_region_adjacency_graph_from_labelisation(pixels, lab)
+    first = np.empty(rag.num_vertices(), dtype=np.int64)  # one pixel of every higra region
+    first[rag.vertex_map[::-1]] = np.arange(h * w - 1, -1, -1)
+    value = lab.ravel()[first].astype(np.int64)
+    rs, rt = (value[x] for x in rag.edge_list())
+    src, dst = np.asarray(graph.sources, np.int64), np.asarray(graph.targets, np.int64)
+    key = np.minimum(src, dst) * n + np.maximum(src, dst)
+    order = np.argsort(key)
+    want = np.minimum(rs, rt) * n + np.maximum(rs, rt)
+    pos = np.minimum(np.searchsorted(key[order], want), max(key.size - 1, 0))
+    if want.size and (key.size == 0 or np.any(key[order][pos] != want)):
+        raise ValueError("labels have neighbouring regions that are not joined by an edge of the graph")
+    weights = (hg.rag_back_project_edge_weights(rag, u[order[pos]]) if want.size
+               else np.zeros(pixels.num_edges()))  # (higra refuses an empty array of RAG edge weights)
+    return hg.graph_4_adjacency_2_khalimsky(pixels, weights, (h, w), add_extra_border=True)
 
 
 def _corners_in_place(ucm):
@@ -136,50 +206,70 @@ def _components(rag: RegionAdjacencyGraph, merge: np.ndarray) -> np.ndarray:
 
 
 def cut_at_threshold(rag: RegionAdjacencyGraph, ultrametric, threshold: float) -> np.ndarray:
-    """Segmentation (H, W) int64 labels 0..K-1 merging every RAG edge with ``u <= threshold``."""
+    """Segmentation (H, W) int32 labels 0..K-1 merging every RAG edge with ``u <= threshold``
+    (regions numbered in the order of their smallest superpixel).
+
+    The connected components of those edges (scipy), not higra's
+    ``labelisation_horizontal_cut_from_threshold``, which needs the hierarchy's tree first
+    (``bpt_canonical``, O(E log E)) and gives the same labels (tested,
+    :func:`_cut_at_threshold_higra`) 2.5 times slower at 481x321 with 2000 superpixels,
+    1.1 times at 4000x3000 where drawing the labels on the pixels dominates both
+    (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
+    """
     u = _np(ultrametric)
     return _components(rag, np.flatnonzero(u <= threshold))
 
 
-def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, k: int, min_size: float = 0) -> np.ndarray:
-    """Horizontal cut of the hierarchy with ``k`` regions (the k-1 top merges undone).
+def _cut_at_threshold_higra(rag: RegionAdjacencyGraph, ultrametric, threshold: float) -> np.ndarray:
+    """:func:`cut_at_threshold` by higra (the hierarchy of ``u``, then its horizontal cut):
+    the same labels, kept for the equality tests and the benchmark."""
+    import higra as hg
 
-    Ties between altitudes are broken by the canonical (Kruskal) order, so with
-    ``min_size = 0`` the result always has exactly ``k`` regions.
+    from ..cuts import _first_occurrence_order
 
-    ``min_size`` > 0 (pixels) makes the cut size-aware: only *relevant* merges (both
-    merging clusters hold at least ``min_size`` pixels) are undone, the k-1 highest of
-    them; a speck is never split off, it stays with the region it merged into. Every
-    region of the result then holds at least ``min_size`` pixels (k >= 2), cuts stay
-    nested in k, and there are ``min(k, 1 + number of relevant merges)`` regions (fewer
-    than k only when the hierarchy has no k regions of that size). Raises ValueError for
-    ``k`` outside ``1..R`` or a negative ``min_size``.
+    tree, alt = hg.bpt_canonical(rag.graph.to_higra(), _np(ultrametric).astype(np.float64))
+    lab = _first_occurrence_order(np.asarray(hg.labelisation_horizontal_cut_from_threshold(tree, alt, threshold)))
+    return lab.astype(np.int32)[rag.labels]
+
+
+@renamed_parameters(k="n_regions")
+def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, n_regions: int, min_size: float = 0,
+                    *, return_min_size: bool = False):
+    """Segmentation (H, W) int32 of the hierarchy of a RAG cut into ``n_regions`` regions.
+
+    A thin wrapper of :func:`hiseg.cuts.cut_hierarchy` for region adjacency graphs: the
+    leaves are the superpixels, weighted by their pixel counts, and the labels of the
+    superpixels are drawn on ``rag.labels`` (regions numbered in the order of their
+    smallest superpixel). ``min_size`` (pixels; 0: the plain cut, the ``n_regions - 1``
+    top merges undone, ties broken by the canonical order) makes the cut size-aware: no
+    region smaller than ``min_size`` pixels, a speck stays with the region it merged
+    into. When the hierarchy has fewer than ``n_regions`` regions of ``min_size``
+    pixels, ``min_size`` is halved until it has them: the result always has exactly
+    ``n_regions`` regions; ``return_min_size=True`` also returns the size used (pixels).
+    Raises ValueError for ``n_regions`` outside ``1..R`` or a negative ``min_size``.
     """
     n = rag.graph.num_vertices
-    if not 1 <= int(k) <= n:
-        raise ValueError(f"k must be between 1 and the number of superpixels ({n}), got {k}")
-    if not np.isfinite(min_size) or min_size < 0:
-        raise ValueError(f"min_size must be a finite number of pixels >= 0, got {min_size}")
-    area = np.bincount(rag.labels.ravel(), minlength=n) if min_size > 0 else None
-    keep = kcut_merges(hierarchy.parents, int(k), min_size, area)
-    return _components(rag, hierarchy.mst_edge_map[keep])
+    if isinstance(n_regions, bool) or not isinstance(n_regions, (int, np.integer)) or not 1 <= n_regions <= n:
+        raise ValueError(f"n_regions must be between 1 and the number of superpixels ({n}), got {n_regions!r}")
+    area = np.bincount(rag.labels.ravel(), minlength=n)
+    labels, used = cut_hierarchy(hierarchy, int(n_regions), min_size, leaf_size=area, return_min_size=True)
+    image = labels.astype(np.int32)[rag.labels]
+    return (image, used) if return_min_size else image
 
 
-def resolve_min_size(min_size, k: int, num_pixels: int) -> float:
+@renamed_parameters(k="n_regions")
+def resolve_min_size(min_size, n_regions: int, num_pixels: int) -> float:
     """Pixels of a ``min_size`` setting: a number >= 1 is pixels, a number in [0, 1) a
-    fraction of the image, ``"auto"`` :data:`AUTO_MIN_FRACTION` / k of the image."""
-    if isinstance(min_size, str):
-        if min_size != "auto":
-            raise ValueError(f"min_size must be a number of pixels, a fraction of the image or 'auto', got {min_size!r}")
-        return AUTO_MIN_FRACTION * num_pixels / max(1, int(k))
-    v = float(min_size)
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"min_size must be >= 0, got {min_size!r}")
-    return v * num_pixels if v < 1 else v
+    fraction of the image, ``"auto"`` :data:`~hiseg.cuts.AUTO_MIN_REGION_FRACTION` /
+    ``n_regions`` of the image (:func:`hiseg.cuts.resolve_min_size`)."""
+    return _resolve_min_size(min_size, n_regions, num_pixels, AUTO_MIN_REGION_FRACTION)
 
 
-#: Default size-aware K-region cut: no region below this fraction of an even share
-#: (1/k of the image). Chosen on BSDS500 val (experiments/results/kcut_min_size.md): 0.02
-#: gives the best K-cut covering (.621), 0.05 keeps most of it (.611, plain cut .598)
-#: with 40% fewer regions under 0.5% of the image.
-AUTO_MIN_FRACTION = 0.05
+def __getattr__(name):
+    if name == "AUTO_MIN_FRACTION":  # the name of earlier releases
+        import warnings
+
+        warnings.warn("hiseg.segmentation.saliency.AUTO_MIN_FRACTION is deprecated: use "
+                      "hiseg.cuts.AUTO_MIN_REGION_FRACTION", DeprecationWarning, stacklevel=2)
+        return AUTO_MIN_REGION_FRACTION
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
