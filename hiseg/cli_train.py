@@ -236,7 +236,7 @@ def _appends_on_resume(class_path: str) -> bool:
     :class:`hiseg.lightning.CSVLogger`; Lightning's own CSVLogger deletes ``metrics.csv``."""
     from pytorch_lightning.loggers import TensorBoardLogger
 
-    from .lightning import CSVLogger
+    from .callbacks import CSVLogger
 
     module, _, name = str(class_path).rpartition(".")
     try:

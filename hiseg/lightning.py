@@ -1,17 +1,27 @@
-r"""The LightningModule: image -> boundary map -> RAG edge weights -> ultrametric -> losses.
+r"""The LightningModule of both training stages: image -> boundary map -> RAG edge weights ->
+ultrametric -> losses.
 
 One training step on a :class:`~hiseg.data.collate.GraphBatch` of B images:
 
 1. ``logits = model(images)`` on the device, ``p = sigmoid(logits)``;
 2. ``w = frontier_mean(p)``: the mean boundary probability along every RAG frontier,
    for all B graphs at once (a scatter on the device);
-3. ``u = subdominant_ultrametric(batch.graph, w)``: one batched tree construction on the
+3. ``u = average_linkage_ultrametric(batch.graph, w)`` (the default pipeline's linkage;
+   ``single`` gives the subdominant ultrametric): one batched tree construction on the
    CPU (``w`` goes down, the pass-edge index comes up), a gather on the device;
 4. losses on the device: closest :math:`\mathrm{mean}(u - t)^2` against the fraction
    ``t`` of annotators separating the two superpixels, triplet
    :math:`\mathrm{mean}\max(0, \alpha + d_u(r,p) - d_u(r,n))` on triplets of superpixels
-   sampled per image and annotator, and an optional class-balanced pixel BCE (HED) on the
-   logits (auxiliary).
+   sampled per image and annotator, and a pixel term on the logits (HED's balanced BCE,
+   or the pixel stage's ``edge`` loss).
+
+The pixel stage of the BSDS recipe is the same module with ``closest_weight`` and
+``triplet_weight`` 0 and ``pixel_loss: edge``, fed by
+:class:`hiseg.data.edges.BSDS500PixelDataModule`, whose training batches are
+:class:`~hiseg.data.edges.PixelBatch` es of device-augmented crops (no superpixels, no
+trees: the step is the network and :func:`hiseg.losses.edge_loss`); its validation is the
+hierarchy's, as for the fine-tuning (``configs/bsds500_pixel.yaml``, then
+``configs/bsds500_finetune.yaml`` with ``--model.init_from`` the pixel stage's checkpoint).
 """
 from __future__ import annotations
 
@@ -24,57 +34,19 @@ from typing import Optional
 import numpy as np
 import pytorch_lightning as pl
 import torch
-import torch.nn.functional as F
 import torchmetrics
 
 from . import losses
+from .callbacks import CSVLogger, LastCheckpoint, TensorBoardLogger  # noqa: F401 (configs name them here too)
 from .models import get_model
 from .segmentation.pooling import frontier_mean
 from .segmentation.saliency import ucm2_from_rag
 
-__all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LastCheckpoint", "CSVLogger", "TensorBoardLogger",
-           "sample_batch_triplets", "balanced_bce"]
+__all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LastCheckpoint", "CSVLogger", "TensorBoardLogger"]
 
 VAL_THRESHOLDS = np.linspace(0.1, 0.9, 9)
 PIXEL_LOSSES = ("balanced_bce", "edge")
 LOSS_KEYS = ("closest", "triplet", "pixel", "loss")
-
-
-def sample_batch_triplets(sp_labels: np.ndarray, vertex_ptr: np.ndarray, per_image: int,
-                          rng: np.random.Generator):
-    """Triplets of superpixels (global ids) drawn within each image, for each annotator.
-
-    ``sp_labels`` (A, V_total) holds each annotator's region of every superpixel
-    (-1: none). Per image and annotator, ``per_image // A`` triplets are drawn uniformly
-    from the set of (ref, pos, neg) with ref, pos in one region and neg in another.
-    Images or annotators with a single region contribute none. O(total triplets).
-    """
-    refs, poss, negs = [], [], []
-    a_count = max(1, sp_labels.shape[0])
-    m = max(1, per_image // a_count)
-    for b in range(len(vertex_ptr) - 1):
-        v0, v1 = int(vertex_ptr[b]), int(vertex_ptr[b + 1])
-        for a in range(sp_labels.shape[0]):
-            lab = sp_labels[a, v0:v1]
-            if (lab < 0).all():
-                continue
-            uniq, counts = np.unique(lab[lab >= 0], return_counts=True)
-            if uniq.size < 2 or counts.max() < 2:
-                continue
-            r, p, n = losses.make_triplets(lab, max_triplets=m, random_state=rng)
-            refs.append(r + v0); poss.append(p + v0); negs.append(n + v0)
-    if not refs:
-        return None
-    return np.concatenate(refs), np.concatenate(poss), np.concatenate(negs)
-
-
-def balanced_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """HED's class-balanced binary cross-entropy; ``target`` in [0, 1] (soft labels allowed)."""
-    pos = target.sum()
-    total = float(target.numel())
-    beta = (1.0 - pos / total).clamp(0.01, 0.99)
-    weight = torch.where(target > 0, beta, 1 - beta)
-    return F.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="mean")
 
 
 class SegmentationMetrics(torchmetrics.Metric):
@@ -141,6 +113,10 @@ _NO_SUPERPIXELS = ("the batch has no superpixels (data module superpixel_method:
                    "data module's superpixel_method (watershed, slic), or a pipeline that builds them from the "
                    "prediction (boundary_watershed, all_minima)")
 
+_PIXEL_BATCH = ("the data module gives pixel-stage batches (crops with consensus labels, no regions): the model "
+                "needs closest_weight: 0, triplet_weight: 0, pixel_loss: edge and pixel_weight > 0 "
+                "(configs/bsds500_pixel.yaml)")
+
 _DIVERGED = ("non-finite boundary map (NaN or infinite network output): the network diverged; the last "
              "checkpoint stays loadable; lower the learning rate or check the data")
 
@@ -169,9 +145,17 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     arch_kwargs : dict, optional
         Keyword arguments of the builder (e.g. ``{"width": 16}``, ``{"pretrained_backbone": "auto"}``).
     lr, weight_decay : float
-        AdamW parameters; the step size follows a cosine schedule over the run.
+        AdamW parameters; the step size follows a linear warm-up then a cosine decay over
+        the run (:meth:`configure_optimizers`).
+    warmup : float
+        Length of the warm-up: a fraction of the run's steps when below 1, else a number
+        of steps.
+    final_lr : float
+        The step size at the end of the run, as a fraction of ``lr``.
     closest_weight, triplet_weight, pixel_weight : float
-        Weights of the closest, triplet and pixel-level (class-balanced BCE) terms.
+        Weights of the closest, triplet and pixel terms. The pixel stage (training batches
+        of :class:`~hiseg.data.edges.PixelBatch`, which carry no annotations per region)
+        needs ``closest_weight = triplet_weight = 0`` and ``pixel_loss: edge``.
     margin : float
         Triplet margin alpha (edge weights are probabilities in [0, 1]).
     triplets_per_image : int
@@ -196,10 +180,13 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     pixel_loss : ``"balanced_bce"`` (default) or ``"edge"``
         The pixel term: ``balanced_bce`` is a class-balanced BCE of the fused logits
         against the thick mean annotator boundary; ``edge`` is the pixel stage's own loss
-        (:func:`hiseg.edge_training.edge_loss`: consensus labels from one-pixel-wide
-        annotator boundaries, positive where >= 30% of annotators agree, ignored between,
-        balanced BCE on the fused and side outputs plus Dice), so that fine-tuning does
-        not pull the network away from the pixel stage's optimum.
+        (:func:`hiseg.losses.edge_loss`: consensus labels from one-pixel-wide annotator
+        boundaries, positive where at least ``positive_threshold`` of the annotators agree,
+        ignored between, balanced BCE on the fused and side outputs plus ``dice_weight``
+        times Dice), so that fine-tuning does not pull the network away from the pixel
+        stage's optimum.
+    positive_threshold, dice_weight : float
+        Of the ``edge`` pixel loss.
 
     Randomness and resume: the triplets of a training step are drawn from
     ``default_rng([seed, 0, rank, global_step, batch_idx])`` (validation / test:
@@ -223,10 +210,17 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  triplet_weight: float = 0.5, pixel_weight: float = 0.1, margin: float = 0.2,
                  triplets_per_image: int = 2000, val_threshold: float = 0.5,
                  validate_at_start: bool = True, init_from: Optional[str] = None,
-                 pipeline: Optional[dict] = None, pixel_loss: str = "balanced_bce"):
+                 pipeline: Optional[dict] = None, pixel_loss: str = "balanced_bce", warmup: float = 0.05,
+                 final_lr: float = 0.05, positive_threshold: float = 0.3, dice_weight: float = 1.0):
         super().__init__()
         if pixel_loss not in PIXEL_LOSSES:
             raise ValueError(f"model.pixel_loss must be one of {PIXEL_LOSSES}, got {pixel_loss!r}")
+        if not warmup >= 0:
+            raise ValueError(f"model.warmup must be >= 0 (a fraction of the steps below 1, else steps), got {warmup}")
+        if not 0 <= final_lr <= 1:
+            raise ValueError(f"model.final_lr must be in [0, 1] (a fraction of lr), got {final_lr}")
+        if not 0 < positive_threshold <= 1:
+            raise ValueError(f"model.positive_threshold must be in (0, 1], got {positive_threshold}")
         from .segmentation.pipeline import Pipeline
 
         if pipeline is None:
@@ -383,7 +377,6 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         one-pixel-wide annotator boundaries, positive where >= 30% of the annotators
         mark a pixel, negative where none does; padding and the rest ignored."""
         from .data.targets import mean_boundary
-        from .edge_training import consensus_targets
 
         b, hp, wp = batch.boundary.shape
         cons = np.full((b, hp, wp), -1.0, np.float32)
@@ -391,7 +384,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             if len(seg):
                 cons[i, :h, :w] = mean_boundary(seg, thick=False)
         cons = torch.from_numpy(cons).to(batch.boundary.device, non_blocking=True)
-        return consensus_targets(cons, cons >= 0)
+        return losses.consensus_targets(cons, cons >= 0, self.hparams.positive_threshold)
 
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None):
         """(losses, ultrametric, hierarchy) of a batch. ``timings`` (a dict), if given,
@@ -426,18 +419,16 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             out["closest"] = losses.closest(u, batch.edge_target.to(w.dtype))
             total = total + hp.closest_weight * out["closest"]
         if hp.triplet_weight:
-            trip = sample_batch_triplets(batch.sp_labels.cpu().numpy(), batch.graph.vertex_ptr,
+            trip = losses.sample_batch_triplets(batch.sp_labels.cpu().numpy(), batch.graph.vertex_ptr,
                                          hp.triplets_per_image, self._rng)
             if trip is not None:
                 out["triplet"] = losses.triplet(h, w, trip, margin=hp.margin)
                 total = total + hp.triplet_weight * out["triplet"]
         if hp.pixel_weight and hp.pixel_loss == "edge":
-            from .edge_training import edge_loss
-
-            out["pixel"] = edge_loss(logits, sides, *self.consensus_targets(batch))
+            out["pixel"] = self.pixel_edge_loss(logits, sides, *self.consensus_targets(batch))
             total = total + hp.pixel_weight * out["pixel"]
         elif hp.pixel_weight:
-            out["pixel"] = balanced_bce(logits[:, 0].float(), batch.boundary.float())
+            out["pixel"] = losses.balanced_bce(logits[:, 0].float(), batch.boundary.float())
             total = total + hp.pixel_weight * out["pixel"]
         out["loss"] = total
         if timings is not None:
@@ -446,8 +437,26 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self._last_batch = batch
         return out, u, h
 
+    def pixel_edge_loss(self, fused, sides, pos, neg):
+        """:func:`hiseg.losses.edge_loss` with this module's ``dice_weight``."""
+        return losses.edge_loss(fused, sides, pos, neg, dice_weight=float(self.hparams.get("dice_weight", 1.0)))
+
+    def pixel_stage_losses(self, batch):
+        """Losses of a :class:`~hiseg.data.edges.PixelBatch` (the pixel stage): the ``edge``
+        loss on the fused and side outputs, against the batch's consensus labels."""
+        hp = self.hparams
+        if hp.closest_weight or hp.triplet_weight or hp.pixel_loss != "edge" or not hp.pixel_weight:
+            raise ValueError(_PIXEL_BATCH)
+        fused, sides = self.model(batch.images, return_side_outputs=True)
+        pos, neg = losses.consensus_targets(batch.consensus, batch.valid, hp.positive_threshold)
+        pixel = self.pixel_edge_loss(fused, sides, pos, neg)
+        return {"pixel": pixel, "loss": hp.pixel_weight * pixel}
+
     def training_step(self, batch, batch_idx):
-        out, _, _ = self.compute_losses(batch)
+        if hasattr(batch, "consensus"):  # a PixelBatch: the pixel stage
+            out = self.pixel_stage_losses(batch)
+        else:
+            out, _, _ = self.compute_losses(batch)
         if not torch.isfinite(out["loss"]):
             raise FloatingPointError(
                 f"non-finite training loss at step {self.global_step} "
@@ -542,25 +551,27 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
-        """AdamW with a linear warm-up (5% of the steps) then a cosine decay to 5% of ``lr``.
+        """AdamW with a linear warm-up (``warmup``) then a cosine decay to ``final_lr * lr``.
 
         The schedule reads the trainer's total number of steps at every step, so a run
-        resumed with a larger ``max_epochs`` stretches it instead of failing.
+        resumed with a larger ``max_steps`` / ``max_epochs`` stretches it instead of failing.
         """
         opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
-
-        def factor(step: int) -> float:
-            total = self.trainer.estimated_stepping_batches if self._trainer is not None else None
-            if not total or math.isinf(total):
-                return 1.0
-            warm = max(1, int(0.05 * total))
-            if step < warm:
-                return (step + 1) / warm
-            prog = min(1.0, (step - warm) / max(1, total - warm))
-            return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * prog))
-
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, factor)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def lr_factor(self, step: int) -> float:
+        """The step size of optimiser step ``step`` as a fraction of ``lr``."""
+        total = self.trainer.estimated_stepping_batches if self._trainer is not None else None
+        if not total or math.isinf(total):
+            return 1.0
+        wu = float(self.hparams.get("warmup", 0.05))
+        warm = max(1, int(wu * total) if wu < 1 else int(wu))
+        if step < warm:
+            return (step + 1) / warm
+        prog = min(1.0, (step - warm) / max(1, total - warm))
+        low = float(self.hparams.get("final_lr", 0.05))
+        return low + (1 - low) * 0.5 * (1 + math.cos(math.pi * prog))
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if hasattr(batch, "rags") else super().transfer_batch_to_device(
@@ -577,130 +588,3 @@ def _init_weights_path(init_from):
     if not Path(str(init_from)).expanduser().exists() and str(init_from).lower() in Weights.names():
         return Weights.from_name(str(init_from)).path()
     return init_from
-
-
-# ---------------------------------------------------------------------- runs that survive a resume
-def _epoch_end_loops(loops: dict, completed: bool = True) -> dict:
-    """Make the loop state saved in ``on_train_epoch_end`` say "epoch completed, next not
-    started" (``completed``), or, for an epoch that ``max_steps`` or a stop cut short,
-    "epoch running, its first batches done" (as a checkpoint of ``on_train_batch_end``).
-
-    Lightning (2.x) increments the fit loop's ``processed`` epochs before ``on_train_epoch_end``
-    and ``completed`` after it, so a checkpoint written in that hook holds a half-finished
-    epoch. Resumed with ``max_steps`` (or whenever Lightning treats the run as restarting), it
-    re-runs the epoch's end, counts the epoch twice and skips the next epoch's data order: a
-    4-step-per-epoch run of ``max_steps=40`` ended at step 36 on ``max_epochs`` with other
-    weights. Saved as completed (``completed = processed``) with the epoch's batch counters
-    cleared (as Lightning clears them when an epoch starts), the resumed run starts the next
-    epoch exactly as the uninterrupted run did, with ``max_steps``, ``max_epochs`` or both
-    (``tests/test_resume.py``). Only the ``current`` counters of this epoch are touched; the
-    ``total`` counters (global step, batches seen) are kept. Lightning's loop state is not a
-    public format: ``tests/test_resume.py`` checks every case against an uninterrupted run."""
-    fit = loops.get("fit_loop")
-    if not isinstance(fit, dict) or "epoch_progress" not in fit:
-        return loops
-    for part in ("total", "current"):
-        p = fit["epoch_progress"][part]
-        if not completed:  # the epoch goes on: a resumed run finishes its remaining batches
-            p["processed"] = p["completed"] = p["started"] - 1
-            continue
-        p["ready"] = p["started"] = p["completed"] = p["processed"]
-    if not completed:
-        return loops
-
-    def clear_current(d):
-        if isinstance(d, dict):
-            if isinstance(d.get("current"), dict):
-                d["current"] = {k: 0 for k in d["current"]}
-            for v in d.values():
-                clear_current(v)
-    for key in ("epoch_loop.batch_progress", "epoch_loop.scheduler_progress",
-                "epoch_loop.automatic_optimization.optim_progress", "epoch_loop.manual_optimization.optim_step_progress"):
-        clear_current(fit.get(key))
-    if isinstance(fit.get("epoch_loop.batch_progress"), dict):
-        fit["epoch_loop.batch_progress"]["is_last_batch"] = False
-    return loops
-
-
-class LastCheckpoint(pl.callbacks.ModelCheckpoint):
-    """``last.ckpt``, rewritten at every epoch end (after its validation), every
-    ``every_n_train_steps`` training steps (0: never) and when training ends, whatever any
-    monitor: the checkpoint to resume from (``--ckpt_path .../last.ckpt``).
-
-    ``save_last`` on a monitored ``ModelCheckpoint`` only rewrites ``last.ckpt`` when the
-    monitored value improves (a 4-epoch run ended at step 24 with ``last.ckpt`` at step 6),
-    so the configs leave ``save_last`` to this callback. ``dirpath`` defaults to
-    ModelCheckpoint's (``<log dir>/checkpoints``); the file is overwritten in place.
-    """
-
-    def __init__(self, dirpath: Optional[str] = None, every_n_train_steps: int = 100):
-        if every_n_train_steps < 0:
-            raise ValueError(f"LastCheckpoint.every_n_train_steps must be >= 0, got {every_n_train_steps}")
-        super().__init__(dirpath=dirpath, save_last=True, save_top_k=0, enable_version_counter=False,
-                         every_n_train_steps=every_n_train_steps)
-
-    def _save_last_now(self, trainer, epoch_end: bool = False) -> None:
-        if trainer.fast_dev_run or trainer.sanity_checking or trainer.state.fn != "fit":
-            return
-        self._epoch_end_save = epoch_end
-        try:
-            self._save_last_checkpoint(trainer, self._monitor_candidates(trainer))
-        finally:
-            self._epoch_end_save = False
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        self._save_last_now(trainer, epoch_end=True)
-
-    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
-        """The ``last.ckpt`` written in ``on_train_epoch_end`` records the epoch as completed, or,
-        when ``max_steps`` (or a stop) ended it early, as still running (:func:`_epoch_end_loops`)."""
-        if getattr(self, "_epoch_end_save", False) and isinstance(checkpoint.get("loops"), dict):
-            done = int(trainer.fit_loop.epoch_loop.batch_progress.current.completed)
-            _epoch_end_loops(checkpoint["loops"], completed=done >= trainer.num_training_batches)
-
-    def on_validation_end(self, trainer, pl_module) -> None:
-        pass  # the epoch end follows its validation; mid-epoch: every_n_train_steps
-
-    def on_train_end(self, trainer, pl_module) -> None:
-        if self._last_global_step_saved != trainer.global_step:  # e.g. max_steps mid-epoch
-            self._save_last_now(trainer)
-
-
-class _AppendingCSVWriter(pl.loggers.csv_logs.ExperimentWriter):
-    """Lightning's CSV writer, except that an existing ``metrics.csv`` is kept and appended to."""
-
-    def _check_log_dir_exists(self) -> None:  # Lightning's deletes metrics.csv here
-        if self._fs.isfile(self.metrics_file_path):
-            import csv
-
-            with self._fs.open(self.metrics_file_path, "r", newline="") as f:
-                self.metrics_keys = sorted(csv.DictReader(f).fieldnames or [])
-
-
-class CSVLogger(pl.loggers.CSVLogger):
-    """Lightning's ``CSVLogger``, except that a run resumed into its version folder
-    (``train.py fit --ckpt_path``) appends to ``metrics.csv`` instead of deleting it, and
-    that ``save_dir`` may be left out: ``train.py`` then uses the trainer's
-    ``default_root_dir`` (elsewhere: the current folder, Lightning's default root)."""
-
-    def __init__(self, save_dir=None, name: Optional[str] = "lightning_logs", version=None, prefix: str = "",
-                 flush_logs_every_n_steps: int = 100):
-        super().__init__("." if save_dir is None else save_dir, name=name, version=version, prefix=prefix,
-                         flush_logs_every_n_steps=flush_logs_every_n_steps)
-
-    @property
-    @pl.loggers.logger.rank_zero_experiment
-    def experiment(self):
-        if self._experiment is None:
-            self._fs.makedirs(self.root_dir, exist_ok=True)
-            self._experiment = _AppendingCSVWriter(log_dir=self.log_dir)
-        return self._experiment
-
-
-class TensorBoardLogger(pl.loggers.TensorBoardLogger):
-    """Lightning's ``TensorBoardLogger``, except that ``save_dir`` may be left out: ``train.py``
-    then uses the trainer's ``default_root_dir`` (elsewhere: the current folder), so that
-    ``--trainer.default_root_dir DIR`` moves a config's logs and checkpoints."""
-
-    def __init__(self, save_dir=None, name: Optional[str] = "lightning_logs", version=None, **kwargs):
-        super().__init__("." if save_dir is None else save_dir, name=name, version=version, **kwargs)

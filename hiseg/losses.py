@@ -31,8 +31,8 @@ import torch
 
 from .ultrametric import Hierarchy, check_weights
 
-__all__ = ["closest", "cluster_size", "triplet", "make_triplets", "dasgupta", "soft_cardinal",
-           "sigmoid_expansion"]
+__all__ = ["closest", "cluster_size", "triplet", "make_triplets", "sample_batch_triplets", "dasgupta",
+           "soft_cardinal", "sigmoid_expansion", "balanced_bce", "consensus_targets", "edge_loss"]
 
 
 def _reduce(x: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -134,6 +134,36 @@ def make_triplets(labels, max_triplets: Optional[int] = None, random_state=None)
             negs.append(np.tile(others, a.size))
     return (np.concatenate(refs).astype(np.int64), np.concatenate(poss).astype(np.int64),
             np.concatenate(negs).astype(np.int64))
+
+
+def sample_batch_triplets(sp_labels: np.ndarray, vertex_ptr: np.ndarray, per_image: int,
+                          rng: np.random.Generator):
+    """Triplets of superpixels (global ids) drawn within each image of a batch, for each annotator.
+
+    ``sp_labels`` (A, V_total) holds each annotator's region of every superpixel
+    (-1: none); ``vertex_ptr`` (B + 1,) the first vertex of every image. Per image and
+    annotator, ``per_image // A`` triplets are drawn uniformly (:func:`make_triplets`)
+    from the set of (ref, pos, neg) with ref, pos in one region and neg in another.
+    Images or annotators with a single region contribute none; ``None`` when no triplet
+    exists. O(total triplets).
+    """
+    refs, poss, negs = [], [], []
+    a_count = max(1, sp_labels.shape[0])
+    m = max(1, per_image // a_count)
+    for b in range(len(vertex_ptr) - 1):
+        v0, v1 = int(vertex_ptr[b]), int(vertex_ptr[b + 1])
+        for a in range(sp_labels.shape[0]):
+            lab = sp_labels[a, v0:v1]
+            if (lab < 0).all():
+                continue
+            uniq, counts = np.unique(lab[lab >= 0], return_counts=True)
+            if uniq.size < 2 or counts.max() < 2:
+                continue
+            r, p, n = make_triplets(lab, max_triplets=m, random_state=rng)
+            refs.append(r + v0); poss.append(p + v0); negs.append(n + v0)
+    if not refs:
+        return None
+    return np.concatenate(refs), np.concatenate(poss), np.concatenate(negs)
 
 
 def triplet(hierarchy: Hierarchy, weights: torch.Tensor, triplets=None, *, labels=None,
@@ -456,3 +486,56 @@ def dasgupta(hierarchy: Hierarchy, weights: torch.Tensor, graph_weights, lam: fl
                        minlength=hierarchy.num_leaves - 1)
     alt_int = hierarchy.node_altitudes(weights)[hierarchy.num_leaves:]
     return _DasguptaFn.apply(alt_int, hierarchy, float(lam), float(tol), coef)
+
+
+# ----------------------------------------------------------------------------- pixel losses
+def balanced_bce(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """HED's class-balanced binary cross-entropy of one map; ``target`` in [0, 1] (soft labels
+    allowed), positives weighted by the negative fraction and conversely."""
+    pos = target.sum()
+    total = float(target.numel())
+    beta = (1.0 - pos / total).clamp(0.01, 0.99)
+    weight = torch.where(target > 0, beta, 1 - beta)
+    return torch.nn.functional.binary_cross_entropy_with_logits(logits, target, weight=weight, reduction="mean")
+
+
+def consensus_targets(consensus: torch.Tensor, valid: torch.Tensor, positive_threshold: float = 0.3):
+    """Positive / negative masks of the pixel stage from the annotators' consensus ``c`` (the
+    fraction of annotators marking each pixel): ``c >= positive_threshold`` / ``c == 0``,
+    both inside ``valid``; the pixels in between are ignored (a tolerance band)."""
+    pos = (consensus >= positive_threshold) & valid
+    neg = (consensus <= 1e-6) & valid
+    return pos, neg
+
+
+def edge_loss(fused: torch.Tensor, sides, pos: torch.Tensor, neg: torch.Tensor,
+              *, neg_weight: float = 1.1, side_weight: float = 1.0, dice_weight: float = 1.0) -> torch.Tensor:
+    """The pixel stage's loss: class-balanced BCE on the fused and side logits (deep
+    supervision) plus Dice on the fused map, in float32.
+
+    ``fused`` (B, 1, H, W) and every ``sides`` entry: logits; ``pos``/``neg``: bool (B, H, W)
+    masks (:func:`consensus_targets`), pixels in neither are ignored. Per image, positives
+    weigh ``|N| / (|P| + |N|)`` and negatives ``neg_weight * |P| / (|P| + |N|)``; the BCE is
+    summed over pixels and divided by the number of counted pixels. The Dice term favours
+    thin (crisp) maps.
+    """
+    p, ng = pos.float(), neg.float()
+    np_ = p.sum(dim=(1, 2), keepdim=True)
+    nn_ = ng.sum(dim=(1, 2), keepdim=True)
+    tot = (np_ + nn_).clamp_min(1.0)
+    wmap = p * (nn_ / tot) + ng * (neg_weight * np_ / tot)
+    denom = (p + ng).sum().clamp_min(1.0)
+
+    def bce(logits):
+        lg = logits.float().squeeze(1)
+        return (torch.nn.functional.binary_cross_entropy_with_logits(lg, p, reduction="none") * wmap).sum() / denom
+
+    loss = bce(fused)
+    for s in sides:
+        loss = loss + side_weight * bce(s)
+    if dice_weight > 0:
+        prob = torch.sigmoid(fused.float().squeeze(1)) * (p + ng)
+        inter = (prob * p).sum(dim=(1, 2))
+        dice = 1 - (2 * inter + 1) / ((prob * prob).sum(dim=(1, 2)) + p.sum(dim=(1, 2)) + 1)
+        loss = loss + dice_weight * dice.mean()
+    return loss

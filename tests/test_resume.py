@@ -212,3 +212,12 @@ def test_seeded_sampler_and_augmentation_depend_on_seed_and_epoch_only():
         ds[key]
     np.testing.assert_array_equal(ds[a[0]]["image"], first)
     assert len({ds[(0, (5, e))]["image"].numpy().tobytes() for e in range(8)}) > 1  # and with the epoch
+
+
+def test_lightning_private_members_exist():
+    """hiseg.callbacks relies on these private members of Lightning (pyproject bounds the
+    versions): an upgrade that removes one fails here, loudly, before any resume goes wrong."""
+    from hiseg.callbacks import LIGHTNING_PRIVATE_MEMBERS
+
+    missing = [f"{cls.__name__}.{name}" for cls, name in LIGHTNING_PRIVATE_MEMBERS if not hasattr(cls, name)]
+    assert not missing, f"Lightning {pl.__version__} lacks {missing}: update hiseg/callbacks.py"

@@ -9,7 +9,8 @@ from _train import csv_rows, load_ckpt, run_train
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
 from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation
-from hiseg.lightning import HierarchicalSegmentationModule, sample_batch_triplets
+from hiseg.lightning import HierarchicalSegmentationModule
+from hiseg.losses import sample_batch_triplets
 
 
 @pytest.fixture(scope="module")
@@ -145,10 +146,10 @@ def test_color_superpixel_pipeline_needs_loader_superpixels(batch, tmp_path):
 
 
 def test_edge_pixel_loss_is_the_pixel_stage_loss(batch):
-    """pixel_loss='edge': the pixel term equals edge_training.edge_loss on consensus labels
+    """pixel_loss='edge': the pixel term equals hiseg.losses.edge_loss on consensus labels
     of one-pixel-wide annotator boundaries, with the side outputs supervised too."""
     from hiseg.data.targets import mean_boundary
-    from hiseg.edge_training import edge_loss
+    from hiseg.losses import edge_loss
 
     torch.manual_seed(0)
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_loss="edge",

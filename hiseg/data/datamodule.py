@@ -166,12 +166,18 @@ class _GraphDataModule(pl.LightningDataModule):
             if ds is not None:
                 ds.superpixels, ds.cache = "none", None
 
+    #: the training loader's collate function and worker count (None: ``num_workers``)
+    train_collate = staticmethod(collate_graph_batch)
+    train_workers: Optional[int] = None
+
     def _loader(self, dataset, *, sampler, batch_size: int, drop_last: bool = False,
-                generator: Optional[torch.Generator] = None, cls=DataLoader) -> DataLoader:
+                generator: Optional[torch.Generator] = None, cls=DataLoader, collate_fn=collate_graph_batch,
+                num_workers: Optional[int] = None) -> DataLoader:
+        workers = self.num_workers if num_workers is None else int(num_workers)
         return cls(dataset, batch_size=batch_size, sampler=sampler, drop_last=drop_last,
-                          num_workers=self.num_workers, collate_fn=collate_graph_batch,
-                          pin_memory=self.pin_memory, persistent_workers=self.num_workers > 0,
-                          worker_init_fn=worker_init if self.num_workers > 0 else None, generator=generator)
+                   num_workers=workers, collate_fn=collate_fn, pin_memory=self.pin_memory,
+                   persistent_workers=workers > 0, worker_init_fn=worker_init if workers > 0 else None,
+                   generator=generator)
 
     def _need(self, name: str, stage: str):
         if getattr(self, name) is None:
@@ -194,7 +200,8 @@ class _GraphDataModule(pl.LightningDataModule):
         # the generator seeds the workers: the global torch generator is left alone
         loader = self._loader(ds, sampler=self._train_sampler, batch_size=self.batch_size,
                               drop_last=self._train_sampler.num_samples > self.batch_size,
-                              generator=torch.Generator().manual_seed(int(state["seed"])), cls=_TrainLoader)
+                              generator=torch.Generator().manual_seed(int(state["seed"])), cls=_TrainLoader,
+                              collate_fn=self.train_collate, num_workers=self.train_workers)
         loader.datamodule = self
         return loader
 
@@ -369,6 +376,10 @@ class BSDS500DataModule(_GraphDataModule):
     def setup(self, stage: Optional[str] = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
             self.train_set = self._dataset(BSDS500(self.data_root, self.train_split), self.train_transform)
+        self.setup_bsds_eval(stage)
+
+    def setup_bsds_eval(self, stage: Optional[str]) -> None:
+        """The validation set (first ``max_val_images``) and the test set of BSDS500, whole images."""
         if stage in (None, "fit", "validate") and self.val_set is None:
             raw = BSDS500(self.data_root, self.val_split)
             if self.max_val_images > 0:

@@ -212,7 +212,9 @@ class Checkpoint(NamedTuple):
 def read_checkpoint(path, map_location: Any = "cpu") -> Checkpoint:
     """``(state_dict, hyper_parameters, metadata, path)`` of a checkpoint file, read once.
 
-    The state dict keeps the network's keys: Lightning's ``model.`` prefix, and a
+    Accepted: Lightning checkpoints, slim ones (:func:`save_weights`), plain state dicts and
+    the ``state.pt`` files of hiseg's former pixel-stage script (``{"model": ..., "opt": ...,
+    "step": ...}``). The state dict keeps the network's keys: Lightning's ``model.`` prefix, and a
     ``module.`` (DataParallel) or ``_orig_mod.`` (torch.compile) prefix on every key, are
     stripped; other entries (loss buffers) are dropped. CheckpointError when it holds no tensors.
     """
@@ -220,6 +222,9 @@ def read_checkpoint(path, map_location: Any = "cpu") -> Checkpoint:
     if not isinstance(ck, Mapping):
         raise CheckpointError(f"checkpoint {path} holds a {type(ck).__name__}, not a state dict")
     nested = isinstance(ck.get("state_dict"), Mapping)
+    if not nested and isinstance(ck.get("model"), Mapping) and "step" in ck:
+        ck = {"state_dict": ck["model"]}  # a state.pt of the former pixel-stage script (model, opt, step...)
+        nested = True
     sd = {k: v for k, v in (ck["state_dict"] if nested else ck).items()
           if isinstance(k, str) and isinstance(v, torch.Tensor)}
     if not sd:

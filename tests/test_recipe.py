@@ -1,0 +1,211 @@
+"""The shipped checkpoint's recipe as two ``train.py`` commands (pixel stage, then ultrametric
+fine-tuning), on a tiny BSDS500-like folder written here (CI needs no data), with an exact
+resume of the pixel stage; the pixel stage's device augmentation and its data module."""
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from _train import ROOT, load_ckpt
+
+from hiseg.data.edges import CROP_DRAWS, BSDS500PixelDataModule, GPUAugmenter, PixelBatch, load_edge_dataset
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _boundaries(seg):
+    """One-pixel boundaries of a label image (right / bottom neighbour differs)."""
+    b = np.zeros(seg.shape, np.uint8)
+    b[:, :-1] |= seg[:, :-1] != seg[:, 1:]
+    b[:-1, :] |= seg[:-1, :] != seg[1:, :]
+    return b
+
+
+def make_bsds(root: Path, n_train: int = 3, n_val: int = 2, size=(40, 56)) -> Path:
+    """A BSDS500-layout folder: random blocky images with 2 annotators each (one portrait
+    image in train, as BSDS has)."""
+    import cv2
+    import scipy.io
+
+    rng = np.random.default_rng(0)
+    for split, n in (("train", n_train), ("val", n_val)):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "groundTruth" / split).mkdir(parents=True)
+        for i in range(n):
+            h, w = size[::-1] if (split == "train" and i == 0) else size
+            seg = 1 + (np.arange(h)[:, None] >= h // 2) + 2 * (np.arange(w)[None, :] >= rng.integers(w // 3, 2 * w // 3))
+            colours = rng.uniform(30, 220, (5, 3))
+            img = colours[seg] + rng.normal(0, 8, (h, w, 3))
+            cv2.imwrite(str(root / "images" / split / f"{split}{i}.jpg"), np.clip(img, 0, 255).astype(np.uint8))
+            segs = [seg, np.where(seg == 4, 3, seg)]
+            gt = np.empty((1, 2), dtype=object)
+            for k, s in enumerate(segs):
+                gt[0, k] = {"Segmentation": s.astype(np.uint16), "Boundaries": _boundaries(s)}
+            scipy.io.savemat(str(root / "groundTruth" / split / f"{split}{i}.mat"), {"groundTruth": gt})
+    return root
+
+
+def run(tmp_path, config, *extra, timeout=600):
+    import os
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, str(ROOT / "train.py"), "fit", "--config", str(ROOT / "configs" / config), *extra,
+           "--trainer.enable_progress_bar", "false"]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", PYTHONPATH=str(TESTS))
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def pixel_args(root, data, *extra):
+    return ("--trainer.default_root_dir", str(root), "--data.init_args.data_root", str(data),
+            "--data.init_args.crop_size", "32", "--data.init_args.batch_size", "4",
+            "--data.init_args.crops_per_epoch", "16", "--data.init_args.num_workers", "0",
+            "--model.arch_kwargs", '{"width": 8}', "--model.warmup", "2", "--trainer.max_steps", "10", *extra)
+
+
+def test_recipe_is_two_train_py_commands(tmp_path):
+    """Pixel stage then fine-tuning from its last.ckpt; the result loads in hiseg predict's
+    pipeline with the fine-tuning's settings, and its network moved in both stages."""
+    data = make_bsds(tmp_path / "bsds")
+    r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "pixel", data))
+    assert r.returncode == 0, r.stderr[-3000:]
+    pixel = tmp_path / "pixel/csv/version_0/checkpoints/last.ckpt"
+    ck = load_ckpt(pixel)
+    assert ck["global_step"] == 10 and ck["hyper_parameters"]["pixel_loss"] == "edge"
+    r = run(tmp_path, "bsds500_finetune.yaml", "--trainer.default_root_dir", str(tmp_path / "ft"),
+            "--data.init_args.data_root", str(data), "--data.init_args.crop_size", "32",
+            "--data.init_args.batch_size", "2", "--data.init_args.num_workers", "0",
+            "--model.arch_kwargs", '{"width": 8}', "--trainer.max_steps", "3",
+            "--model.init_from", str(pixel))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ft = load_ckpt(tmp_path / "ft/csv/version_0/checkpoints/last.ckpt")
+    assert ft["global_step"] == 3
+    moved = [k for k, v in ft["state_dict"].items() if v.is_floating_point()
+             and not torch.equal(v, ck["state_dict"][k])]
+    assert moved, "the fine-tuning did not change the pixel stage's weights"
+
+    from hiseg.inference import Segmenter
+
+    seg = Segmenter.from_checkpoint(tmp_path / "ft/csv/version_0/checkpoints/last.ckpt")
+    assert seg.pipeline.superpixels == "boundary_watershed" and seg.pipeline.linkage == "average"
+    res = seg.segment(np.random.default_rng(0).uniform(0, 1, (40, 56, 3)).astype(np.float32))
+    assert res.ucm2.shape == (81, 113)
+
+
+def test_pixel_stage_resume_is_exact(tmp_path):
+    """Killed at step 6 (mid-epoch: 4 steps per epoch) and resumed from last.ckpt (written every
+    2 steps), the pixel stage ends with the weights of the run done in one go."""
+    data = make_bsds(tmp_path / "bsds")
+    every = ("--trainer.callbacks.init_args.every_n_train_steps", "2")
+    r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "ref", data), *every)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = load_ckpt(tmp_path / "ref/csv/version_0/checkpoints/last.ckpt")
+    r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "cut", data), *every,
+            "--trainer.callbacks+=_interrupt.KillAtStep", "--trainer.callbacks.init_args.step", "7")
+    assert r.returncode != 0
+    last = tmp_path / "cut/csv/version_0/checkpoints/last.ckpt"
+    assert load_ckpt(last)["global_step"] == 6
+    r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "cut", data), *every, "--ckpt_path", str(last))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = load_ckpt(last)
+    assert out["global_step"] == 10
+    for k, v in ref["state_dict"].items():
+        torch.testing.assert_close(out["state_dict"][k], v, rtol=0, atol=1e-6, msg=k)
+
+
+def test_former_state_pt_and_weights_pt_start_a_run(tmp_path):
+    """The former pixel-stage script's state.pt (model, opt, step...) and weights.pt still load
+    as initial weights."""
+    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.models import get_model, save_weights
+
+    net = get_model("compact_boundary_net", width=8)
+    opt = torch.optim.AdamW(net.parameters())
+    torch.save({"model": net.state_dict(), "opt": opt.state_dict(), "gen": torch.Generator().get_state(),
+                "step": 5, "total": 10, "log": [[1, 0.5, 1e-3, 0.1]]}, tmp_path / "state.pt")
+    save_weights(net, tmp_path / "weights.pt", metadata={"recipe": "hiseg.edge_training"})
+    for f in ("state.pt", "weights.pt"):
+        m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, init_from=str(tmp_path / f))
+        for k, v in net.state_dict().items():
+            assert torch.equal(m.model.state_dict()[k], v), (f, k)
+
+
+def test_gpu_augmenter_crops_follow_the_draws(tmp_path):
+    """Identity draws (no rotation, scale 1, no flip, centred, no jitter) cut the image's centre;
+    a flip mirrors it; the batch only depends on the draws."""
+    rng = np.random.default_rng(0)
+    images = rng.integers(0, 256, (2, 3, 40, 60), dtype=np.uint8)
+    cons = rng.uniform(0, 1, (2, 40, 60)).astype(np.float32)
+    aug = GPUAugmenter(images, cons, crop=20, n_angles=16, scale_range=(1.0, 1.0), jitter=0.0)
+    draws = torch.tensor([[0.0, 0.0, 0.5, 0.9, 0.5, 0.5, 0.5, 0.5, 0.5],
+                          [0.0, 0.0, 0.5, 0.1, 0.5, 0.5, 0.5, 0.5, 0.5]])
+    b = aug.crops(draws)
+    assert isinstance(b, PixelBatch) and b.images.shape == (2, 3, 20, 20) and bool(b.valid.all())
+    # the crop centre is the image centre (29.5, 19.5): pixels 20..39 x 10..29
+    np.testing.assert_allclose(b.images[0].numpy(), images[0, :, 10:30, 20:40] / 255.0, atol=1e-5)
+    np.testing.assert_allclose(b.consensus[0].numpy(), cons[0, 10:30, 20:40], atol=1e-5)
+    np.testing.assert_allclose(b.images[1].numpy(), images[0, :, 10:30, 20:40][:, :, ::-1] / 255.0, atol=1e-5)
+    # a quarter turn (angle index 4 of 16) is a 90-degree rotation of the centre square
+    quarter = draws[:1].clone()
+    quarter[0, 1] = 4 / 16 + 1e-6
+    rot = aug.crops(quarter).images[0].numpy()
+    centre = images[0, :, 10:30, 20:40] / 255.0
+    assert min(np.abs(rot - np.rot90(centre, k, axes=(1, 2))).max() for k in (1, 3)) < 1e-5
+    torch.testing.assert_close(aug.crops(draws).images, b.images)
+    with pytest.raises(ValueError, match="crop draws of shape"):
+        aug.crops(torch.zeros(2, CROP_DRAWS - 1))
+
+
+def test_pixel_data_module_draws_and_errors(tmp_path):
+    data = make_bsds(tmp_path / "bsds")
+    images, cons = load_edge_dataset(data, "train")
+    assert images.shape == (3, 3, 40, 56) and cons.shape == (3, 40, 56)  # the portrait one transposed
+    assert set(np.unique(cons)) <= {0.0, 0.5, 1.0}
+    assert load_edge_dataset(data, "train+val")[0].shape[0] == 5
+    dm = BSDS500PixelDataModule(data, crop_size=16, batch_size=4, crops_per_epoch=8, num_workers=0)
+    dm.setup("fit")
+    a = [dm.train_set[(i, (0, 0))] for i in range(8)]
+    assert all(x.shape == (CROP_DRAWS,) and 0 <= float(x.min()) and float(x.max()) < 1 for x in a)
+    assert torch.equal(dm.train_set[(3, (0, 0))], a[3]) and not torch.equal(dm.train_set[(3, (0, 1))], a[3])
+    batch = dm.on_after_batch_transfer(torch.stack(a[:4]).float(), 0)
+    assert isinstance(batch, PixelBatch) and batch.images.shape == (4, 3, 16, 16)
+    for kwargs, msg in (({"crop_size": 8}, "crop_size"), ({"crops_per_epoch": 2}, "crops_per_epoch"),
+                        ({"scale_range": (2.0, 1.0)}, "scale_range"), ({"n_angles": 0}, "n_angles")):
+        with pytest.raises(ValueError, match=msg):
+            BSDS500PixelDataModule(data, **kwargs)
+    with pytest.raises(FileNotFoundError, match="BSDS500"):
+        BSDS500PixelDataModule(tmp_path / "nowhere").setup("fit")
+
+
+def test_pixel_batches_need_a_pixel_stage_model():
+    """Pixel-stage batches carry no regions: a model with hierarchy terms is refused, naming them."""
+    from hiseg.lightning import HierarchicalSegmentationModule
+
+    batch = PixelBatch(torch.rand(2, 3, 16, 16), torch.zeros(2, 16, 16), torch.ones(2, 16, 16, dtype=torch.bool))
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+    with pytest.raises(ValueError, match="closest_weight: 0, triplet_weight: 0, pixel_loss: edge"):
+        m.training_step(batch, 0)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, closest_weight=0, triplet_weight=0,
+                                       pixel_loss="edge", pixel_weight=1.0)
+    loss = m.pixel_stage_losses(batch)["loss"]
+    assert loss.ndim == 0 and math.isfinite(float(loss))
+    for kwargs, msg in (({"warmup": -1}, "warmup"), ({"final_lr": 2}, "final_lr"),
+                        ({"positive_threshold": 0}, "positive_threshold")):
+        with pytest.raises(ValueError, match=msg):
+            HierarchicalSegmentationModule(arch_kwargs={"width": 8}, **kwargs)
+
+
+def test_schedule_warmup_in_steps_or_fraction():
+    from hiseg.lightning import HierarchicalSegmentationModule
+
+    class T:
+        estimated_stepping_batches = 100
+
+    for warmup, warm_steps in ((0.05, 5), (10, 10)):
+        m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, warmup=warmup, final_lr=0.02)
+        m._trainer = T()
+        f = [m.lr_factor(s) for s in range(101)]
+        assert f[0] == pytest.approx(1 / warm_steps) and f[warm_steps - 1] == pytest.approx(1.0)
+        assert f[warm_steps] == pytest.approx(1.0) and f[100] == pytest.approx(0.02)
+        assert all(a >= b - 1e-12 for a, b in zip(f[warm_steps:], f[warm_steps + 1:]))
