@@ -122,6 +122,10 @@ def test_dtype_device_and_module(rng):
 
 
 def test_cut_with_k_regions(rng):
+    """The k-region cut of the average-linkage hierarchy is higra's horizontal cut with k
+    regions of the same tree (random weights: no tied altitudes, so the cut is unique)."""
+    import higra as hg
+
     from hiseg.graph import region_adjacency_graph
     from hiseg.segmentation.saliency import cut_num_regions
 
@@ -129,8 +133,14 @@ def test_cut_with_k_regions(rng):
     rag = region_adjacency_graph(labels)
     w = torch.from_numpy(rng.random(rag.graph.num_edges))
     _, h = average_linkage_ultrametric(rag.graph, w, return_hierarchy=True)
-    for k in (1, 2, 5, 36):
-        assert len(np.unique(cut_num_regions(rag, h, k))) == k
+    tree, alt = hg.Tree(h.parents), h.node_altitudes(w).numpy()
+    assert np.unique(alt[36:]).size == 35
+    explorer = hg.HorizontalCutExplorer(tree, alt)
+    for k in (1, 2, 5, 35, 36):
+        ref = explorer.horizontal_cut_from_num_regions(k).labelisation_leaves(tree, rag.graph.to_higra())
+        cut = cut_num_regions(rag, h, k)
+        pairs = np.unique(np.stack([cut.ravel(), ref[rag.labels].ravel()]), axis=1)
+        assert np.unique(cut).size == np.unique(ref).size == pairs.shape[1] == k
 
 
 def test_losses_work_on_average_linkage(rng):

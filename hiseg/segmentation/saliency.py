@@ -44,8 +44,8 @@ def ucm2_from_rag(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
 
     O(H W), numpy only: higra's ``graph_4_adjacency_2_khalimsky`` draws the same map
     (tested bit for bit, :func:`_ucm2_from_rag_higra`) but needs an explicit 4-adjacency
-    graph of the pixels and its edge weights in its own order: 9.6 times slower on a
-    481x321 image with 2000 superpixels, 13.5 times on 4000x3000
+    graph of the pixels and its edge weights in its own order: 9.3-9.6 times slower on a
+    481x321 image with 2000 superpixels, 12.9-13.5 times on 4000x3000
     (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own. Raises ValueError if ``ultrametric`` has
     not one value per RAG edge.
     """
@@ -119,8 +119,8 @@ def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
     O(H W + B log E) for B frontier pixel pairs; the map is the only full-size float array.
     numpy only: higra draws the same map (tested bit for bit, :func:`_ucm2_from_labels_higra`:
     its region adjacency graph of ``labels``, ``rag_back_project_edge_weights``,
-    ``graph_4_adjacency_2_khalimsky``) 14.6 times slower at 481x321, 17.4 times at
-    4000x3000, with a full-size pixel graph and weight array besides the map
+    ``graph_4_adjacency_2_khalimsky``) 8.6-14.6 times slower at 481x321, 17.4-19.8 times
+    at 4000x3000, with a full-size pixel graph and weight array besides the map
     (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
     """
     lab = np.asarray(labels)
@@ -212,8 +212,8 @@ def cut_at_threshold(rag: RegionAdjacencyGraph, ultrametric, threshold: float) -
     The connected components of those edges (scipy), not higra's
     ``labelisation_horizontal_cut_from_threshold``, which needs the hierarchy's tree first
     (``bpt_canonical``, O(E log E)) and gives the same labels (tested,
-    :func:`_cut_at_threshold_higra`) 2.5 times slower at 481x321 with 2000 superpixels,
-    1.1 times at 4000x3000 where drawing the labels on the pixels dominates both
+    :func:`_cut_at_threshold_higra`) 2.5-3.2 times slower at 481x321 with 2000
+    superpixels, 1.1 times at 4000x3000 where drawing the labels on the pixels dominates both
     (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
     """
     u = _np(ultrametric)
