@@ -394,18 +394,25 @@ def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
     """Build the 4-adjacency region adjacency graph of a 2-D label image.
 
     Regions are the distinct label values, renumbered ``0..R-1`` in increasing label
-    order. A region that is not connected stays one vertex. Cost O(H W + P log P) for P
-    frontier pixel pairs (a label range much wider than H W adds a sort of the pixels):
-    ~1.5 ms for 700 superpixels on 320x320.
+    order. A region that is not connected stays one vertex. RAG edges are the pairs
+    ``(a, b)``, ``a < b``, in lexicographic order; the frontier of each edge lists its
+    pixel-grid edges in increasing id. Cost O(H W + P log P) for P frontier pixel pairs
+    (a label range much wider than H W adds a sort of the pixels).
+
+    Not higra's ``make_region_adjacency_graph_from_labelisation`` (issue 24 item 6):
+    :func:`_region_adjacency_graph_higra` builds this same RAG (every field, bit for bit:
+    tests/test_graph.py) from higra's and is 5.3-6.2 times slower on 481x321 with 2000
+    superpixels (66-125 ms against 12.5-20 ms), 7.4-15.6 times on 4000x3000 with 30000
+    (7.7-8.7 s against 0.56-1.04 s; benchmarks/bench_rag.py, two runs on a loaded machine,
+    benchmarks/results/rag.md). higra's call alone, on a 4-adjacency graph built beforehand,
+    is already 2.8-5.5 times this whole function: it needs an explicit graph of the pixels
+    (the implicit one is refused; about 5 s at 12 megapixels), and its RAG (one vertex per
+    connected component in order of appearance, edges in order of discovery, pixel edges
+    in its own order, no frontier lists) must then be translated, so hiseg keeps its own.
 
     Raises ValueError for a non 2-D or empty image, TypeError for non-integer labels.
     """
-    labels = np.asarray(labels)
-    if labels.ndim != 2 or labels.size == 0:
-        raise ValueError(f"labels must be a non-empty 2-D image, got shape {labels.shape}")
-    if not np.issubdtype(labels.dtype, np.integer):
-        raise TypeError(f"labels must be integers, got {labels.dtype}")
-    lab = compact_labels(labels)
+    lab = _checked_compact_labels(labels)
     r = int(lab.max()) + 1
     # the two ends of every edge of grid_graph(lab.shape): horizontal edges, then vertical
     ls = np.concatenate([lab[:, :-1].ravel(), lab[:-1, :].ravel()])
@@ -425,6 +432,56 @@ def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
     pixel_edge_map = np.full(ls.size, -1, dtype=np.int64)
     pixel_edge_map[frontier_edges] = edge_of_sorted
     counts = np.bincount(edge_of_sorted, minlength=uniq.size)
+    frontier_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+    g = EdgeList((uniq // r).astype(np.int64), (uniq % r).astype(np.int64), r)
+    return RegionAdjacencyGraph(g, lab, pixel_edge_map, frontier_ptr, frontier_edges)
+
+
+def _checked_compact_labels(labels) -> np.ndarray:
+    """:func:`compact_labels` of a label image, after the checks of :func:`region_adjacency_graph`."""
+    labels = np.asarray(labels)
+    if labels.ndim != 2 or labels.size == 0:
+        raise ValueError(f"labels must be a non-empty 2-D image, got shape {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise TypeError(f"labels must be integers, got {labels.dtype}")
+    return compact_labels(labels)
+
+
+def _region_adjacency_graph_higra(labels) -> RegionAdjacencyGraph:
+    """:func:`region_adjacency_graph` through higra's ``make_region_adjacency_graph_from_labelisation``
+    (the same output, every field bit for bit; for the benchmark and the tests only: slower).
+
+    higra's RAG is translated into hiseg's: higra makes one vertex per connected component
+    (numbered in raster order of appearance) and numbers edges in order of discovery; its
+    4-adjacency graph lists each pixel's right then bottom edge where ``grid_graph`` lists
+    all horizontal edges, then all vertical ones. Here its components are mapped to their
+    label's rank (merging the components of a disconnected label), its edges renumbered in
+    lexicographic order of those ranks, its edge map put in ``grid_graph``'s order.
+    """
+    import higra as hg
+
+    lab = _checked_compact_labels(labels)
+    h, w = lab.shape
+    r = int(lab.max()) + 1
+    g4 = hg.get_4_adjacency_graph((h, w))
+    hrag = hg.make_region_adjacency_graph_from_labelisation(g4, lab.ravel())
+    vmap = np.asarray(hg.CptRegionAdjacencyGraph.get_vertex_map(hrag))
+    emap = np.asarray(hg.CptRegionAdjacencyGraph.get_edge_map(hrag)).astype(np.int64)
+    rank = np.empty(hrag.num_vertices(), dtype=np.int64)  # higra component -> label rank
+    rank[vmap] = lab.ravel()
+    hs, ht = (rank[np.asarray(x, dtype=np.int64)] for x in hrag.edge_list())
+    key = np.minimum(hs, ht) * r + np.maximum(hs, ht)
+    uniq, new_id = np.unique(key, return_inverse=True)  # components of one label: duplicate pairs
+    # higra's pixel edge (p, q), q = p + 1 or p + w, is grid_graph's edge ...
+    ps, pt = (np.asarray(x, dtype=np.int64) for x in g4.edge_list())
+    horiz = (pt == ps + 1) & (w > 1)  # one column: every edge is vertical (q = p + 1 = p + w)
+    grid_id = np.where(horiz, ps - ps // w, h * (w - 1) + ps)
+    pixel_edge_map = np.full(grid_id.size, -1, dtype=np.int64)
+    on = emap >= 0
+    pixel_edge_map[grid_id[on]] = new_id.reshape(-1)[emap[on]]
+    frontier = np.flatnonzero(pixel_edge_map >= 0)
+    frontier_edges = frontier[np.argsort(pixel_edge_map[frontier], kind="stable")]
+    counts = np.bincount(pixel_edge_map[frontier], minlength=uniq.size)
     frontier_ptr = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     g = EdgeList((uniq // r).astype(np.int64), (uniq % r).astype(np.int64), r)
     return RegionAdjacencyGraph(g, lab, pixel_edge_map, frontier_ptr, frontier_edges)

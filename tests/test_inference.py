@@ -186,39 +186,236 @@ def test_pipeline_settings_round_trip_and_bad_values():
     assert Pipeline.from_dict(Pipeline.classical(6.0, 20).to_dict()) == Pipeline.classical(6.0, 20)
 
 
-def test_classical_path_is_the_closest_fit_of_the_colour_gradient():
-    """Segmenter() runs Pipeline.classical: the closest ultrametric fitted to the colour
-    gradient pooled on colour-watershed superpixels (scaled to a maximum of 1)."""
-    from hiseg import fit_ultrametric
-    from hiseg.graph import region_adjacency_graph
-    from hiseg.segmentation import Superpixels, rag_frontier_mean
-    from hiseg.segmentation.superpixels import color_gradient
+# ----------------------------------------------------------------------------- independent truths
+# Brute force over pixel pairs and region pairs: no RAG, pooling, hierarchy or ucm2 code of
+# hiseg, so the pipeline's results are compared with something that does not share its bugs.
+def _pixel_pairs(shape):
+    """Every pair of 4-adjacent pixels ((i, j), (k, l)) and its ucm2 position."""
+    h, w = shape
+    for i in range(h):
+        for j in range(w):
+            if j + 1 < w:
+                yield (i, j), (i, j + 1), (2 * i + 1, 2 * j + 2)
+            if i + 1 < h:
+                yield (i, j), (i + 1, j), (2 * i + 2, 2 * j + 1)
 
-    img = checker_image()
-    res = Segmenter(region_size=6.0, fit_iterations=20).segment(img)
-    rag = region_adjacency_graph(Superpixels(region_size=6.0)(img))
-    w = rag_frontier_mean(rag, color_gradient(img, 1.0))
-    u = fit_ultrametric(rag.graph, w / w.max(), max_iter=20).ultrametric
-    np.testing.assert_array_equal(res.rag.labels, rag.labels)
-    np.testing.assert_allclose(res.ultrametric, u.numpy(), rtol=0, atol=1e-12)
+
+def _frontiers_bf(labels, boundary):
+    """{(a, b): (mean of (b(p) + b(q)) / 2, number of pixel pairs)} over the 4-adjacent pixel
+    pairs p in region a, q in region b, a < b (label ranks), by a loop over the pixels."""
+    ranks = np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
+    acc = {}
+    for p, q, _ in _pixel_pairs(labels.shape):
+        a, b = int(ranks[p]), int(ranks[q])
+        if a != b:
+            s, n = acc.get((min(a, b), max(a, b)), (0.0, 0))
+            acc[(min(a, b), max(a, b))] = (s + 0.5 * (float(boundary[p]) + float(boundary[q])), n + 1)
+    return {key: (s / n, n) for key, (s, n) in acc.items()}
+
+
+def _single_linkage_bf(weights: dict, n: int) -> dict:
+    """u(a, b) of every edge: the least t such that edges of weight <= t join a and b (the
+    minimax path), from scipy's connected components at every distinct weight."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    keys = list(weights)
+    s, t = np.array(keys).T
+    w = np.array([weights[k] for k in keys])
+    u = {}
+    for level in np.unique(w):
+        on = w <= level
+        comp = connected_components(coo_matrix((np.ones(on.sum()), (s[on], t[on])), shape=(n, n)),
+                                    directed=False)[1]
+        u.update({k: level for k in keys if k not in u and comp[k[0]] == comp[k[1]]})
+    return u
+
+
+def _average_linkage_bf(weights: dict, lengths: dict, n: int) -> dict:
+    """u(a, b) of every edge: the altitude of the merge that joins a and b in graph average
+    linkage (merge the two adjacent clusters of least frontier-length-weighted mean weight),
+    clusters merged one at a time as in the textbook definition."""
+    cluster = list(range(n))
+    u = {}
+    while True:
+        tot = {}
+        for (a, b), w in weights.items():
+            ca, cb = cluster[a], cluster[b]
+            if ca != cb:
+                s, length = tot.get((min(ca, cb), max(ca, cb)), (0.0, 0.0))
+                tot[(min(ca, cb), max(ca, cb))] = (s + w * lengths[(a, b)], length + lengths[(a, b)])
+        if not tot:
+            return u
+        c1, c2 = min(tot, key=lambda k: tot[k][0] / tot[k][1])
+        altitude = tot[(c1, c2)][0] / tot[(c1, c2)][1]
+        u.update({(a, b): altitude for (a, b) in weights if {cluster[a], cluster[b]} == {c1, c2}})
+        cluster = [c1 if c == c2 else c for c in cluster]
+
+
+def _ucm2_bf(labels, altitude) -> np.ndarray:
+    """BSDS ucm2 drawn pixel pair by pixel pair: the altitude of the two regions on each
+    pixel edge (``altitude(a, b)``, a < b label ranks), then each grid corner the max of its
+    incident edge entries."""
+    ranks = np.unique(labels, return_inverse=True)[1].reshape(labels.shape)
+    h, w = labels.shape
+    ucm = np.zeros((2 * h + 1, 2 * w + 1))
+    for p, q, pos in _pixel_pairs(labels.shape):
+        if ranks[p] != ranks[q]:
+            ucm[pos] = altitude(min(ranks[p], ranks[q]), max(ranks[p], ranks[q]))
+    for r in range(0, 2 * h + 1, 2):
+        for c in range(0, 2 * w + 1, 2):
+            ucm[r, c] = max(ucm[rr, cc] for rr, cc in ((r - 1, c), (r + 1, c), (r, c - 1), (r, c + 1))
+                            if 0 <= rr <= 2 * h and 0 <= cc <= 2 * w)
+    return ucm
+
+
+def _check_against_brute_force(res, u_bf: dict):
+    """res's RAG edges, ultrametric and ucm2 against brute-force ones keyed by region pair."""
+    rag = res.rag
+    np.testing.assert_array_equal(np.unique(rag.labels), np.arange(rag.num_regions))
+    pairs = list(zip(rag.graph.sources.tolist(), rag.graph.targets.tolist()))
+    assert sorted(pairs) == sorted(u_bf), "the RAG's edges are not the 4-adjacent region pairs"
+    np.testing.assert_allclose(res.ultrametric, [u_bf[p] for p in pairs], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(res.ucm2, _ucm2_bf(rag.labels, lambda a, b: u_bf[(a, b)]), rtol=0, atol=1e-12)
+
+
+def noisy_checker_image(seed=0):
+    """checker_image with noise: generic edge weights (no ties for the linkages to break)."""
+    img = checker_image() + 0.15 * np.random.default_rng(seed).random((48, 64, 3)).astype(np.float32)
+    return np.clip(img, 0, 1)
+
+
+def test_classical_path_without_fitting_is_the_single_linkage_of_the_frontier_means():
+    """Segmenter(fit_iterations=0): the single linkage of the colour gradient's mean along every
+    superpixel frontier, scaled to a maximum of 1 (Pipeline.classical), against brute force:
+    frontier means over the pixel pairs, minimax paths by connected components, the ucm2
+    drawn pixel pair by pixel pair. The superpixels and the gradient map are the inputs."""
+    res = Segmenter(region_size=6.0, fit_iterations=0).segment(noisy_checker_image())
+    assert res.rag.num_regions > 20
+    fr = _frontiers_bf(res.rag.labels, res.boundary)
+    top = max(m for m, _ in fr.values())
+    _check_against_brute_force(res, _single_linkage_bf({k: m / top for k, (m, _) in fr.items()},
+                                                       res.rag.num_regions))
+    assert 0 < res.ultrametric.max() <= 1  # weights scaled by their maximum
+    # with fitting: another ultrametric on the same RAG (its own minimax closure), in [0, 1]
+    fit = Segmenter(region_size=6.0, fit_iterations=20).segment(noisy_checker_image())
+    np.testing.assert_array_equal(fit.rag.labels, res.rag.labels)
+    assert not np.allclose(fit.ultrametric, res.ultrametric)
+    pairs = list(zip(fit.rag.graph.sources.tolist(), fit.rag.graph.targets.tolist()))
+    closure = _single_linkage_bf(dict(zip(pairs, fit.ultrametric.tolist())), fit.rag.num_regions)
+    np.testing.assert_allclose(fit.ultrametric, [closure[p] for p in pairs], rtol=0, atol=1e-12)
+
+
+def test_network_path_is_the_average_linkage_of_the_frontier_means(ckpt):
+    """A checkpoint's pipeline (average linkage): the average linkage of the network map's
+    frontier means weighted by frontier lengths, against brute force (the textbook merge
+    loop over region pairs). The superpixels and the network map are the inputs."""
+    res = Segmenter.from_checkpoint(ckpt).segment(noisy_checker_image())
+    assert res.rag.num_regions > 20
+    fr = _frontiers_bf(res.rag.labels, res.boundary)
+    u_bf = _average_linkage_bf({k: m for k, (m, _) in fr.items()}, {k: float(n) for k, (_, n) in fr.items()},
+                               res.rag.num_regions)
+    _check_against_brute_force(res, u_bf)
+
+
+class _FixedMap(torch.nn.Module):
+    """A "network" whose boundary probability is a given map, whatever the image."""
+
+    def __init__(self, prob):
+        super().__init__()
+        self.register_buffer("logit", torch.logit(torch.as_tensor(prob, dtype=torch.float32))[None, None])
+
+    def forward(self, x):
+        return self.logit.expand(x.shape[0], 1, *self.logit.shape[-2:])
+
+
+@pytest.mark.parametrize("linkage", ["average", "single"])
+def test_ucm2_of_a_hand_worked_boundary_map(linkage):
+    """Four flat blocks (boundary 0) split by two-pixel-wide lines: a vertical one (0.9 in
+    rows 0-9, 0.7 below) and two horizontal ones, 0.3 on the left, 0.6 on the right, at other
+    rows. Each line's two pixel rows / columns go to the blocks on either side (the
+    watershed from every minimum), so the frontiers and the hierarchy are worked out by hand:
+
+    * TL | BL (rows 8 | 9, columns 0-11): 11 pairs at 0.3, column 11 at 0.9 -> 4.2 / 12 = 0.35;
+    * TR | BR (rows 12 | 13, columns 12-23): 11 pairs at 0.6, column 12 at 0.7 -> 7.3 / 12;
+    * across the vertical line (columns 11 | 12): TL | TR rows 0-8 at 0.9 (9 pairs), BL | TR
+      rows 9-12 (0.9, then 3 x 0.7: mean 0.75 over 4), BL | BR rows 13-19 at 0.7 (7 pairs).
+
+    Both linkages merge TL+BL at 0.35, then TR+BR at 7.3 / 12, then left and right: average
+    linkage at the length-weighted mean (9 x 0.9 + 4 x 0.75 + 7 x 0.7) / 20 = 0.8, single
+    linkage at the least frontier, 0.7.
+    """
+    from scipy import ndimage
+
+    from hiseg.segmentation import Pipeline
+
+    h, w = 20, 24
+    b = np.zeros((h, w))
+    b[:10, 11:13], b[10:, 11:13] = 0.9, 0.7
+    b[8:10, :11], b[12:14, 13:] = 0.3, 0.6
+    blocks = np.zeros((h, w), int)  # TL 0, TR 1, BL 2, BR 3
+    blocks[9:, :12] = 2
+    blocks[:13, 12:] = 1
+    blocks[13:, 12:] = 3
+    top = {"average": 0.8, "single": 0.7}[linkage]
+    alt = {(0, 2): 0.35, (1, 3): 7.3 / 12, (0, 1): top, (1, 2): top, (2, 3): top}
+    seg = Segmenter(_FixedMap(b), pipeline=Pipeline(superpixels="all_minima", linkage=linkage))
+    res = seg.segment(np.zeros((h, w, 3), np.float32))
+    assert res.rag.num_regions == 4
+    assert len(np.unique(np.stack([res.rag.labels.ravel(), blocks.ravel()], 1), axis=0)) == 4  # the blocks
+    # the map passes through float32 logits: altitudes within 1e-6
+    np.testing.assert_allclose(res.ucm2, _ucm2_bf(blocks, lambda a, b: alt[(a, b)]), rtol=0, atol=1e-6)
+    left_right = np.where(blocks % 2 == 0, 0, 1)
+    expected = [(0.3, blocks), (0.5, np.where(blocks == 2, 0, blocks)), (0.65, left_right),
+                (top + 0.01, np.zeros_like(blocks))]
+    for t, truth in expected:
+        k = len(np.unique(truth))
+        for lab in (res.cut(threshold=t), ndimage.label(res.ucm2 <= t, np.ones((3, 3)))[0][1::2, 1::2],
+                    res.cut(n_regions=k, min_size=0)):
+            assert _nested(lab, truth) and _nested(truth, lab), (t, lab)
+
+
+def _nested(fine, coarse) -> bool:
+    """Every region of ``fine`` lies inside one region of ``coarse``."""
+    return len(np.unique(np.stack([fine.ravel(), coarse.ravel()], 1), axis=0)) == len(np.unique(fine))
 
 
 def test_multiscale_and_linkages_give_nested_ucms(ckpt):
+    """For both linkages (two scales): the ultrametric is one (its own minimax closure, brute
+    force); the threshold cuts at increasing thresholds, and the plain cuts into 1..R regions,
+    are nested partitions; the ucm2 is an ultrametric contour map: at every threshold, its
+    8-connected components below the threshold (the BSDS reading, scipy) are the cut of
+    the hierarchy, in number and as a partition (closed contours)."""
+    from scipy import ndimage
+
     from hiseg.segmentation import Pipeline
 
-    seg = Segmenter.from_checkpoint(ckpt, pipeline=Pipeline(scales=(0.5, 1.0), region_size=6.0))
-    img = checker_image()
+    seg = Segmenter.from_checkpoint(ckpt)
+    img = noisy_checker_image()
     for linkage in ("average", "single"):
         seg.pipeline = Pipeline(scales=(0.5, 1.0), region_size=6.0, linkage=linkage)
         res = seg.segment(img)
-        u = res.ultrametric
-        # an ultrametric: its own min-max closure
-        import hiseg
-        import torch as _t
-        np.testing.assert_allclose(hiseg.subdominant_ultrametric(res.rag.graph, _t.from_numpy(u)).numpy(), u,
-                                   atol=1e-12)
-        k = min(3, res.rag.num_regions)
-        assert len(np.unique(res.cut(n_regions=k))) == k
+        u, r = res.ultrametric, res.rag.num_regions
+        assert r > 20
+        pairs = list(zip(res.rag.graph.sources.tolist(), res.rag.graph.targets.tolist()))
+        closure = _single_linkage_bf(dict(zip(pairs, u.tolist())), r)
+        np.testing.assert_allclose(u, [closure[p] for p in pairs], rtol=0, atol=1e-12)
+        levels = np.unique(u)
+        assert 0 <= levels[0] and levels[-1] <= 1
+        thresholds = np.unique(np.concatenate([[0.0], levels, (levels[1:] + levels[:-1]) / 2, [1.0]]))
+        cuts = [res.cut(threshold=float(t)) for t in thresholds]
+        counts = [len(np.unique(c)) for c in cuts]
+        assert counts[-1] == 1 and counts[0] <= r and len(set(counts)) > 10
+        for t, fine, coarse in zip(thresholds, cuts, cuts[1:]):
+            assert _nested(fine, coarse), f"{linkage}: the cut above {t} is not coarser"
+        for t, cut, n in zip(thresholds, cuts, counts):
+            from_map = ndimage.label(res.ucm2 <= t, structure=np.ones((3, 3)))[0][1::2, 1::2]
+            assert len(np.unique(from_map)) == n, f"{linkage}: ucm2 at {t} has open contours"
+            assert _nested(from_map, cut) and _nested(cut, from_map)
+        plain = [res.cut(n_regions=k, min_size=0) for k in range(r, 0, -1)]
+        assert [len(np.unique(c)) for c in plain] == list(range(r, 0, -1))
+        for k, fine, coarse in zip(range(r, 0, -1), plain, plain[1:]):
+            assert _nested(fine, coarse), f"{linkage}: the {k - 1}-region cut does not contain the {k}-region one"
 
 
 # ----------------------------------------------------------------------------- large images
