@@ -12,8 +12,8 @@ edge lengths, 15-NN + MST for Ward's heights (``dissimilarity="ward"``).
   average linkage (scikit-learn), :class:`hiseg.UltrametricClustering` on edge lengths
   (``dissimilarity="euclidean"``) with its other defaults
   (closest+size, size weight 10 on the top 10 nodes, distances divided by their mean,
-  started at the average-linkage ultrametric, size-aware cut with ``min_cluster_size=
-  "auto"``), the same on Ward's heights, with the plain cut (``min_cluster_size=0``) and
+  started at the average-linkage ultrametric, size-aware cut with ``min_size=
+  "auto"``), the same on Ward's heights, with the plain cut (``min_size=0``) and
   from the input distances (``init="input"``), plain closest, and Dasgupta+size.
 * Semi-supervised, with 10% (and 20%, 30%, 40% for the real sets) of labelled samples
   (stratified draws, 10 draws each): closest+triplet with the estimator's defaults
@@ -86,7 +86,7 @@ PAPER = {
 UNSUP = {
     "closest+size": dict(dissimilarity="euclidean"),
     "closest+size, Ward heights": dict(dissimilarity="ward"),
-    "closest+size, plain cut": dict(min_cluster_size=0, dissimilarity="euclidean"),
+    "closest+size, plain cut": dict(min_size=0, dissimilarity="euclidean"),
     "closest+size, from the input": dict(init="input", dissimilarity="euclidean"),
     "closest": dict(loss="closest", dissimilarity="euclidean"),
     "dasgupta+size": dict(loss="dasgupta+size", size_weight=1.0, init="input", dissimilarity="euclidean"),
@@ -96,7 +96,7 @@ SEMI = {
     "triplet, Euclidean": dict(loss="closest+triplet", dissimilarity="euclidean"),
     "triplet, Ward heights": dict(loss="closest+triplet", dissimilarity="ward"),
     "triplet, from average linkage": dict(loss="closest+triplet", dissimilarity="euclidean", init="average"),
-    "triplet, plain cut": dict(loss="closest+triplet", min_cluster_size=0),
+    "triplet, plain cut": dict(loss="closest+triplet", min_size=0),
     "size+triplet": dict(loss="closest+size+triplet"),
 }
 

@@ -59,7 +59,7 @@ PAPER = {
 
 # hiseg settings: the estimator's defaults (closest+size: size weight 10 on the top 10
 # nodes; margin 1 and triplet weight 1; distances divided by their mean; started at the
-# average-linkage ultrametric; size-aware cut, min_cluster_size="auto"), chosen on five
+# average-linkage ultrametric; size-aware cut, min_size="auto"), chosen on five
 # pilot seeds (100-104), not the seeds reported. The unsupervised rows fit the edge lengths
 # (dissimilarity="euclidean", the paper; the estimator's unsupervised default now chooses
 # between them and Ward's heights, see experiments/hierarchies.py). "plain cut": the same fit cut without a
@@ -67,11 +67,11 @@ PAPER = {
 METHODS = {
     "closest": dict(loss="closest", dissimilarity="euclidean"),
     "closest+size": dict(loss="closest+size", dissimilarity="euclidean"),
-    "closest+size, plain cut": dict(loss="closest+size", min_cluster_size=0, dissimilarity="euclidean"),
+    "closest+size, plain cut": dict(loss="closest+size", min_size=0, dissimilarity="euclidean"),
     "closest+size, Ward heights": dict(loss="closest+size", dissimilarity="ward"),
     "closest+triplet": dict(loss="closest+triplet"),
     "closest+triplet, Euclidean": dict(loss="closest+triplet", dissimilarity="euclidean"),
-    "closest+triplet, plain cut": dict(loss="closest+triplet", min_cluster_size=0),
+    "closest+triplet, plain cut": dict(loss="closest+triplet", min_size=0),
     "closest+size+triplet": dict(loss="closest+size+triplet"),
     "dasgupta": dict(loss="dasgupta", sigmoid_slope=5.0, init="input", dissimilarity="euclidean"),
     "dasgupta+size": dict(loss="dasgupta+size", size_weight=1.0, top_nodes=10, sigmoid_slope=5.0, init="input",

@@ -10,7 +10,7 @@ makes their hierarchies and writes the same files as ``hiseg predict``, byte for
     from hiseg.predict_ddp import predict_files
 
     failures = predict_files(Segmenter.from_pretrained("bsds500"), sorted(Path("photos").glob("*.jpg")),
-                             "out/", regions=12,
+                             "out/", n_regions=12,
                              trainer_kwargs=dict(accelerator="gpu", devices=4, num_nodes=2, strategy="ddp"))
 
 The same guarantees as ``hiseg predict``: existing files are refused before anything is
@@ -86,11 +86,11 @@ class PredictionFilesWriter(BasePredictionWriter):
     (:func:`hiseg.inference.predict_file` with the network's boundary map); ``failures``:
     ``(file, message)`` of the images that failed, gathered from every process at the end."""
 
-    def __init__(self, pipeline, files: Sequence[Path], out, tile: int = 512, regions: Optional[int] = None,
+    def __init__(self, pipeline, files: Sequence[Path], out, tile: int = 512, n_regions: Optional[int] = None,
                  threshold: Optional[float] = None, min_size="auto"):
         super().__init__("batch")
         self.seg, self.files, self.out = Segmenter(None, pipeline=pipeline), list(files), Path(out)
-        self.cut = dict(tile=tile, n_regions=regions, threshold=threshold, min_size=min_size)
+        self.cut = dict(tile=tile, n_regions=n_regions, threshold=threshold, min_size=min_size)
         self.failures: list = []
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
@@ -121,13 +121,21 @@ class PredictionFilesWriter(BasePredictionWriter):
                 print(f"  {name}: {msg}", file=sys.stderr)
 
 
-def predict_files(segmenter: Segmenter, files: Sequence, out, *, regions: Optional[int] = None,
+def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Optional[int] = None,
                   threshold: Optional[float] = None, min_size="auto", tile: int = 512, overwrite: bool = False,
-                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0) -> list:
+                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0, regions: Optional[int] = None) -> list:
     """Write ``hiseg predict``'s files of the image ``files`` into ``out`` with
     ``pl.Trainer(**trainer_kwargs).predict`` (e.g. ``devices=4, strategy="ddp"``; default:
     Lightning's ``auto``). ``num_workers``: the DataLoader's image-decoding processes per
-    device. Returns the failed images, ``(file, message)`` (see the module docstring)."""
+    device. Returns the failed images, ``(file, message)`` (see the module docstring).
+    ``regions`` is the former name of ``n_regions`` (deprecated, one release)."""
+    if regions is not None:
+        import warnings
+
+        if n_regions is not None:
+            raise TypeError("predict_files: give n_regions only (regions is its deprecated name)")
+        warnings.warn("predict_files(regions=...) is deprecated: use n_regions", DeprecationWarning, stacklevel=2)
+        n_regions = regions
     if segmenter.model is None:
         raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
                          "runs on the CPU: use `hiseg predict --workers N`")
@@ -137,7 +145,7 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, regions: Option
         raise ValueError(f"several files share an output name: {sorted({s for s in stems if stems.count(s) > 1})[:5]}")
     refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite,
                      command="hiseg.predict_ddp")
-    writer = PredictionFilesWriter(segmenter.pipeline, files, out, tile, regions, threshold, min_size)
+    writer = PredictionFilesWriter(segmenter.pipeline, files, out, tile, n_regions, threshold, min_size)
     kw = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer = pl.Trainer(callbacks=[writer], **{**kw, **(trainer_kwargs or {})})
     loader = DataLoader(_Images(files, segmenter.pipeline), batch_size=1, collate_fn=_first, num_workers=num_workers)

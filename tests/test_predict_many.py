@@ -124,7 +124,7 @@ def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path,
                              "--regions", "3")
     assert rc == 0, err
     out = tmp_path / "ddp"
-    predict_files(Segmenter.from_checkpoint(checkpoint), files, out, regions=3,
+    predict_files(Segmenter.from_checkpoint(checkpoint), files, out, n_regions=3,
                   trainer_kwargs=dict(accelerator="cpu", devices=2, strategy="ddp_spawn"))
     assert snapshot(out) == truth
     with pytest.raises(ValueError, match="a.mat"):  # refused before anything runs

@@ -399,13 +399,13 @@ def test_browser_index_page_leads_to_the_pages(browser, predicted, tmp_path):
 
 
 def test_browser_page_opens_at_the_requested_cut(browser, classical, tmp_path):
-    """build_page(regions=K): the finest level with at most K regions; threshold=T: level T."""
+    """build_page(n_regions=K): the finest level with at most K regions; threshold=T: level T."""
     d = browser
     name, img, res = classical
     levels = np.unique(res.ucm2)
     counts = np.array([res.cut(threshold=t).max() + 1 for t in levels])  # non-increasing in the level
     for k in (3, 8):
-        show(d, tmp_path / f"r{k}.html", img, res.ucm2, title=name, regions=k)
+        show(d, tmp_path / f"r{k}.html", img, res.ucm2, title=name, n_regions=k)
         want = levels[int(np.argmax(counts <= k))]
         assert d.execute_script("return hisegView.level()") == want
         assert int(d.find_element("id", "regions").text) == res.cut(threshold=want).max() + 1 <= k
