@@ -109,8 +109,11 @@ def select(data, feats):
 
 def train_head(args, train):
     from hiseg.graph import batch_graphs
-    from hiseg.lightning import sample_batch_triplets
     from hiseg import losses
+    try:
+        from hiseg.losses import sample_batch_triplets
+    except ImportError:  # before it moved out of hiseg.lightning
+        from hiseg.losses import sample_batch_triplets
     from hiseg.segmentation.merging import MergeHead
     from hiseg.ultrametric import average_linkage_ultrametric
 
@@ -119,7 +122,8 @@ def train_head(args, train):
     items = train["items"]
     Xs = select(train, args.features)
     allx = np.concatenate(Xs).astype(np.float64)
-    head = MergeHead(args.features, args.hidden, "sigmoid", allx.mean(0), allx.std(0) + 1e-6, args.network)
+    head = MergeHead(args.features, args.hidden, "sigmoid", allx.mean(0), allx.std(0) + 1e-6, args.network,
+                     context=args.context)
     opt = torch.optim.Adam(head.parameters(), lr=args.lr, amsgrad=True, weight_decay=args.weight_decay)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, args.steps)
     Xt = [torch.from_numpy(x.astype(np.float64)) for x in Xs]
@@ -131,9 +135,13 @@ def train_head(args, train):
         x = torch.cat([Xt[i] for i in bi])
         tgt = torch.from_numpy(np.concatenate([items[i]["edge_target"] for i in bi]).astype(np.float64))
         lengths = np.concatenate([items[i]["lengths"] for i in bi])
-        w = head(x)
+        w = head(x, g)
         u, h = average_linkage_ultrametric(g, w, lengths, return_hierarchy=True)
-        loss = args.closest * losses.closest(u, tgt)
+        if args.closest_weighting == "none":
+            loss = args.closest * losses.closest(u, tgt)
+        else:  # edges by frontier length (the benchmarks count pixels), or its square root
+            wl = torch.from_numpy(lengths if args.closest_weighting == "length" else np.sqrt(lengths))
+            loss = args.closest * ((u - tgt) ** 2 * wl).sum() / wl.sum()
         if args.triplet:
             A = max(items[i]["sp_labels"].shape[0] for i in bi)
             lab = np.full((A, g.num_vertices), -1, np.int64)
@@ -167,7 +175,7 @@ def val_ucm2(head, val, feats, linkage="average"):
     for k, it in enumerate(val["items"]):
         rag = region_adjacency_graph(it["sp"])
         with torch.no_grad():
-            w = head(torch.from_numpy(Xs[k].astype(np.float64))) if head is not None else \
+            w = head(torch.from_numpy(Xs[k].astype(np.float64)), rag.graph) if head is not None else \
                 torch.from_numpy(it["X"][:, mi].astype(np.float64))
         u, h = average_linkage_ultrametric(rag.graph, w, it["lengths"], return_hierarchy=True)
         yield it["name"], ucm2_from_rag(rag, u.numpy()), rag, h, u.numpy()
@@ -200,7 +208,7 @@ def evaluate_val(head, val, feats, out, thresholds, bsds, workers=2, n_images=No
             c, t = kcut_counts(lab, segs)
             kc[key][0] += c
             kc[key][1] += t
-    r = evaluate(pred, gt, n_thresholds=thresholds, workers=workers)
+    r = evaluate(pred, gt, n_thresholds=thresholds, workers=workers, fop=False)  # Fop: only in the final run
     b = r["boundary"]
     return {"ods": b["ods"]["f"], "ois": b["ois"]["f"], "ap": b["ap"], "cover_ods": r["covering"]["ods"],
             "cover_ois": r["covering"]["ois"], "cover_best": r["covering"]["best"], "pri_ods": r["pri"]["ods"],
@@ -221,21 +229,35 @@ def cmd_run(args):
     if args.baseline:
         head = None
     else:
+        splits = args.train_splits.split(",")
+        if not set(splits) <= {"train", "val"} or "train" not in splits:
+            raise SystemExit(f"--train-splits: 'train' or 'train,val', got {args.train_splits!r}")
         train = load_split(args.maps, "train")
         if not args.mirrored:
             train["items"] = [it for it in train["items"] if not it["mirrored"]]
+        if "val" in splits:  # val enters unmirrored (its cache holds no mirrored graphs)
+            assert val["features"] == train["features"]
+            train["items"] = train["items"] + val["items"]
         head = train_head(args, train)
         del train
         (out / "head.json").write_text(json.dumps(head.to_spec()))
     t_train = time.perf_counter() - t0
     res = evaluate_val(head, val, args.features, out / "eval", args.thresholds, args.bsds, n_images=args.n_images)
     rec = {"out": str(out), "maps": args.maps, "baseline": args.baseline, "features": args.features,
-           "hidden": args.hidden, "steps": args.steps, "batch": args.batch, "lr": args.lr, "closest": args.closest,
-           "triplet": args.triplet, "direct": args.direct, "margin": args.margin, "mirrored": args.mirrored,
+           "hidden": args.hidden, "context": args.context, "train_splits": args.train_splits, "steps": args.steps,
+           "batch": args.batch, "lr": args.lr, "closest": args.closest, "closest_weighting": args.closest_weighting,
+           "triplet": args.triplet, "triplets": args.triplets, "direct": args.direct, "margin": args.margin,
+           "weight_decay": args.weight_decay, "mirrored": args.mirrored,
            "seed": args.seed, "thresholds": args.thresholds, "n_images": args.n_images, "train_s": round(t_train, 1),
            **{k: round(v, 4) for k, v in res.items()}}
+    if "val" in args.train_splits.split(","):
+        # trained on val: its val figures are no measurement, and never enter the selection
+        rec["val_trained"] = True
+        log = CACHE / "trainval.jsonl"
+    else:
+        log = CACHE / "selection.jsonl"
     print(json.dumps(rec), flush=True)
-    with open(CACHE / "selection.jsonl", "a") as fh:
+    with open(log, "a") as fh:
         fh.write(json.dumps(rec) + "\n")
 
 
@@ -305,21 +327,43 @@ def cmd_variant(args):
 
 
 def cmd_report(args):
-    """experiments/results/merge_selection.md: every val run of selection.jsonl as a table."""
-    cols = ["ods", "ois", "ap", "cover_ods", "cover_ois", "cover_best", "pri_ods", "pri_ois", "vi_ods", "vi_ois",
-            "kcut_plain", "kcut"]
-    lines = ["Learned merging, selection on BSDS500 val (100 images, thresholds as listed; cached maps of the "
-             "frozen shipped network, float16): `experiments/merge_head.py run`.\n",
-             "| run | maps | head | thr | " + " | ".join(cols) + " |", "|---" * (len(cols) + 4) + "|"]
-    for ln in (CACHE / "selection.jsonl").read_text().splitlines():
-        r = json.loads(ln)
-        head = "frontier mean (shipped)" if r["baseline"] else (
-            f"hidden {r['hidden']}, {len(r['features'])} features, {r['steps']} steps, closest {r['closest']} "
-            f"triplet {r['triplet']} direct {r['direct']}")
-        lines.append(f"| {Path(r['out']).name} | {r['maps']} | {head} | {r['thresholds']} | "
-                     + " | ".join(f"{r[c]:.4f}" for c in cols) + " |")
-    lines.append("\nkcut_plain: the UCM level closest to K regions; kcut: the size-aware K-region cut (min 0.05/K, "
-                 "the default of `cut(n_regions=K)`); K = the median annotator region count.")
+    """experiments/results/merge_selection/README.md: every val run of selection.jsonl (one
+    row per candidate, its settings and figures), then the runs trained on val as well
+    (trainval.jsonl: their val figures are no measurement) and the final tables (``--final``)."""
+    cols = ["ods", "ois", "ap", "cover_ods", "cover_ois", "pri_ods", "vi_ods", "vi_ois", "kcut", "kcut_plain"]
+    heads = ["Fb ODS", "Fb OIS", "Fb AP", "cover ODS", "cover OIS", "PRI ODS", "VI ODS", "VI OIS",
+             "K-cut size-aware", "K-cut closest level"]
+
+    def settings(r):
+        if r["baseline"]:
+            return "frontier mean (no head)"
+        ctx = r.get("context", 0)
+        return (f"MLP {r['hidden']}" + (f" + context {ctx}" if ctx else "") + f", {len(r['features'])} feat, "
+                f"{r['steps']} steps, batch {r['batch']}, lr {r['lr']:g}, closest {r['closest']:g}"
+                + (f" ({r['closest_weighting']})" if r.get("closest_weighting", "none") != "none" else "") + ", "
+                f"triplet {r['triplet']:g} (margin {r['margin']:g}), direct {r['direct']:g}, seed {r['seed']}")
+
+    def table(path):
+        rows = ["| run | maps | head | thr | " + " | ".join(heads) + " |", "|---" * (len(cols) + 4) + "|"]
+        for ln in path.read_text().splitlines():
+            r = json.loads(ln)
+            rows.append(f"| {Path(r['out']).name} | {r['maps']} | {settings(r)} | {r['thresholds']} | "
+                        + " | ".join(f"{r[c]:.4f}" for c in cols) + " |")
+        return rows
+
+    lines = [args.title, "",
+             "Learned merging with the network frozen, selection on BSDS500 **val** (100 images; cached maps of "
+             "the frozen shipped network, float16; Fop off in selection): `experiments/merge_head.py run` "
+             "(`runs/merge_cache/selection.jsonl`, one line per run). Every head here is trained on train "
+             "only (400 images, each also mirrored).", ""] + table(CACHE / "selection.jsonl")
+    lines.append("\nK-cut size-aware: `cut(n_regions=K)` (min size 0.05/K); closest level: the UCM level closest to "
+                 "K regions; K = the median annotator region count. VI: lower is better.")
+    tv = CACHE / "trainval.jsonl"
+    if tv.is_file():
+        lines += ["", "Heads trained on train **and val** (the selected recipe, unchanged): their val figures below are "
+                  "**not a measurement** (val was trained on); they only show the run is sane.", ""] + table(tv)
+    for f in args.final or []:
+        lines += ["", Path(f).read_text().strip()]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -350,7 +394,12 @@ def cmd_final(args):
              "| PRI ODS | PRI OIS | VI ODS | VI OIS | K-cut (size-aware) | K-cut (closest level) |", "|---" * 16 + "|",
              row("hiseg_bsds500 (shipped)", fig(ship["hiseg"]),
                  [ship["kcut_covering"]["hiseg_exact"], ship["kcut_covering"]["hiseg"]]),
-             row("**hiseg_bsds500_merge** (head + scales 0.5,1 + flip)", fig(new), [kc["hiseg_exact"], kc["hiseg"]])]
+             ]
+    for label, res, kcut in args.reference or []:  # earlier heads, each a hiseg evaluate results.json + K-cut JSON
+        r = json.loads(Path(res).read_text())
+        k = json.loads(kcut)
+        lines.append(row(label, fig(r.get("hiseg", r)), [k["hiseg_exact"], k["hiseg"]]))
+    lines.append(row(args.label, fig(new), [kc["hiseg_exact"], kc["hiseg"]]))
     if "seism" in ship:
         for name, r in ship["seism"].items():
             if "mcg" in name.lower():
@@ -381,11 +430,18 @@ def main():
                                                      "log_length", "log_size_min", "log_size_max", "lab_dist",
                                                      "texture_diff", "interior_min", "interior_max"])
     r.add_argument("--hidden", type=int, nargs="*", default=[32, 32])
+    r.add_argument("--context", type=int, default=0,
+                   help="width of the head's message-passing layer over the RAG (0: a plain edge MLP)")
+    r.add_argument("--train-splits", default="train",
+                   help="'train' (selection: val stays unseen) or 'train,val' (the final head of a recipe "
+                        "fixed on val; its val figures are then no measurement, logged to trainval.jsonl)")
     r.add_argument("--steps", type=int, default=600)
     r.add_argument("--batch", type=int, default=8)
     r.add_argument("--lr", type=float, default=3e-3)
     r.add_argument("--weight-decay", type=float, default=1e-4)
     r.add_argument("--closest", type=float, default=1.0)
+    r.add_argument("--closest-weighting", choices=["none", "length", "sqrt"], default="none",
+                   help="weigh each edge's closest term by 1, its frontier length or its square root")
     r.add_argument("--triplet", type=float, default=0.5)
     r.add_argument("--triplets", type=int, default=2000)
     r.add_argument("--margin", type=float, default=0.2)
@@ -409,13 +465,18 @@ def main():
     v.add_argument("--head", default=None)
     v.add_argument("--out", required=True)
     rp = sub.add_parser("report")
-    rp.add_argument("--out", default="experiments/results/merge_selection/selection.md")
+    rp.add_argument("--out", default="experiments/results/merge_selection/README.md")
+    rp.add_argument("--title", default="# Learned merging: selection of the head (issue 20)")
+    rp.add_argument("--final", nargs="*", help="markdown files appended (the final tables)")
     fi = sub.add_parser("final")
     fi.add_argument("--results", required=True, help="hiseg evaluate's results.json of the checkpoint's ucm2")
     fi.add_argument("--kcut", required=True, help="JSON {hiseg_exact, hiseg} from bsds_eval's K-cut line")
     fi.add_argument("--shipped", default="experiments/results/bsds_val_shipped/results.json")
     fi.add_argument("--thresholds", type=int, default=99)
     fi.add_argument("--out", default="experiments/results/merge_val/merge_val.md")
+    fi.add_argument("--label", default="**hiseg_bsds500_merge** (head + scales 0.5,1 + flip)")
+    fi.add_argument("--reference", nargs=3, action="append", metavar=("LABEL", "RESULTS", "KCUT"),
+                    help="another head's row: its label, hiseg evaluate results.json and K-cut JSON")
     args = ap.parse_args()
     {"final": cmd_final, "features": cmd_features, "run": cmd_run, "export": cmd_export, "bench": cmd_bench,
      "variant": cmd_variant, "report": cmd_report}[args.cmd](args)

@@ -1,17 +1,18 @@
 """Learned region merging (hiseg.segmentation.merging): features against brute force, the
 head's gradient through average linkage against finite differences, the pipeline with a
-head equal to today's, storage round-trip, flip, and bad input."""
+head equal to today's, storage round-trip, flip, and bad input; heads with one round of
+message passing (``context``): by hand, per graph of a batch, gradient, checkpoint, bad settings."""
 import numpy as np
 import pytest
 import torch
 
 from hiseg import losses
-from hiseg.graph import region_adjacency_graph
+from hiseg.graph import batch_graphs, region_adjacency_graph
 from hiseg.inference import Segmenter
 from hiseg.models import get_model
 from hiseg.models.weights import save_weights
 from hiseg.segmentation import Pipeline, PipelineError
-from hiseg.segmentation.merging import FEATURES, MergeHead, edge_features, network_fingerprint
+from hiseg.segmentation.merging import FEATURES, MergeHead, MergeHeadError, edge_features, network_fingerprint
 from hiseg.segmentation.pooling import rag_frontier_mean
 from hiseg.ultrametric import average_linkage_ultrametric
 
@@ -225,3 +226,86 @@ def test_merge_checkpoint_loads_by_name_and_training_refuses_a_head():
 
     with pytest.raises(ValueError, match="model.pipeline.merge_head"):
         HierarchicalSegmentationModule(pipeline=seg.pipeline.to_dict())
+
+
+# --------------------------------------------------------------------------- context (message passing) heads
+def context_head(feats=("mean", "max", "log_size_min", "lab_dist"), network=None, seed=0):
+    torch.manual_seed(seed)
+    return MergeHead(list(feats), hidden=[5], context=3, network=network)
+
+
+def test_context_head_by_hand_batch_independence_and_gradient():
+    img, b = scene(6)
+    rag = region_adjacency_graph(Pipeline(region_size=6.0).make_superpixels(b))
+    head = context_head()
+    x = torch.from_numpy(edge_features(rag, b, img, head.features))
+    head.mean.copy_(x.mean(0))  # standardised features: no message unit is dead on every edge
+    head.std.copy_(x.std(0) + 1e-3)
+    # by hand: per region the mean state of its incident edges, then the MLP on [z, sum, |diff|]
+    s, t, n = rag.graph.sources, rag.graph.targets, rag.graph.num_vertices
+    with torch.no_grad():
+        z = (x - head.mean) / head.std
+        he = torch.relu(head.context_layer(z)).numpy()
+        hr = np.zeros((n, 3))
+        for r in range(n):
+            inc = (s == r) | (t == r)
+            hr[r] = he[inc].mean(0)
+        zz = torch.cat([z, torch.from_numpy(hr[s] + hr[t]), torch.from_numpy(np.abs(hr[s] - hr[t]))], 1)
+        want = torch.sigmoid(head.layers[1](torch.relu(head.layers[0](zz))))[:, 0]
+        got = head(x, rag.graph)
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    # a batch of graphs: no message crosses from one graph to another
+    img2, b2 = scene(7, 36, 48)
+    rag2 = region_adjacency_graph(Pipeline(region_size=6.0).make_superpixels(b2))
+    x2 = torch.from_numpy(edge_features(rag2, b2, img2, head.features))
+    g = batch_graphs([rag.graph, rag2.graph])
+    with torch.no_grad():
+        torch.testing.assert_close(head(torch.cat([x, x2]), g), torch.cat([got, head(x2, rag2.graph)]),
+                                   rtol=0, atol=1e-12)
+    # every parameter, the message layer's included, gets a gradient through average linkage
+    u = average_linkage_ultrametric(rag.graph, head(x, rag.graph), rag.frontier_lengths().astype(np.float64))
+    losses.closest(u, torch.rand(rag.graph.num_edges, dtype=torch.float64)).backward()
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in head.parameters())
+    with pytest.raises(MergeHeadError, match="merge_head.context.*graph"):
+        head(x)
+
+
+def test_context_head_in_a_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    m = get_model("compact_boundary_net", width=8)
+    head = context_head(network=network_fingerprint(m), seed=1)
+    spec = head.to_spec()
+    assert spec["version"] == 2 and spec["context"] == 3
+    assert MergeHead(["mean"], hidden=[2]).to_spec()["version"] == 1  # heads without context: as before
+    pipe = {"superpixels": "boundary_watershed", "linkage": "average", "region_size": 6.0, "merge_head": spec}
+    seg = Segmenter.from_checkpoint(save_weights(m, tmp_path / "c.ckpt", metadata={"pipeline": pipe}))
+    assert seg.pipeline.merge_head == spec and seg.pipeline.head.context == 3
+    img, _ = scene(3, 48, 64)
+    res = seg.segment(img)
+    bmap = Pipeline(region_size=6.0).boundary_map(m.eval(), img)
+    rag = region_adjacency_graph(Pipeline(region_size=6.0).make_superpixels(bmap))
+    with torch.no_grad():
+        w = head(torch.from_numpy(edge_features(rag, bmap, img, head.features)), rag.graph)
+    u = average_linkage_ultrametric(rag.graph, w, rag.frontier_lengths().astype(np.float64))
+    np.testing.assert_allclose(res.ultrametric, u.numpy(), atol=1e-12)
+    assert Pipeline.from_dict(seg.pipeline.to_dict()) == seg.pipeline
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"version": 3}, r"merge_head\.version 3 is not supported"),
+    ({"version": 1}, r"merge_head\.context needs merge_head\.version 2"),
+    ({"context": 0}, r"merge_head\.context must be a positive integer"),
+    ({"context": "wide"}, r"merge_head\.context must be a positive integer"),
+    ({"context": 4}, r"merge_head\.(context_weights|weights\[0\]): shapes"),
+    ({"context_weights": {"weight": [[1.0]]}}, r"merge_head\.context_weights: needs 'weight' and 'bias'"),
+    ({"context_weights": None}, r"merge_head\.context_weights: needs 'weight' and 'bias'"),
+])
+def test_bad_context_settings_are_refused_by_name(change, match):
+    spec = {**context_head().to_spec(), **change}
+    with pytest.raises(PipelineError, match=match):
+        Pipeline(merge_head=spec)
+    missing = context_head().to_spec()
+    del missing["context_weights"]
+    with pytest.raises(PipelineError, match=r"missing setting.*context_weights"):
+        Pipeline(merge_head=missing)
+

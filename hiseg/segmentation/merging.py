@@ -9,7 +9,12 @@ With a merge head (``Pipeline(merge_head=...)``) the weight is instead
 (``output="sigmoid"``; ``"linear"`` drops the sigmoid), where :math:`x(e)` are cheap
 features of the edge (:data:`FEATURES`): statistics of the boundary map along the
 frontier, at the map's own smoothing and coarser ones, the frontier's length, the sizes
-of the two regions, their colour (CIE Lab) and texture differences. The head is trained
+of the two regions, their colour (CIE Lab) and texture differences. With ``context=c``
+the MLP also sees one round of message passing over the RAG: each edge's hidden state
+:math:`h(e) = \\mathrm{ReLU}(A z(e) + a)` (:math:`c` values, :math:`z` the standardised
+features) is averaged over the edges incident to each region, :math:`\\bar h(r)`, and the
+MLP reads :math:`[z(e), \\bar h(r_1) + \\bar h(r_2), |\\bar h(r_1) - \\bar h(r_2)|]` for the
+edge's regions :math:`r_1, r_2` (symmetric in them). The head is trained
 through :func:`hiseg.average_linkage_ultrametric` with the network frozen
 (``experiments/merge_head.py``).
 
@@ -27,7 +32,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
-from ..graph import RegionAdjacencyGraph
+from ..graph import RegionAdjacencyGraph, as_edge_list
 from .pooling import frontier_pixel_pairs
 
 __all__ = ["FEATURES", "MergeHead", "MergeHeadError", "edge_features", "network_fingerprint"]
@@ -209,7 +214,10 @@ def network_fingerprint(model: torch.nn.Module) -> str:
 
 
 # --------------------------------------------------------------------------- the head
-_SPEC_KEYS = {"features", "hidden", "output", "mean", "std", "weights", "network", "version"}
+_SPEC_KEYS = {"features", "hidden", "output", "mean", "std", "weights", "network", "version", "context",
+              "context_weights"}
+#: 1: the MLP on the edge features; 2: adds ``context`` (one round of message passing).
+SPEC_VERSIONS = (1, 2)
 OUTPUTS = ("sigmoid", "linear")
 
 
@@ -224,13 +232,17 @@ class MergeHead(torch.nn.Module):
     mean, std : per-feature normalisation (default 0 and 1).
     network : the :func:`network_fingerprint` of the boundary network whose maps it was
         trained on (``None``: any).
+    context : width of the message-passing layer over the RAG (module docstring); 0 (the
+        default): none, the weight of an edge depends on its own features only.
 
-    ``forward(x)`` takes (E, F) raw features and returns (E,) weights, differentiable in the
-    head's parameters.
+    ``forward(x, graph)`` takes (E, F) raw features (and, with ``context``, the graph whose
+    edges they describe, any form :func:`hiseg.graph.as_edge_list` takes, batched graphs
+    included: regions of different graphs never exchange messages) and returns (E,)
+    weights, differentiable in the head's parameters.
     """
 
     def __init__(self, features: Sequence[str], hidden: Sequence[int] = (32,), output: str = "sigmoid",
-                 mean=None, std=None, network: Optional[str] = None):
+                 mean=None, std=None, network: Optional[str] = None, context: int = 0):
         super().__init__()
         features = list(features)
         if not features or not all(isinstance(n, str) for n in features):
@@ -248,9 +260,13 @@ class MergeHead(torch.nn.Module):
             raise MergeHeadError(f"merge_head.hidden must be a list of positive integers, got {hidden!r}")
         if network is not None and not isinstance(network, str):
             raise MergeHeadError(f"merge_head.network must be a fingerprint string or None, got {network!r}")
+        if isinstance(context, bool) or not isinstance(context, (int, np.integer)) or context < 0:
+            raise MergeHeadError(f"merge_head.context must be a non-negative integer, got {context!r}")
         self.features, self.hidden, self.output, self.network = features, hidden, output, network
+        self.context = int(context)
         nf = len(features)
-        widths = [nf] + hidden + [1]
+        self.context_layer = torch.nn.Linear(nf, self.context, dtype=torch.float64) if self.context else None
+        widths = [nf + 2 * self.context] + hidden + [1]
         self.layers = torch.nn.ModuleList(torch.nn.Linear(a, b, dtype=torch.float64)
                                           for a, b in zip(widths[:-1], widths[1:]))
         m = torch.zeros(nf, dtype=torch.float64) if mean is None else torch.as_tensor(mean, dtype=torch.float64)
@@ -260,11 +276,13 @@ class MergeHead(torch.nn.Module):
         self.register_buffer("mean", m)
         self.register_buffer("std", s)
 
-    def forward(self, x) -> torch.Tensor:
+    def forward(self, x, graph=None) -> torch.Tensor:
         x = torch.as_tensor(x).to(self.mean.dtype)
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise MergeHeadError(f"merge head expects (E, {len(self.features)}) features, got {tuple(x.shape)}")
         z = (x - self.mean) / self.std
+        if self.context:
+            z = torch.cat([z, self._messages(z, graph)], 1)
         for i, layer in enumerate(self.layers):
             z = layer(z)
             if i < len(self.layers) - 1:
@@ -272,18 +290,42 @@ class MergeHead(torch.nn.Module):
         z = z[:, 0]
         return torch.sigmoid(z) if self.output == "sigmoid" else z
 
+    def _messages(self, z: torch.Tensor, graph) -> torch.Tensor:
+        """(E, 2 c): per edge, the sum and absolute difference of its two regions' mean
+        incident-edge states. O(E c)."""
+        if graph is None:
+            raise MergeHeadError("merge_head.context: this head reads the graph (one round of message passing); "
+                                 "call it as head(features, graph)")
+        el = as_edge_list(graph)
+        if el.num_edges != z.shape[0]:
+            raise MergeHeadError(f"merge head: {z.shape[0]} edge feature rows for a graph of {el.num_edges} edges")
+        src, dst = torch.from_numpy(el.sources), torch.from_numpy(el.targets)
+        h = torch.relu(self.context_layer(z))
+        idx = torch.cat([src, dst])
+        agg = h.new_zeros(el.num_vertices, self.context).index_add_(0, idx, torch.cat([h, h]))
+        deg = torch.bincount(idx, minlength=el.num_vertices).clamp_min(1).to(h.dtype)
+        hr = agg / deg[:, None]
+        a, b = hr[src], hr[dst]
+        return torch.cat([a + b, (a - b).abs()], 1)
+
     def weights(self, rag: RegionAdjacencyGraph, boundary, image=None) -> torch.Tensor:
         """(E,) float64 edge weights of one RAG (no gradient)."""
         with torch.no_grad():
-            return self(edge_features(rag, boundary, image, self.features))
+            return self(edge_features(rag, boundary, image, self.features), rag.graph if self.context else None)
 
     # ------------------------------------------------------------------ storage
     def to_spec(self) -> dict:
-        """The head as plain values (lists, floats, strings): loads with ``weights_only``."""
-        return {"version": 1, "features": list(self.features), "hidden": list(self.hidden), "output": self.output,
+        """The head as plain values (lists, floats, strings): loads with ``weights_only``.
+        Version 1 without ``context`` (as before it existed), 2 with it."""
+        spec = {"version": 1, "features": list(self.features), "hidden": list(self.hidden), "output": self.output,
                 "mean": self.mean.tolist(), "std": self.std.tolist(), "network": self.network,
                 "weights": [{"weight": l.weight.detach().tolist(), "bias": l.bias.detach().tolist()}
                             for l in self.layers]}
+        if self.context:
+            spec.update(version=2, context=self.context,
+                        context_weights={"weight": self.context_layer.weight.detach().tolist(),
+                                         "bias": self.context_layer.bias.detach().tolist()})
+        return spec
 
     @classmethod
     def from_spec(cls, spec: Mapping[str, Any]) -> "MergeHead":
@@ -294,25 +336,36 @@ class MergeHead(torch.nn.Module):
         unknown = sorted(set(spec) - _SPEC_KEYS)
         if unknown:
             raise MergeHeadError(f"merge_head: unknown setting(s) {unknown}; known: {sorted(_SPEC_KEYS)}")
-        if spec.get("version", 1) != 1:
-            raise MergeHeadError(f"merge_head.version {spec.get('version')!r} is not supported (1)")
+        version = spec.get("version", 1)
+        if version not in SPEC_VERSIONS:
+            raise MergeHeadError(f"merge_head.version {version!r} is not supported {SPEC_VERSIONS}")
         missing = [k for k in ("features", "weights") if k not in spec]
+        if version == 2:
+            missing += [k for k in ("context", "context_weights") if k not in spec]
+        elif "context" in spec or "context_weights" in spec:
+            raise MergeHeadError("merge_head.context needs merge_head.version 2 (version 1 heads have no context)")
         if missing:
             raise MergeHeadError(f"merge_head: missing setting(s) {missing}")
+        context = spec.get("context", 0)
+        if version == 2 and (isinstance(context, bool) or not isinstance(context, int) or context < 1):
+            raise MergeHeadError(f"merge_head.context must be a positive integer in a version 2 head, got {context!r}")
         head = cls(spec["features"], spec.get("hidden", ()), spec.get("output", "sigmoid"), spec.get("mean"),
-                   spec.get("std"), spec.get("network"))
+                   spec.get("std"), spec.get("network"), context)
         ws = spec["weights"]
         if not isinstance(ws, Sequence) or len(ws) != len(head.layers):
             raise MergeHeadError(f"merge_head.weights: {len(head.layers)} layers expected for hidden={head.hidden}")
+        pairs = [(f"weights[{i}]", layer, w) for i, (layer, w) in enumerate(zip(head.layers, ws))]
+        if head.context:
+            pairs.append(("context_weights", head.context_layer, spec["context_weights"]))
         with torch.no_grad():
-            for i, (layer, w) in enumerate(zip(head.layers, ws)):
+            for what, layer, w in pairs:
                 try:
                     wt = torch.as_tensor(w["weight"], dtype=torch.float64)
                     bt = torch.as_tensor(w["bias"], dtype=torch.float64)
                 except (KeyError, TypeError, ValueError) as e:
-                    raise MergeHeadError(f"merge_head.weights[{i}]: needs 'weight' and 'bias' number lists ({e})") from None
+                    raise MergeHeadError(f"merge_head.{what}: needs 'weight' and 'bias' number lists ({e})") from None
                 if wt.shape != layer.weight.shape or bt.shape != layer.bias.shape:
-                    raise MergeHeadError(f"merge_head.weights[{i}]: shapes {tuple(wt.shape)}/{tuple(bt.shape)}, "
+                    raise MergeHeadError(f"merge_head.{what}: shapes {tuple(wt.shape)}/{tuple(bt.shape)}, "
                                          f"expected {tuple(layer.weight.shape)}/{tuple(layer.bias.shape)}")
                 layer.weight.copy_(wt)
                 layer.bias.copy_(bt)
