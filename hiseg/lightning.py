@@ -5,15 +5,26 @@ One training step on a :class:`~hiseg.data.collate.GraphBatch` of B images:
 
 1. ``logits = model(images)`` on the device, ``p = sigmoid(logits)``;
 2. ``w = frontier_mean(p)``: the mean boundary probability along every RAG frontier,
-   for all B graphs at once (a scatter on the device);
-3. ``u = average_linkage_ultrametric(batch.graph, w)`` (the default pipeline's linkage;
-   ``single`` gives the subdominant ultrametric): one batched tree construction on the
-   CPU (``w`` goes down, the pass-edge index comes up), a gather on the device;
-4. losses on the device: closest :math:`\mathrm{mean}(u - t)^2` against the fraction
+   for all B graphs at once (a scatter on the device, divided by the frontier lengths
+   the batch carries: nothing counted, nothing read back);
+3. the pixel term on the logits (HED's balanced BCE, or the pixel stage's ``edge``
+   loss), and triplets of superpixels sampled per image and annotator with torch on the
+   device (:func:`hiseg.losses.sample_batch_triplets_torch`);
+4. ``w`` (and the pixel term's value) go to the host in **the step's one device-to-host
+   copy**, where they are checked finite; one batched tree construction on the CPU
+   (``u = average_linkage_ultrametric(batch.graph, w)``, the pipeline's linkage;
+   ``single`` gives the subdominant ultrametric); every index the device needs (the
+   tree's gathers, the leaf-lca tables of the triplets) comes back in **the step's one
+   host-to-device copy** (:func:`hiseg.ultrametric.upload_indices`);
+5. losses on the device: closest :math:`\mathrm{mean}(u - t)^2` against the fraction
    ``t`` of annotators separating the two superpixels, triplet
-   :math:`\mathrm{mean}\max(0, \alpha + d_u(r,p) - d_u(r,n))` on triplets of superpixels
-   sampled per image and annotator, and a pixel term on the logits (HED's balanced BCE,
-   or the pixel stage's ``edge`` loss).
+   :math:`\mathrm{mean}\max(0, \alpha + d_u(r,p) - d_u(r,n))` (the lcas of all
+   triplets in one batched lookup on the device), plus the pixel term.
+
+With a pipeline that builds the superpixels from the prediction (``boundary_watershed``)
+the step first rebuilds the batch's superpixels, RAGs and targets on the CPU
+(:meth:`HierarchicalSegmentationModule.rebuild_graphs`): the boundary maps' copy to the
+host and the new graph's copy to the device are a second copy each way.
 
 The pixel stage of the BSDS recipe is the same module with ``closest_weight`` and
 ``triplet_weight`` 0 and ``pixel_loss: edge``, fed by
@@ -29,7 +40,7 @@ import math
 import random
 import time
 import warnings
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 import pytorch_lightning as pl
@@ -41,8 +52,10 @@ from .callbacks import CSVLogger, LastCheckpoint, TensorBoardLogger  # noqa: F40
 from .models import get_model
 from .segmentation.pooling import frontier_mean
 from .segmentation.saliency import ucm2_from_rag
+from .ultrametric import build_average_linkage_hierarchy, build_hierarchy, upload_indices
 
-__all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LastCheckpoint", "CSVLogger", "TensorBoardLogger"]
+__all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LossResult", "LastCheckpoint", "CSVLogger",
+           "TensorBoardLogger"]
 
 VAL_THRESHOLDS = np.linspace(0.1, 0.9, 9)
 PIXEL_LOSSES = ("balanced_bce", "edge")
@@ -108,10 +121,24 @@ class SegmentationMetrics(torchmetrics.Metric):
         return summ
 
 
-_NO_SUPERPIXELS = ("the batch has no superpixels (data module superpixel_method: none), but model.pipeline."
-                   "superpixels is 'color_watershed', which trains on the data module's superpixels: set the "
-                   "data module's superpixel_method (watershed, slic), or a pipeline that builds them from the "
-                   "prediction (boundary_watershed, all_minima)")
+_NO_SUPERPIXELS = ("the batch has no superpixels, but model.pipeline.superpixels is 'color_watershed', which "
+                   "trains on the loaders' superpixels: hiseg's data modules compute them when the model hands "
+                   "them its pipeline (use_pipeline, in setup); another loader must give batches with a graph "
+                   "(hiseg.data.collate), or use a pipeline that builds them from the prediction "
+                   "(boundary_watershed, all_minima)")
+
+
+class LossResult(NamedTuple):
+    """What :meth:`HierarchicalSegmentationModule.compute_losses` computed: the losses
+    (name -> scalar tensor, ``"loss"`` their weighted sum), the ultrametric (E_total,) and
+    its hierarchy, and the batch whose graphs they are on (rebuilt by the pipeline from
+    the prediction, for ``boundary_watershed``)."""
+
+    losses: dict
+    ultrametric: torch.Tensor
+    hierarchy: object
+    batch: object
+
 
 _PIXEL_BATCH = ("the data module gives pixel-stage batches (crops with consensus labels, no regions): the model "
                 "needs closest_weight: 0, triplet_weight: 0, pixel_loss: edge and pixel_weight > 0 "
@@ -173,8 +200,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     pipeline : dict, optional
         Settings of the :class:`hiseg.segmentation.Pipeline` (superpixels, linkage, ...)
         that the losses, validation and ``hiseg predict`` all use; stored in the
-        checkpoint. Default: the data module's superpixels (``color_watershed``) with
-        average linkage. With ``superpixels: boundary_watershed`` the superpixels of every
+        checkpoint. Default: :data:`hiseg.data.datamodule.TRAINING_PIPELINE`, colour-watershed
+        superpixels (of ``region_size`` 8, computed by the loaders) with average linkage. With ``superpixels: boundary_watershed`` the superpixels of every
         training and validation image are rebuilt at each step from the network's
         current (detached) boundary map, exactly as at inference.
     pixel_loss : ``"balanced_bce"`` (default) or ``"edge"``
@@ -199,10 +226,11 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     are computed from boundary counts and loss sums summed over all processes (DDP), so
     every process logs, and ``ModelCheckpoint`` selects on, the F-measure of the whole set.
 
-    Superpixels: with ``pipeline.superpixels: color_watershed`` the losses use the data
-    module's superpixels; with any other setting they are rebuilt from the prediction at
-    every step, and the data module, when it supports it (``skip_superpixels``, hiseg's
-    data modules), is told in :meth:`setup` to compute none (they would be thrown away).
+    Superpixels: the pipeline owns them, for training as for inference. :meth:`setup`
+    hands it to the data module (``use_pipeline``, hiseg's data modules): with
+    ``pipeline.superpixels: color_watershed`` the loaders compute exactly its
+    ``make_superpixels`` (and the losses use them); with any other setting the loaders
+    compute none and the step rebuilds them from the prediction (:meth:`rebuild_graphs`).
     """
 
     def __init__(self, arch: str = "compact_boundary_net", arch_kwargs: Optional[dict] = None,
@@ -224,7 +252,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         from .segmentation.pipeline import Pipeline
 
         if pipeline is None:
-            pipeline = {"superpixels": "color_watershed", "linkage": "average"}
+            from .data.datamodule import TRAINING_PIPELINE
+
+            pipeline = dict(TRAINING_PIPELINE)
         self.pipeline = Pipeline.from_dict(pipeline, source="model.pipeline") if not isinstance(
             pipeline, Pipeline) else pipeline
         if self.pipeline.linkage == "closest":
@@ -273,6 +303,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return self.global_rank if self._trainer is not None else 0
 
     def on_train_batch_start(self, batch, batch_idx):
+        # the triplets' torch generator (on the device) is seeded from this generator's draws
         self._rng = np.random.default_rng([self.seed, 0, self._rank(), self.global_step, batch_idx])
 
     def on_validation_batch_start(self, batch, batch_idx, dataloader_idx=0):
@@ -330,17 +361,13 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return self.pipeline.superpixels != "color_watershed"
 
     def setup(self, stage: str) -> None:
-        """Match the data module's superpixels to the pipeline: switch them off when the
-        pipeline rebuilds them; refuse a data module without superpixels otherwise."""
+        """Hand the pipeline to the data module (``use_pipeline``: hiseg's data modules), so
+        that its loaders compute exactly the superpixels the pipeline trains on (its
+        ``make_superpixels`` for ``color_watershed``), or none when the step rebuilds them."""
         dm = self.trainer.datamodule if self._trainer is not None else None
-        computes = getattr(dm, "computes_superpixels", None)
-        if computes is None:
-            return
-        if self.rebuilds_superpixels:
-            if computes:
-                dm.skip_superpixels()
-        elif not computes:
-            raise ValueError(_NO_SUPERPIXELS)
+        use = getattr(dm, "use_pipeline", None)
+        if use is not None:
+            use(self.pipeline)
 
     # ------------------------------------------------------------------ core step
     def forward(self, images: torch.Tensor) -> torch.Tensor:
@@ -355,14 +382,17 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             logits = self(batch.images)
         # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
         prob = torch.sigmoid(logits[:, 0].float())
-        return frontier_mean(prob, batch.frontier_pixels_a, batch.frontier_pixels_b,
-                             batch.frontier_edge, batch.graph.num_edges), logits
+        return frontier_mean(prob, batch.frontier_pixels_a, batch.frontier_pixels_b, batch.frontier_edge,
+                             batch.graph.num_edges, getattr(batch, "frontier_count", None)), logits
 
     def rebuild_graphs(self, batch, logits):
         """The batch with superpixels rebuilt from the predicted (detached) boundary maps,
         by the pipeline, as at inference; targets recomputed from the ground truths.
-        The images of the batch are processed by a thread pool (the watershed and the
-        RAG release the GIL for most of their work)."""
+        The images of the batch are processed by a process-wide thread pool of one thread
+        per core this process may run on (``os.sched_getaffinity``, at most 16): the
+        watershed and the RAG release the GIL for most of their work
+        (``benchmarks/results/training.md``). Copies: the maps to the host, the new graph
+        tensors to the device in one packed copy."""
         from .data.collate import with_superpixels
 
         prob = torch.sigmoid(logits[:, 0].detach().float()).cpu().numpy()
@@ -386,56 +416,91 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         cons = torch.from_numpy(cons).to(batch.boundary.device, non_blocking=True)
         return losses.consensus_targets(cons, cons >= 0, self.hparams.positive_threshold)
 
-    def compute_losses(self, batch, logits=None, timings: Optional[dict] = None):
-        """(losses, ultrametric, hierarchy) of a batch. ``timings`` (a dict), if given,
-        receives the seconds spent in: ``superpixels`` (rebuilding the superpixels, RAGs
-        and targets from the prediction, CPU; 0 with ``color_watershed``), ``pooling``,
-        ``tree``, ``loss`` (the network's forward pass is not timed when ``logits`` are
-        given)."""
+    def compute_losses(self, batch, logits=None, timings: Optional[dict] = None) -> LossResult:
+        """The losses of a batch (:class:`LossResult`: losses, ultrametric, hierarchy and the
+        batch they were computed on). ``timings`` (a dict), if given, receives the seconds
+        spent in: ``superpixels`` (rebuilding the superpixels, RAGs and targets from the
+        prediction, CPU; 0 with ``color_watershed``), ``pooling``, ``tree`` (the weights'
+        copy to the host, the tree, the indices' copy to the device), ``loss`` (pixel term,
+        triplet sampling, closest and triplet terms; the network's forward pass is not
+        timed when ``logits`` are given).
+
+        Host synchronisation, per step: one device-to-host copy (the edge weights, with the
+        pixel term's value) and one host-to-device copy (the tree's indices); a pipeline
+        that rebuilds the superpixels adds one each way (the boundary maps, the new graph).
+        """
         hp = self.hparams
+        clock = time.perf_counter
         sides = []
         if logits is None and hp.pixel_weight and hp.pixel_loss == "edge":
             logits, sides = self.model(batch.images, return_side_outputs=True)
-        ts = time.perf_counter()
+        elif logits is None and self.rebuilds_superpixels:
+            logits = self(batch.images)
+        ts = clock()
         if self.rebuilds_superpixels:
-            if logits is None:
-                logits = self(batch.images)
-                ts = time.perf_counter()
             batch = self.rebuild_graphs(batch, logits)
         elif not batch.has_graph:
             raise ValueError(_NO_SUPERPIXELS)
-        t0 = time.perf_counter()
+        t0 = clock()
         w, logits = self.edge_weights(batch, logits)
-        if not torch.isfinite(w).all():  # the tree needs w on the CPU anyway: no extra wait
+        t1 = clock()
+        out = {}
+        if hp.pixel_weight and hp.pixel_loss == "edge":
+            out["pixel"] = self.pixel_edge_loss(logits, sides, *self.consensus_targets(batch))
+        elif hp.pixel_weight:
+            out["pixel"] = losses.balanced_bce(logits[:, 0].float(), batch.boundary.float())
+        trip = self._sample_triplets(batch, w.device) if hp.triplet_weight else None
+        t2 = clock()
+        # the step's one device-to-host copy: the weights for the tree, the pixel term for its check
+        pix = out["pixel"].detach().reshape(1).to(w.dtype) if "pixel" in out else w.new_zeros(1)
+        host = torch.cat([w.detach(), pix]).cpu().numpy()
+        if not np.isfinite(host[:-1]).all():
             raise FloatingPointError(_DIVERGED)
-        t1 = time.perf_counter()
+        if not np.isfinite(host[-1]):  # closest and triplet are finite with finite weights
+            raise FloatingPointError(f"non-finite training loss at step {self.global_step} (pixel term "
+                                     f"{host[-1]}); the last checkpoint stays loadable; lower the learning rate "
+                                     "or check the data")
         lengths = (np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
                    if self.pipeline.linkage == "average" else None)
-        u, h = self.pipeline.ultrametric(batch.graph, w, lengths)
-        t2 = time.perf_counter()
-        out = {}
+        h = self._build_tree(batch.graph, host[:-1], lengths)
+        # the step's one host-to-device copy: every index of the tree's gathers and lookups
+        upload_indices(h, w.device, lca=trip is not None)
+        u = h.ultrametric(w)
+        t3 = clock()
         total = w.new_zeros(())
         if hp.closest_weight:
             out["closest"] = losses.closest(u, batch.edge_target.to(w.dtype))
             total = total + hp.closest_weight * out["closest"]
-        if hp.triplet_weight:
-            trip = losses.sample_batch_triplets(batch.sp_labels.cpu().numpy(), batch.graph.vertex_ptr,
-                                         hp.triplets_per_image, self._rng)
-            if trip is not None:
-                out["triplet"] = losses.triplet(h, w, trip, margin=hp.margin)
-                total = total + hp.triplet_weight * out["triplet"]
-        if hp.pixel_weight and hp.pixel_loss == "edge":
-            out["pixel"] = self.pixel_edge_loss(logits, sides, *self.consensus_targets(batch))
-            total = total + hp.pixel_weight * out["pixel"]
-        elif hp.pixel_weight:
-            out["pixel"] = losses.balanced_bce(logits[:, 0].float(), batch.boundary.float())
+        if trip is not None:
+            out["triplet"] = losses.triplet(h, w, trip[:3], valid=trip[3], margin=hp.margin)
+            total = total + hp.triplet_weight * out["triplet"]
+        if "pixel" in out:
             total = total + hp.pixel_weight * out["pixel"]
         out["loss"] = total
         if timings is not None:
-            t3 = time.perf_counter()
-            timings.update(superpixels=t0 - ts, pooling=t1 - t0, tree=t2 - t1, loss=t3 - t2)
-        self._last_batch = batch
-        return out, u, h
+            t4 = clock()
+            timings.update(superpixels=t0 - ts, pooling=t1 - t0, tree=t3 - t2, loss=(t2 - t1) + (t4 - t3))
+        return LossResult(out, u, h, batch)
+
+    def _build_tree(self, graph, weights: np.ndarray, lengths):
+        """The pipeline's hierarchy (:meth:`hiseg.segmentation.Pipeline.ultrametric`'s linkage:
+        average with frontier lengths, or single) of host weights, built on the host only
+        (the pipeline's method would also gather an ultrametric there)."""
+        if self.pipeline.linkage == "average":
+            return build_average_linkage_hierarchy(graph, weights, lengths)
+        return build_hierarchy(graph, weights)
+
+    def _sample_triplets(self, batch, device):
+        """(ref, pos, neg, valid) on the device (:func:`hiseg.losses.sample_batch_triplets_torch`),
+        from a torch generator seeded by this step's draw of the module's generator."""
+        gen = torch.Generator(device=device)
+        gen.manual_seed(int(self._rng.integers(2 ** 63 - 1)))
+        ptr = batch.vertex_offsets
+        if ptr is None:  # a batch made without the field: one more (small) copy
+            ptr = torch.as_tensor(np.asarray(batch.graph.vertex_ptr, dtype=np.int64), device=device)
+        num_labels = batch.num_labels or int(batch.sp_labels.max()) + 1
+        return losses.sample_batch_triplets_torch(batch.sp_labels, ptr, int(self.hparams.triplets_per_image),
+                                                  num_labels, gen)
 
     def pixel_edge_loss(self, fused, sides, pos, neg):
         """:func:`hiseg.losses.edge_loss` with this module's ``dice_weight``."""
@@ -455,9 +520,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         if hasattr(batch, "consensus"):  # a PixelBatch: the pixel stage
             out = self.pixel_stage_losses(batch)
-        else:
-            out, _, _ = self.compute_losses(batch)
-        if not torch.isfinite(out["loss"]):
+        else:  # checked on the host by compute_losses, with its one copy (no other synchronisation)
+            out = self.compute_losses(batch).losses
+        if hasattr(batch, "consensus") and not torch.isfinite(out["loss"]):
             raise FloatingPointError(
                 f"non-finite training loss at step {self.global_step} "
                 f"({ {k: float(v.detach()) for k, v in out.items()} }); the last checkpoint stays loadable; "
@@ -472,8 +537,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         """Per-image validation numbers: losses, boundary counts at the fixed threshold."""
         from .metrics.matching import BoundaryMatcher, seg_to_boundaries, thin_boundaries
 
-        out, u, h = self.compute_losses(batch)
-        batch = self._last_batch  # the graphs the losses used (rebuilt by the pipeline)
+        out, u, _, batch = self.compute_losses(batch)  # batch: the graphs the losses used (maybe rebuilt)
         res = {k: float(v) for k, v in out.items()}
         u_np = u.detach().cpu().numpy()
         thr = np.concatenate([[self.hparams.val_threshold], VAL_THRESHOLDS])

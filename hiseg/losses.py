@@ -6,7 +6,7 @@ Notation: graph :math:`G=(V,E)`, input weights :math:`w`, ultrametric :math:`u =
 :math:`d_u(x, y)` its altitude.
 
 =================  ==================================================================
-``closest``        :math:`\frac{1}{|E|}\sum_e (u(e) - w(e))^2`
+``closest``        :math:`\frac{1}{|E|}\sum_e (u(e) - t(e))^2`, ``t`` a target
 ``cluster_size``   :math:`\frac{1}{|E_k|}\sum_{e \in E_k} u(e) / \gamma(\mathrm{lca}(e))`,
                    :math:`E_k` the edges whose lca is one of the top-k nodes,
                    :math:`\gamma(n)` the size of the smallest child of ``n`` (constant)
@@ -17,21 +17,25 @@ Notation: graph :math:`G=(V,E)`, input weights :math:`w`, ultrametric :math:`u =
 =================  ==================================================================
 
 The ``mean`` normalisations are those of the paper's code, so that loss weights
-(``lambda``) carry over.
+(``lambda``) carry over. Everywhere here ``weights`` is the tensor being optimised
+(whose hierarchy ``h`` is); targets and input graph weights have their own names
+(``target``, ``graph_weights``).
 """
 from __future__ import annotations
 
 import functools
 import math
+import warnings
 from typing import Optional
 
 import higra as hg
 import numpy as np
 import torch
 
-from .ultrametric import Hierarchy, check_weights
+from .ultrametric import Hierarchy, check_weights, leaf_lca
 
-__all__ = ["closest", "cluster_size", "triplet", "make_triplets", "sample_batch_triplets", "dasgupta",
+__all__ = ["closest", "cluster_size", "triplet", "make_triplets", "sample_batch_triplets",
+           "sample_batch_triplets_torch", "dasgupta",
            "soft_cardinal", "sigmoid_expansion", "balanced_bce", "consensus_targets", "edge_loss"]
 
 
@@ -45,16 +49,30 @@ def _reduce(x: torch.Tensor, reduction: str) -> torch.Tensor:
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def closest(ultrametric: torch.Tensor, weights: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    r"""Closest-ultrametric loss :math:`\frac{1}{|E|}\sum_e (u(e) - w(e))^2`.
+def closest(ultrametric: torch.Tensor, target: Optional[torch.Tensor] = None, reduction: str = "mean", *,
+            weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+    r"""Closest-ultrametric loss :math:`\frac{1}{|E|}\sum_e (u(e) - t(e))^2`.
 
-    ``ultrametric`` and ``weights`` are (E,) tensors on the same device. O(E).
-    Raises ValueError on shape mismatch.
+    ``ultrametric`` and ``target`` are (E,) tensors on the same device (the target: the
+    input weights the ultrametric should stay close to, or the annotators' fractions).
+    O(E). Raises ValueError on shape mismatch.
+
+    ``weights=`` is the former name of ``target``, accepted for one release with a
+    DeprecationWarning (in :mod:`hiseg.losses` ``weights`` names the optimised tensor).
     """
-    if ultrametric.shape != weights.shape:
-        raise ValueError(f"closest: ultrametric {tuple(ultrametric.shape)} and weights "
-                         f"{tuple(weights.shape)} differ in shape")
-    return _reduce((ultrametric - weights) ** 2, reduction)
+    if weights is not None:
+        if target is not None:
+            raise TypeError("closest: give `target` only (`weights` is its deprecated name)")
+        warnings.warn("losses.closest(weights=...) is deprecated: the argument is the target, pass "
+                      "target=... (weights names the optimised tensor in hiseg.losses)", DeprecationWarning,
+                      stacklevel=2)
+        target = weights
+    if target is None:
+        raise TypeError("closest: missing the target")
+    if ultrametric.shape != target.shape:
+        raise ValueError(f"closest: ultrametric {tuple(ultrametric.shape)} and target "
+                         f"{tuple(target.shape)} differ in shape")
+    return _reduce((ultrametric - target) ** 2, reduction)
 
 
 def cluster_size(ultrametric: torch.Tensor, hierarchy: Hierarchy, top_nodes: int = 0,
@@ -166,9 +184,87 @@ def sample_batch_triplets(sp_labels: np.ndarray, vertex_ptr: np.ndarray, per_ima
     return np.concatenate(refs), np.concatenate(poss), np.concatenate(negs)
 
 
+def sample_batch_triplets_torch(sp_labels: torch.Tensor, vertex_ptr: torch.Tensor, per_image: int,
+                                num_labels: int, generator: Optional[torch.Generator] = None):
+    """:func:`sample_batch_triplets` with torch on ``sp_labels``' device, without host synchronisation.
+
+    Same distribution: per image and annotator, ``max(1, per_image // A)`` triplets drawn
+    uniformly with replacement from the (ref, pos, neg) with ``ref < pos`` in one region
+    and ``neg`` in another (as :func:`make_triplets`). Every shape is known beforehand, so
+    an image and annotator with no triplet (a single region, or no region of two
+    superpixels) still gets its slots, marked invalid.
+
+    Parameters
+    ----------
+    sp_labels : int64 tensor (A, V_total)
+        Each annotator's region of every superpixel (-1: none); region ids unique across
+        images and increasing with the image (as :class:`~hiseg.data.collate.GraphBatch`'s).
+    vertex_ptr : int64 tensor (B + 1,), on the same device: first vertex of every image.
+    per_image : int
+    num_labels : int
+        An upper bound of the region ids + 1 (known on the host: the batch's ``num_labels``).
+    generator : torch.Generator on the device, optional
+
+    Returns
+    -------
+    (ref, pos, neg, valid): (T,) int64 global vertex ids and a (T,) bool mask, T = A B m.
+
+    How: region members are made contiguous by one sort of ``(annotator, region)`` keys
+    (images follow each other since region ids increase with the image); a ref-or-pos
+    vertex ``x`` is drawn within its image and annotator with probability proportional
+    to ``(n_c - 1)(L - n_c)`` (inverse CDF by ``searchsorted``; ``n_c`` its region's size,
+    ``L`` the labelled superpixels), its partner uniformly among the other ``n_c - 1``
+    members and ``neg`` uniformly among the ``L - n_c`` others: every valid (ordered pair,
+    neg) has the same probability, so every (ref < pos, neg) too. O(A V log(A V) + T).
+    """
+    dev = sp_labels.device
+    n_ann, n_vert = int(sp_labels.shape[0]), int(sp_labels.shape[1])
+    n_img = int(vertex_ptr.shape[0]) - 1
+    m = max(1, per_image // max(1, n_ann))
+    stride = int(num_labels) + 1
+    n_groups = n_ann * n_img
+    i64 = dict(dtype=torch.int64, device=dev)
+    lab = sp_labels.to(torch.int64)
+    valid_entry = lab >= 0
+    ann = torch.arange(n_ann, **i64)[:, None]
+    image = torch.searchsorted(vertex_ptr[1:].contiguous(), torch.arange(n_vert, **i64), right=True)
+    sentinel_key, sentinel_group = n_ann * stride, n_groups
+    key = torch.where(valid_entry, ann * stride + lab, torch.full_like(lab, sentinel_key)).reshape(-1)
+    group = torch.where(valid_entry, ann * n_img + image[None, :],
+                        torch.full_like(lab, sentinel_group)).reshape(-1)
+    order = torch.sort(key, stable=True).indices  # region members, then images, contiguous
+    skey, sgroup = key[order], group[order]
+    ones = torch.ones_like(key)
+    csize = torch.zeros(sentinel_key + 1, **i64).index_add_(0, key, ones)
+    cstart = torch.cumsum(csize, 0) - csize
+    gsize = torch.zeros(n_groups + 1, **i64).index_add_(0, group, ones)
+    gstart = torch.cumsum(gsize, 0) - gsize
+    n_c, n_l = csize[skey], gsize[sgroup]
+    wx = torch.where(skey < sentinel_key, (n_c - 1) * (n_l - n_c), torch.zeros_like(n_c)).to(torch.float64)
+    cw = torch.cumsum(wx, 0)
+    total = torch.zeros(n_groups + 1, dtype=torch.float64, device=dev).index_add_(0, sgroup, wx)[:n_groups]
+    base = torch.cumsum(total, 0) - total
+    u = torch.rand(n_groups, 3, m, dtype=torch.float64, device=dev, generator=generator)
+    gs, gl = gstart[:n_groups, None], gsize[:n_groups, None]
+    x = torch.searchsorted(cw, base[:, None] + u[:, 0] * total[:, None], right=True)
+    x = torch.minimum(torch.maximum(x, gs), gs + (gl - 1).clamp_min(0)).clamp(0, key.numel() - 1)
+    c = skey[x]
+    nc = csize[c].clamp_min(1)
+    cs = cstart[c]
+    partner = (x - cs + 1 + (u[:, 1] * (nc - 1)).floor().to(torch.int64)) % nc
+    y = cs + partner
+    k = torch.minimum((u[:, 2] * (gl - nc)).floor().to(torch.int64), (gl - nc - 1).clamp_min(0))
+    neg = gs + k
+    neg = torch.where(neg >= cs, neg + nc, neg).clamp(0, key.numel() - 1)
+    vx, vy, vn = (order[i] % n_vert for i in (x, y, neg))
+    ok = (total > 0)[:, None].expand(-1, m)
+    return (torch.minimum(vx, vy).reshape(-1), torch.maximum(vx, vy).reshape(-1), vn.reshape(-1),
+            ok.reshape(-1))
+
+
 def triplet(hierarchy: Hierarchy, weights: torch.Tensor, triplets=None, *, labels=None,
             margin: float = 1.0, max_triplets: Optional[int] = None, random_state=None,
-            reduction: str = "mean") -> torch.Tensor:
+            reduction: str = "mean", valid=None) -> torch.Tensor:
     r"""Triplet loss :math:`\mathrm{mean}\max(0, \alpha + d_u(r,p) - d_u(r,n))`.
 
     Parameters
@@ -180,8 +276,13 @@ def triplet(hierarchy: Hierarchy, weights: torch.Tensor, triplets=None, *, label
     labels : (N,) partial labels, -1 = unlabelled; triplets built by :func:`make_triplets`
         (all of them, or ``max_triplets`` sampled).
     margin : alpha.
+    valid : (T,) bool, optional
+        Only these triplets count (:func:`sample_batch_triplets_torch`'s mask); the mean
+        is over them (0 when none is valid).
 
-    Cost O(N log N) once per hierarchy (lca preprocessing) + O(|T|).
+    Triplets as tensors on ``weights``' device are looked up there (:func:`hiseg.ultrametric.leaf_lca`,
+    one batched call, no host synchronisation); others on the host. Cost O(N log N) once
+    per hierarchy (lca preprocessing) + O(|T|).
     """
     if (triplets is None) == (labels is None):
         raise ValueError("triplet: give exactly one of `triplets` or `labels`")
@@ -189,16 +290,28 @@ def triplet(hierarchy: Hierarchy, weights: torch.Tensor, triplets=None, *, label
         if hasattr(labels, "__len__") and len(labels) != hierarchy.num_leaves:
             raise ValueError(f"labels has {len(labels)} entries for {hierarchy.num_leaves} vertices")
         triplets = make_triplets(labels, max_triplets=max_triplets, random_state=random_state)
-    ref, pos, neg = (np.asarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t, dtype=np.int64)
-                     for t in triplets)
-    if not (ref.shape == pos.shape == neg.shape):
-        raise ValueError("triplet: ref, pos and neg must have the same length")
-    alt = hierarchy.node_altitudes(weights)
     dev = weights.device
-    n_rp, n_rn = _triplet_lcas(hierarchy, ref, pos, neg)
-    n_rp = torch.from_numpy(n_rp).to(dev)
-    n_rn = torch.from_numpy(n_rn).to(dev)
-    return _reduce(torch.relu(margin + alt[n_rp] - alt[n_rn]), reduction)
+    if all(isinstance(t, torch.Tensor) and t.device == dev for t in triplets):
+        # on the weights' device: one batched lca lookup there, nothing read back
+        ref, pos, neg = triplets
+        if not (ref.shape == pos.shape == neg.shape):
+            raise ValueError("triplet: ref, pos and neg must have the same length")
+        n_rp, n_rn = leaf_lca(hierarchy, torch.cat([ref, ref]), torch.cat([pos, neg])).chunk(2)
+    else:
+        ref, pos, neg = (np.asarray(t.detach().cpu().numpy() if hasattr(t, "detach") else t, dtype=np.int64)
+                         for t in triplets)
+        if not (ref.shape == pos.shape == neg.shape):
+            raise ValueError("triplet: ref, pos and neg must have the same length")
+        n_rp, n_rn = (torch.from_numpy(x).to(dev) for x in _triplet_lcas(hierarchy, ref, pos, neg))
+    alt = hierarchy.node_altitudes(weights)
+    loss = torch.relu(margin + alt[n_rp] - alt[n_rn])
+    if valid is None:
+        return _reduce(loss, reduction)
+    valid = torch.as_tensor(valid, device=dev)
+    if reduction == "none":
+        return torch.where(valid, loss, torch.zeros_like(loss))
+    total = torch.where(valid, loss, torch.zeros_like(loss)).sum()
+    return total / valid.sum().clamp_min(1) if reduction == "mean" else _reduce(total, reduction)
 
 
 def _triplet_lcas(h: Hierarchy, ref, pos, neg):

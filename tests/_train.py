@@ -10,7 +10,7 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ("--data.init_args.n_train", "8", "--data.init_args.n_val", "2",
         "--data.init_args.size", "48", "--data.init_args.batch_size", "4",
-        "--data.init_args.superpixel_size", "6",
+        "--model.pipeline", '{"superpixels": "color_watershed", "linkage": "average", "region_size": 6.0}',
         "--model.arch_kwargs", '{"width": 8}',
         "--trainer.enable_progress_bar", "false")
 

@@ -439,27 +439,71 @@ def test_items_without_superpixels_and_their_batches():
     # given superpixels, the batch equals the one made with them in the loader
     ref = collate_graph_batch([full[i] for i in range(3)])
     rebuilt = with_superpixels(batch, ref.superpixels)
-    for k in ("frontier_pixels_a", "frontier_pixels_b", "frontier_edge", "edge_target", "sp_labels"):
+    for k in ("frontier_pixels_a", "frontier_pixels_b", "frontier_edge", "edge_target", "sp_labels",
+              "vertex_offsets", "frontier_count"):
         assert torch.equal(getattr(rebuilt, k), getattr(ref, k)), k
+    assert rebuilt.num_labels == ref.num_labels == int(ref.sp_labels.max()) + 1
+    np.testing.assert_array_equal(ref.vertex_offsets.numpy(), ref.graph.vertex_ptr)
+    np.testing.assert_array_equal(ref.frontier_count.numpy(), np.bincount(ref.frontier_edge.numpy()))
     with pytest.raises(ValueError, match="some items have superpixels and others not"):
         collate_graph_batch([none[0], full[1]])
 
 
 def test_datamodule_superpixel_settings():
+    """The model's pipeline sets the loaders' superpixels (use_pipeline); the former data-module
+    settings still work without a model, deprecated, and must agree with a pipeline."""
     from hiseg.data import SyntheticDataModule
+    from hiseg.data.collate import PipelineSuperpixels
+    from hiseg.segmentation import Pipeline
 
-    kw = dict(n_train=4, n_val=2, size=32, batch_size=2, val_batch_size=2, superpixel_size=6.0)
-    with pytest.raises(ValueError, match=r"superpixel_method must be one of \('watershed', 'slic', 'none'\)"):
+    kw = dict(n_train=4, n_val=2, size=32, batch_size=2, val_batch_size=2)
+    with pytest.raises(ValueError, match=r"superpixel_method must be one of \('watershed', 'slic', 'none'\)"), \
+            pytest.warns(DeprecationWarning):
         SyntheticDataModule(**kw, superpixel_method="felzenszwalb")
-    dm = SyntheticDataModule(**kw, superpixel_method="none")
+    with pytest.warns(DeprecationWarning, match=r"SyntheticDataModule\(superpixel_method\) is deprecated"):
+        dm = SyntheticDataModule(**kw, superpixel_method="none")
     dm.setup("fit")
     assert not dm.computes_superpixels and not next(iter(dm.train_dataloader())).has_graph
-    dm = SyntheticDataModule(**kw)  # cached by default
+    with pytest.warns(DeprecationWarning):
+        assert SyntheticDataModule(**kw, superpixel_size=6.0).superpixel_fn == Superpixels("watershed", 6.0)
+    dm = SyntheticDataModule(**kw)  # the default training pipeline's, cached by default
+    assert isinstance(dm.superpixel_fn, PipelineSuperpixels) and dm.superpixel_fn.pipeline.region_size == 8.0
     dm.setup("fit")
     assert dm.train_set.superpixels == "cached" and next(iter(dm.train_dataloader())).has_graph
-    dm.skip_superpixels()  # what a model that rebuilds the superpixels asks for
+    colour = Pipeline(superpixels="color_watershed", region_size=6.0)
+    dm.use_pipeline(colour)  # the data sets made already follow
+    batch = next(iter(dm.val_dataloader()))
+    image = batch.images[0].permute(1, 2, 0).numpy()
+    np.testing.assert_array_equal(batch.superpixels[0], colour.make_superpixels(image[..., 0], image))
+    dm.use_pipeline(Pipeline(superpixels="boundary_watershed"))  # built from the prediction: none
     assert not next(iter(dm.train_dataloader())).has_graph and not next(iter(dm.val_dataloader())).has_graph
+    with pytest.warns(DeprecationWarning, match="use_pipeline"):
+        SyntheticDataModule(**kw).skip_superpixels()
     assert SyntheticDataModule(**kw, superpixel_cache=False).superpixel_mode == "per_sample"
+    # settings that disagree with the pipeline are refused, naming both values
+    with pytest.warns(DeprecationWarning):
+        none = SyntheticDataModule(**kw, superpixel_method="none", superpixel_size=12.0)
+        sized = SyntheticDataModule(**kw, superpixel_size=12.0)
+    none.use_pipeline(Pipeline(superpixels="all_minima"))  # agrees (the size is not used)
+    with pytest.raises(ValueError, match=r"superpixel_size 12\.0 disagrees .* wants superpixel_size None"):
+        sized.use_pipeline(Pipeline(superpixels="boundary_watershed"))
+    with pytest.raises(ValueError, match=r"superpixel_size 12\.0 disagrees .* wants superpixel_size 6\.0"):
+        sized.use_pipeline(colour)
+
+
+def test_pipeline_superpixels_key_a_disk_cache_by_what_they_depend_on(tmp_path):
+    from hiseg.data.cache import settings_key
+    from hiseg.data.collate import PipelineSuperpixels, loader_superpixels
+    from hiseg.segmentation import Pipeline
+
+    a = PipelineSuperpixels(Pipeline(superpixels="color_watershed", region_size=6.0))
+    b = PipelineSuperpixels(Pipeline(superpixels="color_watershed", region_size=6.0, linkage="single"))
+    c = PipelineSuperpixels(Pipeline(superpixels="color_watershed", region_size=7.0))
+    assert settings_key(a) == settings_key(b) != settings_key(c)
+    assert pickle.loads(pickle.dumps(a)).cache_key == a.cache_key
+    assert loader_superpixels(Pipeline(superpixels="boundary_watershed")) is None
+    with pytest.raises(ValueError, match="from the prediction"):
+        PipelineSuperpixels(Pipeline(superpixels="all_minima"))
 
 
 # ----------------------------------------------------------------------------- BSDS500
@@ -579,7 +623,7 @@ def test_folder_dataset_errors(tmp_path):
 def test_synthetic_datamodule_batches():
     from hiseg.data import SyntheticDataModule
 
-    dm = SyntheticDataModule(n_train=4, n_val=2, size=48, batch_size=2, val_batch_size=2, superpixel_size=6.0)
+    dm = SyntheticDataModule(n_train=4, n_val=2, size=48, batch_size=2, val_batch_size=2)
     assert dm.hparams["size"] == 48
     dm.setup("fit")
     tb = next(iter(dm.train_dataloader()))
@@ -600,8 +644,7 @@ def test_folder_datamodule_split(tmp_path):
         s = raw[i]
         cv2.imwrite(str(tmp_path / "images" / f"im{i}.png"), (s["image"][..., ::-1] * 255).astype(np.uint8))
         cv2.imwrite(str(tmp_path / "labels" / f"im{i}.png"), s["segmentations"][0].astype(np.uint16))
-    dm = FolderDataModule(str(tmp_path), val_fraction=0.4, crop_size=32, batch_size=2, num_workers=0,
-                          superpixel_size=6.0)
+    dm = FolderDataModule(str(tmp_path), val_fraction=0.4, crop_size=32, batch_size=2, num_workers=0)
     dm.setup("fit")
     assert len(dm.train_set) == 3 and len(dm.val_set) == 2
     assert next(iter(dm.train_dataloader())).images.shape == (2, 3, 32, 32)

@@ -41,6 +41,10 @@ def test_closest(rng):
         losses.closest(u, w[:3])
     with pytest.raises(ValueError, match="reduction"):
         losses.closest(u, w, reduction="avg")
+    # `target` is the argument's name; `weights=` (the optimised tensor's name) is deprecated
+    assert losses.closest(u, target=w).item() == losses.closest(u, w).item()
+    with pytest.warns(DeprecationWarning, match="target"):
+        assert losses.closest(u, weights=w).item() == losses.closest(u, w).item()
 
 
 @pytest.mark.parametrize("top", [0, 1, 3, 10, 1000])
@@ -101,6 +105,70 @@ def test_triplet_naive(seed):
     # subsampled triplets are valid triplets
     r, p, n = losses.make_triplets(labels, max_triplets=50, random_state=0)
     assert len(r) == 50 and np.all(labels[r] == labels[p]) and np.all(labels[r] != labels[n]) and np.all(r < p)
+
+
+def _batch_labels():
+    """Two images (7 and 6 superpixels), two annotators; region ids unique across images and
+    increasing with the image, -1 unlabelled; image 1's second annotator has one region only."""
+    lab = np.array([[0, 0, 1, 1, 1, 2, -1, 3, 3, 4, 4, 5, -1],
+                    [0, 1, 1, 0, 2, 2, 2, 3, 3, 3, 3, -1, -1]])
+    return lab, np.array([0, 7, 13])
+
+
+def test_torch_triplet_sampler_matches_make_triplets():
+    """Every drawn triplet is one of make_triplets' (same image, same annotator, ref < pos in
+    one region, neg in another); per image and annotator the m draws are uniform over that
+    set (chi-square against the enumeration); an image and
+    annotator without triplets gets only invalid slots."""
+    from scipy.stats import chisquare
+
+    lab, ptr = _batch_labels()
+    per_image = 2 * 20000
+    g = torch.Generator().manual_seed(0)
+    r, p, n, ok = losses.sample_batch_triplets_torch(torch.from_numpy(lab), torch.from_numpy(ptr), per_image,
+                                                     int(lab.max()) + 1, g)
+    m = per_image // lab.shape[0]
+    assert r.shape == (2 * 2 * m,) and ok.dtype == torch.bool
+    r, p, n, ok = r.numpy(), p.numpy(), n.numpy(), ok.numpy()
+    for a in range(2):
+        for b in range(2):
+            v0, v1 = ptr[b], ptr[b + 1]
+            sl = slice((a * 2 + b) * m, (a * 2 + b + 1) * m)
+            local = lab[a, v0:v1]
+            if a == 1 and b == 1:  # one region: no triplet
+                assert not ok[sl].any()
+                continue
+            assert ok[sl].all()
+            every = set(zip(*(x + v0 for x in losses.make_triplets(local))))
+            drawn = list(zip(r[sl], p[sl], n[sl]))
+            assert set(drawn) <= every
+            counts = np.unique(np.array(drawn), axis=0, return_counts=True)[1]
+            assert counts.size == len(every)  # every triplet drawn
+            assert chisquare(counts).pvalue > 1e-3, (a, b)
+    # and make_triplets' own frequencies on the same set agree (same distribution)
+    local = lab[0, :7]
+    mr, mp, mn = losses.make_triplets(local, max_triplets=20000, random_state=0)
+    assert chisquare(np.unique(np.stack([mr, mp, mn], 1), axis=0, return_counts=True)[1]).pvalue > 1e-3
+
+
+def test_torch_triplets_give_the_host_triplet_loss(rng):
+    """The device path of `triplet` (tensors: one batched leaf_lca lookup) equals the host
+    path on the same triplets; `valid` masks out slots."""
+    from hiseg.ultrametric import average_linkage_ultrametric, upload_indices
+
+    g = grid_graph((4, 5))
+    w = torch.tensor(rng.random(g.num_edges), requires_grad=True)
+    labels = np.array([0] * 8 + [1] * 7 + [2] * 5)
+    for h in (build_hierarchy(g, w), average_linkage_ultrametric(g, w, return_hierarchy=True)[1]):
+        upload_indices(h, w.device, lca=True)
+        r, p, n = (torch.from_numpy(x) for x in losses.make_triplets(labels, 300, 0))
+        host = losses.triplet(h, w, (r.numpy(), p.numpy(), n.numpy()), margin=0.4)
+        dev = losses.triplet(h, w, (r, p, n), margin=0.4)
+        torch.testing.assert_close(dev, host)
+        valid = torch.arange(300) < 100
+        torch.testing.assert_close(losses.triplet(h, w, (r, p, n), margin=0.4, valid=valid),
+                                   losses.triplet(h, w, (r[:100], p[:100], n[:100]), margin=0.4))
+        assert losses.triplet(h, w, (r, p, n), valid=torch.zeros(300, dtype=torch.bool)).item() == 0
 
 
 def test_triplet_gradient_flows_to_pass_edges(rng):

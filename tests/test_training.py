@@ -65,7 +65,7 @@ def _brute_linkage(src, dst, n, w, lengths, linkage):
 def test_training_step_gradients(batch, linkage):
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8},
                                        pipeline={"superpixels": "color_watershed", "linkage": linkage})
-    out, u, h = m.compute_losses(batch)
+    out, u, h, _ = m.compute_losses(batch)
     assert set(out) == {"closest", "triplet", "pixel", "loss"}
     assert torch.isfinite(out["loss"])
     # the ultrametric is the pipeline's linkage (frontier lengths for average) on the
@@ -90,8 +90,7 @@ def test_boundary_following_superpixels_are_rebuilt_in_the_step(batch):
 
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8},
                                        pipeline={"superpixels": "boundary_watershed", "region_size": 6.0})
-    out, u, h = m.compute_losses(batch)
-    used = m._last_batch
+    out, u, h, used = m.compute_losses(batch)  # the graphs the losses were computed on
     with torch.no_grad():
         prob = torch.sigmoid(m(batch.images))[:, 0].numpy()
     for b, rag in enumerate(used.rags):
@@ -102,19 +101,21 @@ def test_boundary_following_superpixels_are_rebuilt_in_the_step(batch):
 
 
 def test_a_model_that_rebuilds_superpixels_switches_the_loaders_off(tmp_path):
-    """The loader's superpixels would be thrown away: the module's setup switches them off,
-    and the losses equal those of a batch that had them."""
+    """The model hands its pipeline to the data module: one that builds the superpixels from
+    the prediction makes the loaders compute none, and the losses equal those of a batch
+    that had them (the step rebuilds them)."""
     import pytorch_lightning as pl
 
     from hiseg.data import SyntheticDataModule
 
-    kw = dict(n_train=2, n_val=2, size=48, batch_size=2, val_batch_size=2, superpixel_size=6.0)
+    kw = dict(n_train=2, n_val=2, size=48, batch_size=2, val_batch_size=2)
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, validate_at_start=False,
                                        pipeline={"superpixels": "boundary_watershed", "region_size": 6.0})
     dm = SyntheticDataModule(**kw)
     trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
     trainer.fit(m, dm)
+    assert dm.pipeline is m.pipeline
     assert not dm.computes_superpixels and not next(iter(dm.train_dataloader())).has_graph
     lean = next(iter(dm.val_dataloader()))
     full = next(iter(SyntheticDataModule(**kw).val_dataloader()))
@@ -124,9 +125,41 @@ def test_a_model_that_rebuilds_superpixels_switches_the_loaders_off(tmp_path):
     with torch.no_grad():
         for x in (lean, full):
             m.on_validation_batch_start(x, 0)  # the same triplets
-            out.append(m.compute_losses(x)[0])
+            out.append(m.compute_losses(x).losses)
     a, b = out
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_loaders_compute_the_pipelines_superpixels(tmp_path):
+    """An image-based pipeline: the loaders' superpixels are exactly its make_superpixels
+    (8 px for the default pipeline, whatever the data module's former default of 12 px);
+    deprecated data-module settings that disagree with it are refused, naming both values."""
+    import pytorch_lightning as pl
+
+    from hiseg.data import BSDS500DataModule, SyntheticDataModule
+
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, validate_at_start=False,
+                                       pipeline={"superpixels": "color_watershed", "region_size": 6.0})
+    dm = SyntheticDataModule(n_train=2, n_val=2, size=48, batch_size=2, val_batch_size=2)
+    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
+    trainer.fit(m, dm)
+    val = next(iter(dm.val_dataloader()))
+    for b, labels in enumerate(val.superpixels):
+        image = val.images[b].permute(1, 2, 0).numpy()
+        np.testing.assert_array_equal(labels, m.pipeline.make_superpixels(image[..., 0], image))
+    assert BSDS500DataModule().superpixel_fn.pipeline.region_size == 8.0  # the default model's
+    for given, match in ((dict(superpixel_size=12.0), r"superpixel_size 12\.0 .* wants superpixel_size 6\.0"),
+                         (dict(superpixel_method="slic"), r"superpixel_method 'slic' .* wants superpixel_method "
+                                                          r"'watershed'")):
+        with pytest.warns(DeprecationWarning, match="superpixel"):
+            old = SyntheticDataModule(n_train=2, n_val=2, size=48, **given)
+        with pytest.raises(ValueError, match=match):
+            old.use_pipeline(m.pipeline)
+    with pytest.warns(DeprecationWarning):
+        agreeing = SyntheticDataModule(n_train=2, n_val=2, size=48, superpixel_size=6.0)
+    agreeing.use_pipeline(m.pipeline)
+    assert agreeing.computes_superpixels
 
 
 def test_color_superpixel_pipeline_needs_loader_superpixels(batch, tmp_path):
@@ -135,10 +168,11 @@ def test_color_superpixel_pipeline_needs_loader_superpixels(batch, tmp_path):
     from hiseg.data import SyntheticDataModule
 
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, validate_at_start=False)
-    dm = SyntheticDataModule(n_train=2, n_val=2, size=48, batch_size=2, superpixel_method="none")
+    with pytest.warns(DeprecationWarning):
+        dm = SyntheticDataModule(n_train=2, n_val=2, size=48, batch_size=2, superpixel_method="none")
     trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
-    with pytest.raises(ValueError, match="no superpixels .* superpixel_method"):
+    with pytest.raises(ValueError, match="superpixel_method 'none' disagrees .* wants superpixel_method 'watershed'"):
         trainer.fit(m, dm)
     dm.setup("validate")
     with pytest.raises(ValueError, match="no superpixels"):
@@ -154,7 +188,7 @@ def test_edge_pixel_loss_is_the_pixel_stage_loss(batch):
     torch.manual_seed(0)
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_loss="edge",
                                        closest_weight=0.0, triplet_weight=0.0, pixel_weight=1.0)
-    out, _, _ = m.compute_losses(batch)
+    out = m.compute_losses(batch).losses
     fused, sides = m.model(batch.images, return_side_outputs=True)
     cons = torch.from_numpy(np.stack([mean_boundary(s, thick=False) for s in batch.segmentations]))
     # independent labels: >= 30% of annotators positive, none negative
@@ -171,16 +205,16 @@ def test_bf16_logits_give_float32_pooling_trees_and_losses(batch):
     """Under bf16-mixed the network's logits are bf16; pooling, trees and losses stay float32."""
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
     logits = m(batch.images).to(torch.bfloat16)
-    out, u, h = m.compute_losses(batch, logits=logits)
+    out, u, h, _ = m.compute_losses(batch, logits=logits)
     assert u.dtype == torch.float32 and all(v.dtype == torch.float32 for v in out.values())
-    ref, _ = m.compute_losses(batch, logits=logits.float())[0], None
+    ref = m.compute_losses(batch, logits=logits.float()).losses
     torch.testing.assert_close(out["closest"], ref["closest"])
 
 
 def test_ultrametric_terms_alone_train_the_network(batch):
     """With the pixel term off, the gradient still reaches the network through the layer."""
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_weight=0.0)
-    out, _, _ = m.compute_losses(batch)
+    out = m.compute_losses(batch).losses
     out["loss"].backward()
     assert sum(float(p.grad.abs().sum()) for p in m.parameters() if p.grad is not None) > 0
 
@@ -244,10 +278,11 @@ def test_test_step_logs_the_validation_metrics_as_test(tmp_path):
 
     from hiseg.data import SyntheticDataModule
 
-    dm = SyntheticDataModule(n_train=2, n_val=3, size=48, val_batch_size=2, superpixel_size=6.0)
+    dm = SyntheticDataModule(n_train=2, n_val=3, size=48, val_batch_size=2)
     dm.setup("validate")
     dm.test_set = dm.val_set
-    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, val_threshold=0.45)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, val_threshold=0.45,
+                                       pipeline={"superpixels": "color_watershed", "region_size": 6.0})
     trainer = pl.Trainer(accelerator="cpu", logger=False, enable_progress_bar=False, enable_model_summary=False,
                          default_root_dir=tmp_path)
     (val,) = trainer.validate(m, dm, verbose=False)
@@ -258,12 +293,13 @@ def test_test_step_logs_the_validation_metrics_as_test(tmp_path):
 
 
 def test_non_finite_loss_stops_the_step(batch):
-    """Finite edge weights but a NaN target (an unlabelled image): the loss guard fires."""
+    """Finite edge weights but a NaN pixel target: the loss guard fires (on the host, from
+    the step's one copy: the closest and triplet terms are finite with finite weights)."""
     from dataclasses import replace
 
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
-    bad = replace(batch, edge_target=torch.full_like(batch.edge_target, float("nan")))
-    assert torch.isfinite(m.compute_losses(batch)[0]["loss"])
+    bad = replace(batch, boundary=torch.full_like(batch.boundary, float("nan")))
+    assert torch.isfinite(m.compute_losses(batch).losses["loss"])
     with pytest.raises(FloatingPointError, match="non-finite training loss at step 0"):
         m.training_step(bad, 0)
 
@@ -443,7 +479,7 @@ def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
     cli = main(["--config", str(ROOT / "configs" / "folder.yaml"), "--data.init_args.data_root", str(data),
                 "--trainer.max_steps", "20", "--trainer.default_root_dir", str(tmp_path / "mine")],
                default_config=default, run=False)
-    assert not cli.datamodule.hparams.vflip and cli.datamodule.hparams.superpixel_size == 8.0
+    assert not cli.datamodule.hparams.vflip and cli.datamodule.hparams.superpixel_size is None  # the pipeline's
     # max_steps rules alone (Lightning: max_epochs -1 when only max_steps is given)
     assert cli.trainer.max_steps == 20 and cli.trainer.max_epochs in (None, -1)  # no epoch limit
     assert {lg.save_dir for lg in cli.trainer.loggers} == {str(tmp_path / "mine")}
@@ -511,6 +547,7 @@ def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(t
         cli = main([*base, *extra], run=False)
         (logger,) = cli.trainer.loggers
         assert type(logger) is CSVLogger and logger.save_dir == root and logger.name == "csv"
+        cli.datamodule.use_pipeline(cli.model.pipeline)  # what the model's setup does
         assert cli.datamodule.superpixel_mode == "none" and cli.model.rebuilds_superpixels
     ckpt_dirs = [cb.dirpath for cb in cli.trainer.checkpoint_callbacks]
     assert ckpt_dirs == [None]  # the base config's: under the logger's version folder

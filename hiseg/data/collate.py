@@ -31,10 +31,41 @@ from .targets import graph_targets, mean_boundary
 from .transforms import as_numpy_generator
 
 __all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "make_graph_sample", "with_superpixels",
-           "SUPERPIXEL_MODES"]
+           "SUPERPIXEL_MODES", "PipelineSuperpixels", "loader_superpixels"]
 
 
 SUPERPIXEL_MODES = ("per_sample", "cached", "none")
+
+
+class PipelineSuperpixels:
+    """The superpixels of an image-based :class:`~hiseg.segmentation.Pipeline` as a loader
+    function ``image (H, W, 3) -> labels (H, W)``: exactly ``pipeline.make_superpixels`` (which
+    reads the image, not the boundary map, for these pipelines). Picklable (loader
+    workers); its ``cache_key`` names the settings the superpixels depend on, so a disk
+    cache (:class:`~hiseg.data.cache.SuperpixelCache`) is shared by pipelines that differ
+    only in later steps (linkage, scales...)."""
+
+    def __init__(self, pipeline):
+        if pipeline.superpixels != "color_watershed":
+            raise ValueError(f"pipeline superpixels {pipeline.superpixels!r} are built from the prediction, "
+                             "not from the image: the loaders compute none (loader_superpixels)")
+        self.pipeline = pipeline
+        self.cache_key = f"Pipeline.make_superpixels(superpixels='color_watershed', region_size={pipeline.region_size!r})"
+
+    def __call__(self, image: np.ndarray) -> np.ndarray:
+        image = np.asarray(image)
+        return self.pipeline.make_superpixels(np.broadcast_to(np.float32(0), image.shape[:2]), image)
+
+    def __repr__(self) -> str:
+        return f"PipelineSuperpixels({self.cache_key})"
+
+
+def loader_superpixels(pipeline) -> Optional[PipelineSuperpixels]:
+    """What the loaders compute for a model's ``pipeline``: :class:`PipelineSuperpixels` for
+    an image-based one (``color_watershed``), ``None`` (no superpixels, no graph) for one
+    that builds them from the network's prediction (``boundary_watershed``, ``all_minima``),
+    whose training step rebuilds them."""
+    return PipelineSuperpixels(pipeline) if pipeline.superpixels == "color_watershed" else None
 
 
 class SegmentationGraphDataset(torch.utils.data.Dataset):
@@ -103,6 +134,21 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
 
     def __len__(self) -> int:
         return len(self.raw)
+
+    def use_superpixels(self, superpixel_fn: Callable | None, superpixels: str, cache_dir=None) -> None:
+        """Switch to other superpixels (``superpixel_fn`` None: ``superpixels`` must be
+        ``"none"``); a cache is rebuilt only when the function's settings change."""
+        if superpixels not in SUPERPIXEL_MODES or (superpixel_fn is None) != (superpixels == "none"):
+            raise ValueError(f"superpixels {superpixels!r} with superpixel_fn {superpixel_fn!r}")
+        same = self.cache is not None and repr(self.superpixel_fn) == repr(superpixel_fn) and \
+            getattr(self.superpixel_fn, "cache_key", None) == getattr(superpixel_fn, "cache_key", None)
+        if superpixel_fn is not None:
+            self.superpixel_fn = superpixel_fn
+        self.superpixels = superpixels
+        if superpixels != "cached":
+            self.cache = None
+        elif not same:
+            self.cache = SuperpixelCache(self.superpixel_fn, cache_dir)
 
     def _rng(self, index: int) -> np.random.Generator:
         if self.seed is None:
@@ -197,6 +243,14 @@ class GraphBatch:
         Per-image RAGs (local ids); ``rags[b].labels`` are the superpixels.
     image_sizes : list of (H_b, W_b)
     num_annotators : list of int
+    vertex_offsets : int64 tensor (B + 1,)
+        ``graph.vertex_ptr`` as a tensor that travels with the batch (device-side
+        sampling of triplets).
+    frontier_count : float32 tensor (E_total,)
+        Number of frontier pixel-edges of every RAG edge (its frontier length): the
+        divisor of the frontier mean, known from the RAGs (no count on the device).
+    num_labels : int
+        An upper bound of ``sp_labels`` + 1 (the number of region ids used).
     """
 
     images: torch.Tensor
@@ -212,9 +266,12 @@ class GraphBatch:
     rags: list = field(default_factory=list)
     image_sizes: list = field(default_factory=list)
     num_annotators: list = field(default_factory=list)
+    vertex_offsets: Optional[torch.Tensor] = None
+    frontier_count: Optional[torch.Tensor] = None
+    num_labels: int = 0
 
     _TENSORS = ("images", "frontier_pixels_a", "frontier_pixels_b", "frontier_edge",
-                "edge_target", "sp_labels", "boundary")
+                "edge_target", "sp_labels", "boundary", "vertex_offsets", "frontier_count")
 
     @property
     def batch_size(self) -> int:
@@ -303,7 +360,7 @@ def collate_graph_batch(samples: Sequence[dict]) -> GraphBatch:
 
 
 _NO_GRAPH = dict(graph=None, frontier_pixels_a=None, frontier_pixels_b=None, frontier_edge=None,
-                 edge_target=None, sp_labels=None)
+                 edge_target=None, sp_labels=None, vertex_offsets=None, frontier_count=None, num_labels=0)
 
 
 def _graph_fields(samples: Sequence[dict], sizes, hp: int, wp: int) -> dict:
@@ -340,6 +397,9 @@ def _graph_fields(samples: Sequence[dict], sizes, hp: int, wp: int) -> dict:
         edge_target=torch.from_numpy(np.concatenate([_np(s["edge_target"]) for s in samples])),
         sp_labels=torch.from_numpy(sp_labels),
         rags=rags,
+        vertex_offsets=torch.from_numpy(np.asarray(graph.vertex_ptr, dtype=np.int64)),
+        frontier_count=torch.from_numpy(np.concatenate([r.frontier_lengths() for r in rags]).astype(np.float32)),
+        num_labels=int(shift),
     )
 
 
@@ -356,12 +416,16 @@ def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_f
 
     ``map_fn`` maps the per-image work (for example a thread pool's ``map``).
     Cost: the RAG and targets of every image on the CPU (O(A H W) each), and the graph
-    tensors moved to the images' device; no image is copied.
+    tensors moved to the images' device in one copy (:func:`hiseg.ultrametric.packed_copy`);
+    no image is copied.
     """
+    from ..ultrametric import packed_copy
+
     if len(superpixels) != batch.batch_size:
         raise ValueError(f"{len(superpixels)} superpixel maps for a batch of {batch.batch_size}")
     items = list(map_fn(_graph_item, superpixels, batch.segmentations))
     hp, wp = batch.images.shape[-2:]
     fields = _graph_fields(items, batch.image_sizes, int(hp), int(wp))
-    dev = batch.images.device
-    return replace(batch, **{k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in fields.items()})
+    names = [k for k, v in fields.items() if isinstance(v, torch.Tensor)]
+    moved = packed_copy([fields[k].numpy() for k in names], batch.images.device)
+    return replace(batch, **{**fields, **dict(zip(names, moved))})

@@ -21,16 +21,22 @@ Under DDP each process gets its shard of the training set (the sampler is a
 ``DistributedSampler``) and of the validation / test sets (no sample repeated, so
 metrics summed over processes count every image once).
 
-Superpixels are set by ``superpixel_method`` ("watershed" or "slic"),
-``superpixel_size`` (approximate side in pixels) and ``superpixel_compactness``
-(``None``: the method's default); see :mod:`hiseg.segmentation.superpixels`. With
-``superpixel_cache`` (the default) those of every image are computed once, at full
-resolution, and augmented with the image (:mod:`hiseg.data.cache`; in memory, or on
-disk under ``cache_dir``); otherwise they are computed on every augmented sample.
-``superpixel_method: none``: the loaders compute no superpixels and no graph, for a
-model whose pipeline builds them from its own prediction (``model.pipeline.superpixels:
-boundary_watershed``); such a model also switches its data module to it when training
-starts (:meth:`skip_superpixels`).
+Superpixels belong to the model's :class:`~hiseg.segmentation.Pipeline`, for training as
+for inference: :class:`~hiseg.lightning.HierarchicalSegmentationModule` hands its pipeline
+to the data module when training starts (:meth:`_GraphDataModule.use_pipeline`). An
+image-based pipeline (``color_watershed``) makes the loaders compute exactly its
+``make_superpixels`` (:class:`~hiseg.data.collate.PipelineSuperpixels`); one that builds
+them from the prediction (``boundary_watershed``, ``all_minima``) makes them compute none,
+the training step rebuilds them. With ``superpixel_cache`` (the default) those of every
+image are computed once, at full resolution, and augmented with the image
+(:mod:`hiseg.data.cache`; in memory, or on disk under ``cache_dir``); otherwise they are
+computed on every augmented sample. A data module used without a model computes the
+default training pipeline's (:data:`TRAINING_PIPELINE`: colour watershed of 8 px).
+
+Deprecated (for one release): ``superpixel_method`` ("watershed", "slic" or "none"),
+``superpixel_size`` and ``superpixel_compactness``. They are still accepted, with a
+DeprecationWarning; without a model they set the superpixels as before; with one they
+must agree with its pipeline (a ValueError names both values otherwise).
 """
 from __future__ import annotations
 
@@ -45,19 +51,35 @@ from pytorch_lightning.overrides.distributed import UnrepeatedDistributedSampler
 from pytorch_lightning.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from ..segmentation.pipeline import Pipeline
 from ..segmentation.superpixels import Superpixels
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
-from .collate import SegmentationGraphDataset, collate_graph_batch
+from .collate import SegmentationGraphDataset, collate_graph_batch, loader_superpixels
 from .folder import FolderSegmentation
 from .synthetic import SyntheticSegmentation
 from .transforms import Compose, RandomCrop, RandomFlip, RandomRescale
 
 __all__ = ["SyntheticDataModule", "BSDS500DataModule", "FolderDataModule", "SeededSampler", "run_seed",
-           "worker_init"]
+           "worker_init", "TRAINING_PIPELINE"]
 
 
-#: Loader superpixels: the methods of :mod:`hiseg.segmentation.superpixels`, or none.
+#: Deprecated loader superpixels (``superpixel_method``): the methods of
+#: :mod:`hiseg.segmentation.superpixels`, or none.
 SUPERPIXEL_METHODS = ("watershed", "slic", "none")
+
+#: The default pipeline of training (:class:`~hiseg.lightning.HierarchicalSegmentationModule`'s):
+#: the loaders' colour-watershed superpixels, average linkage.
+TRAINING_PIPELINE = {"superpixels": "color_watershed", "linkage": "average"}
+
+_SUPERPIXEL_ARGS = ("superpixel_method", "superpixel_size", "superpixel_compactness")
+
+
+def _deprecated_superpixel_args(owner: str, method, size, compactness) -> None:
+    given = [k for k, v in zip(_SUPERPIXEL_ARGS, (method, size, compactness)) if v is not None]
+    if given:
+        warnings.warn(f"{owner}({', '.join(given)}) is deprecated: the model's pipeline owns the superpixels "
+                      "(model.pipeline: superpixels, region_size); with a model these must agree with it, and "
+                      "they go away in the next release", DeprecationWarning, stacklevel=3)
 
 
 def run_seed() -> int:
@@ -133,18 +155,68 @@ class _GraphDataModule(pl.LightningDataModule):
         self.val_batch_size = int(val_batch_size)
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory)
-        if superpixel_method not in SUPERPIXEL_METHODS:
+        if superpixel_method is not None and superpixel_method not in SUPERPIXEL_METHODS:
             raise ValueError(f"superpixel_method must be one of {SUPERPIXEL_METHODS}, got {superpixel_method!r}")
-        if superpixel_method == "none":
-            self.superpixel_fn, self.superpixel_mode = None, "none"
-        else:
-            self.superpixel_fn = Superpixels(method=superpixel_method, region_size=float(superpixel_size),
-                                             compactness=superpixel_compactness)
-            self.superpixel_mode = "cached" if superpixel_cache else "per_sample"
+        # the (deprecated) settings given, compared with the model's pipeline in use_pipeline
+        self._superpixel_args = {k: v for k, v in zip(_SUPERPIXEL_ARGS, (superpixel_method, superpixel_size,
+                                                                        superpixel_compactness)) if v is not None}
+        self.superpixel_cache = bool(superpixel_cache)
         self.superpixel_cache_dir = None if cache_dir is None else str(cache_dir)
+        self.pipeline: Optional[Pipeline] = None
         self.train_set = self.val_set = self.test_set = None
         self._train_sampler: Optional[SeededSampler] = None
         self._resume: Optional[dict] = None
+        args = self._superpixel_args
+        if args.get("superpixel_method") == "none":
+            fn = None
+        elif args:  # a data module without a model: its own (deprecated) settings
+            fn = Superpixels(method=args.get("superpixel_method", "watershed"),
+                             region_size=float(args.get("superpixel_size", Pipeline().region_size)),
+                             compactness=args.get("superpixel_compactness"))
+        else:
+            fn = loader_superpixels(Pipeline.from_dict(TRAINING_PIPELINE))
+        self._set_superpixels(fn)
+
+    def _set_superpixels(self, fn) -> None:
+        """Compute ``fn``'s superpixels in the loaders (None: none), in the data sets made already."""
+        self.superpixel_fn = fn
+        self.superpixel_mode = "none" if fn is None else ("cached" if self.superpixel_cache else "per_sample")
+        cache_dir = self.superpixel_cache_dir if self.superpixel_mode == "cached" else None
+        for ds in (self.train_set, self.val_set, self.test_set):
+            if isinstance(ds, SegmentationGraphDataset):  # (a subclass's other data sets have no superpixels)
+                ds.use_superpixels(fn, self.superpixel_mode, cache_dir)
+
+    def use_pipeline(self, pipeline: Pipeline) -> None:
+        """Make the loaders compute what ``pipeline`` trains on (called by the model in its
+        ``setup``): its image superpixels (``color_watershed``: exactly
+        ``pipeline.make_superpixels``), or none when it builds them from the prediction.
+        Loaders made before the call keep their workers' settings.
+
+        Raises ValueError, naming both values, when a deprecated ``superpixel_*`` argument
+        given to the data module disagrees with the pipeline.
+        """
+        fn = loader_superpixels(pipeline)
+        args = self._superpixel_args
+        if fn is None:
+            implied = {"superpixel_method": "none"}
+            what = f"model.pipeline.superpixels {pipeline.superpixels!r} builds them from the prediction (loaders: none)"
+            if args.get("superpixel_method") == "none":
+                args = {"superpixel_method": "none"}  # a size given with method none is not used
+        else:
+            implied = {"superpixel_method": "watershed", "superpixel_size": float(pipeline.region_size),
+                       "superpixel_compactness": None}
+            what = (f"model.pipeline.superpixels 'color_watershed' with region_size {pipeline.region_size!r} "
+                    "(loaders: watershed of that size)")
+        for k, v in args.items():
+            want = implied.get(k)
+            if k == "superpixel_size" and want is not None:
+                v = float(v)
+            if v != want:
+                raise ValueError(f"the data module's {k} {v!r} disagrees with the model's pipeline, which wants "
+                                 f"{k} {want!r}: {what}; the pipeline owns the superpixels, remove the data "
+                                 f"module's superpixel_* arguments (deprecated) or set model.pipeline")
+        self.pipeline = pipeline
+        self._set_superpixels(fn)
 
     def _dataset(self, raw, transform=None, seed=None) -> SegmentationGraphDataset:
         """``raw`` as graph samples with this module's superpixel settings."""
@@ -154,17 +226,15 @@ class _GraphDataModule(pl.LightningDataModule):
 
     @property
     def computes_superpixels(self) -> bool:
-        """Whether the loaders compute superpixels (False after :meth:`skip_superpixels`)."""
+        """Whether the loaders compute superpixels."""
         return self.superpixel_mode != "none"
 
     def skip_superpixels(self) -> None:
-        """Compute no superpixels and no graph in the loaders from now on: the model builds
-        them from its prediction (called by a model whose pipeline does; loaders made
-        before the call keep their workers' settings)."""
-        self.superpixel_mode = "none"
-        for ds in (self.train_set, self.val_set, self.test_set):
-            if ds is not None:
-                ds.superpixels, ds.cache = "none", None
+        """Deprecated: :meth:`use_pipeline` with a pipeline that builds the superpixels from
+        the prediction does it. Compute no superpixels and no graph in the loaders."""
+        warnings.warn("skip_superpixels() is deprecated: use_pipeline(pipeline) sets the loaders' superpixels",
+                      DeprecationWarning, stacklevel=2)
+        self._set_superpixels(None)
 
     #: the training loader's collate function and worker count (None: ``num_workers``)
     train_collate = staticmethod(collate_graph_batch)
@@ -269,8 +339,7 @@ class SyntheticDataModule(_GraphDataModule):
     noise, blur : float
         Rendering noise and blur (see :mod:`hiseg.data.synthetic`).
     superpixel_method, superpixel_size, superpixel_compactness
-        Superpixels (default watershed of 8 px: ~256 per 128x128 image); method
-        ``"none"``: no superpixels in the loaders (see the module docstring).
+        Deprecated (the model's pipeline sets the superpixels: see the module docstring).
     cache_dir : str, optional
         Cache the generated samples (e.g. ``datasets/synthetic_cache``), and the cached
         superpixels (``superpixels-<key>/``).
@@ -284,11 +353,12 @@ class SyntheticDataModule(_GraphDataModule):
                  n_annotators: int = 4, seed: int = 0, batch_size: int = 8, val_batch_size: int = 8,
                  num_workers: int = 0, hflip: bool = True, vflip: bool = True,
                  n_regions: tuple = (24, 48), n_levels: int = 4, jitter: float = 1.0,
-                 noise: float = 0.02, blur: float = 0.8, superpixel_method: str = "watershed",
-                 superpixel_size: float = 8.0, superpixel_compactness: Optional[float] = None,
+                 noise: float = 0.02, blur: float = 0.8, superpixel_method: Optional[str] = None,
+                 superpixel_size: Optional[float] = None, superpixel_compactness: Optional[float] = None,
                  cache_dir: Optional[str] = None, pin_memory: bool = False, superpixel_cache: bool = True):
         super().__init__()
         self.save_hyperparameters()
+        _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
                           superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         self.hflip, self.vflip = bool(hflip), bool(vflip)
@@ -341,8 +411,7 @@ class BSDS500DataModule(_GraphDataModule):
     max_val_images : int
         Validate on the first ``max_val_images`` images only (0: all).
     superpixel_method, superpixel_size, superpixel_compactness
-        Superpixels (default watershed of 12 px: ~700 per 320x320 crop); method
-        ``"none"``: no superpixels in the loaders (see the module docstring).
+        Deprecated (the model's pipeline sets the superpixels: see the module docstring).
     pin_memory : bool
     superpixel_cache : bool
         Compute each image's superpixels once and augment them with it (default), or
@@ -361,11 +430,12 @@ class BSDS500DataModule(_GraphDataModule):
                  val_batch_size: int = 1, num_workers: int = 2, train_split: str = "train",
                  val_split: str = "val", test_split: str = "test", scale_range: tuple = (0.75, 1.25),
                  hflip: bool = True, vflip: bool = False, max_val_images: int = 0,
-                 superpixel_method: str = "watershed", superpixel_size: float = 12.0,
+                 superpixel_method: Optional[str] = None, superpixel_size: Optional[float] = None,
                  superpixel_compactness: Optional[float] = None, pin_memory: bool = False,
                  superpixel_cache: bool = True, cache_dir: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
+        _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
                           superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         self.data_root = str(data_root)
@@ -415,11 +485,12 @@ class FolderDataModule(_GraphDataModule):
     def __init__(self, data_root: str, val_root: Optional[str] = None, val_fraction: float = 0.1,
                  split_seed: int = 0, crop_size: int = 320, batch_size: int = 8, val_batch_size: int = 1,
                  num_workers: int = 2, scale_range: tuple = (0.75, 1.25), hflip: bool = True,
-                 vflip: bool = False, superpixel_method: str = "watershed", superpixel_size: float = 12.0,
+                 vflip: bool = False, superpixel_method: Optional[str] = None, superpixel_size: Optional[float] = None,
                  superpixel_compactness: Optional[float] = None, pin_memory: bool = False,
                  superpixel_cache: bool = True, cache_dir: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
+        _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
                           superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         if not 0.0 <= val_fraction < 1.0:

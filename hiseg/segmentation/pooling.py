@@ -41,7 +41,7 @@ def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndar
 
 
 def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tensor,
-                  edge: torch.Tensor, num_edges: int) -> torch.Tensor:
+                  edge: torch.Tensor, num_edges: int, counts: torch.Tensor | None = None) -> torch.Tensor:
     r"""Mean of a boundary map along each RAG frontier: the RAG edge weights.
 
     .. math:: w(e) = \frac{1}{|F_e|}\sum_{(p, q) \in F_e} \frac{b(p) + b(q)}{2}
@@ -53,17 +53,24 @@ def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tens
     pix_a, pix_b : (F,) int64 tensors, the two pixels of each frontier pixel-edge.
     edge : (F,) int64 tensor, the RAG edge (global in a batch) of each pixel-edge.
     num_edges : number of RAG edges (every one must have at least one pixel-edge).
+    counts : (num_edges,) tensor on ``boundary``'s device, optional
+        The number of pixel-edges of every RAG edge (its frontier length, known from the
+        RAGs: :class:`~hiseg.data.collate.GraphBatch`'s ``frontier_count``); then nothing
+        is counted nor checked.
 
     Returns a (num_edges,) tensor on ``boundary``'s device, differentiable (scatter-add
-    backward). O(F) on the device, with no host synchronisation: the sums and the counts
-    are two ``index_add_`` (a CUDA ``bincount`` would read the maximum index back). The
-    check that every edge has a frontier pixel is made where the indices are host tensors
-    (ValueError); indices already on an accelerator come from RAGs, whose edges are made
-    from their frontier pixels, and are not read back.
+    backward). O(F) on the device, with no host synchronisation: the sums (and the
+    counts, without ``counts``) are ``index_add_`` (a CUDA ``bincount`` would read the
+    maximum index back). Without ``counts``, the check that every edge has a frontier
+    pixel is made where the indices are host tensors (ValueError); indices already on an
+    accelerator come from RAGs, whose edges are made from their frontier pixels, and are
+    not read back.
     """
     flat = boundary.reshape(-1)
     vals = 0.5 * (flat[pix_a] + flat[pix_b])
     s = flat.new_zeros(num_edges).index_add_(0, edge, vals)
+    if counts is not None:
+        return s / counts.to(flat.dtype)
     if edge.device.type == "cpu":  # host indices: count once, check for free
         cnt = torch.bincount(edge, minlength=num_edges)
         if num_edges and bool((cnt == 0).any()):

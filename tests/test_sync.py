@@ -1,0 +1,191 @@
+"""Host-device traffic of one training step: exactly one device-to-host copy (the edge
+weights for the tree) and one host-to-device copy (the tree's indices), and nothing else
+that would make the host wait for the device.
+
+On the CPU there is no device, so :class:`SyncCounter` (a ``TorchFunctionMode``) tracks
+which tensors *would* be on it: the model's parameters, the batch's tensors (moved by
+``GraphBatch.to``), tensors made with a ``device=`` argument, and everything computed from
+them; tensors made from numpy and the results of ``.cpu()`` are on the host. It counts:
+
+* device-to-host: ``.cpu()`` of a device tensor, and every read of one by the host
+  (``item``, ``tolist``, ``bool``/``int``/``float``, ``numpy``, ``__array__``, formatting),
+  and the ops whose output size depends on the values (``nonzero``, ``unique``, boolean
+  masks, ``bincount``, ...), which read back a size;
+* host-to-device: ``.to(device)`` / ``.cuda()`` of a host tensor, ``torch.tensor`` /
+  ``torch.as_tensor`` of host data with a ``device=``.
+
+Limit: ``.to("cpu")`` of a device tensor is taken for a no-op (the step writes its copy
+as ``.cpu()``). On CUDA the same step runs under ``torch.cuda.set_sync_debug_mode``, which
+reports every synchronising call (skipped without CUDA).
+"""
+from __future__ import annotations
+
+import warnings
+import weakref
+
+import numpy as np
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+from hiseg.data.synthetic import SyntheticSegmentation
+from hiseg.lightning import HierarchicalSegmentationModule
+from hiseg.segmentation.superpixels import Superpixels
+
+READS = {"cpu", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "__array__",
+         "__format__", "__repr__"}
+DYNAMIC = {"nonzero", "argwhere", "unique", "unique_consecutive", "masked_select", "bincount", "repeat_interleave",
+           "histc"}
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            yield from _tensors(y)
+    elif isinstance(x, dict):
+        for y in x.values():
+            yield from _tensors(y)
+
+
+class SyncCounter(TorchFunctionMode):
+    """See the module docstring. ``d2h`` / ``h2d``: lists of the counted calls' names."""
+
+    def __init__(self, device_tensors=()):
+        super().__init__()
+        self._device = {}  # id -> weak reference (a WeakSet would compare tensors with ==)
+        for t in device_tensors:
+            self.add(t)
+        self.d2h, self.h2d = [], []
+
+    def add(self, t: torch.Tensor) -> None:
+        self._device[id(t)] = weakref.ref(t)
+
+    def has(self, t) -> bool:
+        r = self._device.get(id(t))
+        return r is not None and r() is t
+
+    def on_device(self, x) -> bool:
+        return any(self.has(t) for t in _tensors(x))
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        inputs_on_device = self.on_device(args) or self.on_device(kwargs)
+        out = func(*args, **kwargs)
+        this = args[0] if args else None
+        if name in READS and this is not None and self.has(this):
+            self.d2h.append(name)
+            if name == "cpu":  # its result is on the host
+                return out.clone() if out is this else out
+            return out
+        if inputs_on_device and (name in DYNAMIC or (name == "where" and len(args) == 1)
+                                 or (name in ("__getitem__", "__setitem__") and any(
+                                     t.dtype == torch.bool for t in _tensors(args[1:2])))):
+            self.d2h.append(name)
+        moves = name in ("to", "cuda") and this is not None and not self.has(this) and (
+            name == "cuda" or "device" in kwargs or any(isinstance(a, (str, torch.device, torch.Tensor))
+                                                         for a in args[1:]))
+        made_there = name in ("tensor", "as_tensor") and kwargs.get("device") is not None and not inputs_on_device
+        if moves or made_there:
+            self.h2d.append(name)
+            out = out.clone() if out is this else out
+            inputs_on_device = True
+        elif kwargs.get("device") is not None:  # a factory (zeros, arange, rand...) on the device
+            inputs_on_device = True
+        if inputs_on_device:
+            for t in _tensors(out):
+                self.add(t)
+        return out
+
+
+def _batch(n=3, size=48):
+    raw = SyntheticSegmentation(n, size=size, seed=1)
+    ds = SegmentationGraphDataset(raw, None, Superpixels(region_size=6.0))
+    return collate_graph_batch([ds[i] for i in range(n)])
+
+
+def _count_step(pipeline: dict, **model_kw):
+    torch.manual_seed(0)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pipeline=pipeline, **model_kw)
+    batch = _batch().to("cpu")
+    if pipeline["superpixels"] != "color_watershed":
+        from dataclasses import replace
+
+        from hiseg.data.collate import _NO_GRAPH
+
+        batch = replace(batch, **_NO_GRAPH, rags=[])  # what the loaders give such a pipeline
+    on_device = [*m.parameters(), *(getattr(batch, k) for k in batch._TENSORS if getattr(batch, k) is not None)]
+    m.on_train_batch_start(batch, 0)
+    counter = SyncCounter(on_device)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # self.log without a trainer
+        with counter:
+            loss = m.training_step(batch, 0)
+    loss.backward()  # and it trains
+    return counter
+
+
+@pytest.mark.parametrize("linkage", ["average", "single"])
+def test_one_copy_each_way_per_step_with_loader_superpixels(linkage):
+    c = _count_step({"superpixels": "color_watershed", "linkage": linkage, "region_size": 6.0})
+    assert c.d2h == ["cpu"], c.d2h  # the weights (and the pixel term's value) for the tree
+    assert c.h2d == ["to"], c.h2d  # the tree's indices, packed
+
+
+def test_edge_pixel_loss_step_copies():
+    """pixel_loss edge: the consensus labels are made on the host from the ground truths
+    (one more host-to-device copy, documented in compute_losses' callers)."""
+    c = _count_step({"superpixels": "color_watershed", "region_size": 6.0}, pixel_loss="edge")
+    assert c.d2h == ["cpu"] and len(c.h2d) == 2, (c.d2h, c.h2d)
+
+
+def test_rebuilding_pipeline_adds_one_copy_each_way():
+    """boundary_watershed: the boundary maps go to the host for the rebuild, its graph comes
+    back in one packed copy; then the step's own two copies."""
+    c = _count_step({"superpixels": "boundary_watershed", "region_size": 6.0})
+    assert c.d2h == ["cpu", "cpu"], c.d2h
+    assert c.h2d == ["to", "to"], c.h2d
+
+
+def test_the_counter_sees_synchronising_calls():
+    x = torch.rand(5)
+    c = SyncCounter([x])
+    with c:
+        y = (x * 2).sum()
+        float(y), bool(y > 0), y.item(), x[x > 0.5], torch.nonzero(x)
+        h = x.cpu()
+        h.numpy(), float(h.sum())  # on the host: free
+        torch.from_numpy(np.zeros(3)).to(x.device), x.to(x.device), torch.as_tensor([1.0], device=x.device)
+    assert c.d2h == ["__float__", "__bool__", "item", "__getitem__", "nonzero", "cpu"]
+    assert c.h2d == ["to", "as_tensor"]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_step_synchronises_once():
+    """On CUDA: torch's sync debug mode reports every synchronising call of the step; the one
+    allowed is the weights' copy (the indices' copy is non-blocking)."""
+    torch.manual_seed(0)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8},
+                                       pipeline={"superpixels": "color_watershed", "region_size": 6.0}).cuda()
+    batch = _batch().to("cuda")
+    m.on_train_batch_start(batch, 0)
+    m.training_step(batch, 0)  # warm-up (cuDNN choices, allocator)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            m.training_step(batch, 0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
+    assert len(syncs) == 1, [str(w.message) for w in syncs]
+    torch.cuda.set_sync_debug_mode("error")
+    try:  # and everything after the copy runs without a synchronising call
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            m.training_step(batch, 0)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
