@@ -209,3 +209,34 @@ def test_schedule_warmup_in_steps_or_fraction():
         assert f[0] == pytest.approx(1 / warm_steps) and f[warm_steps - 1] == pytest.approx(1.0)
         assert f[warm_steps] == pytest.approx(1.0) and f[100] == pytest.approx(0.02)
         assert all(a >= b - 1e-12 for a, b in zip(f[warm_steps:], f[warm_steps + 1:]))
+
+
+def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
+    """experiments/gpu_recipe.sh (issue 20's GPU recipe) on the CPU, TINY: the pixel stage on
+    train+val stops at its budget, resumes from the carried checkpoint, then the merging stage
+    exports a checkpoint whose pipeline holds the head; at most 8 files come back."""
+    import os
+    import subprocess
+    import sys
+
+    data = make_bsds(tmp_path / "bsds")
+    env = dict(os.environ, TINY="1", BSDS=str(data), PY=sys.executable, PYTHONWARNINGS="ignore",
+               PIXEL_STEPS_TINY="4")
+    first = subprocess.run(["bash", "experiments/gpu_recipe.sh", str(tmp_path / "a")], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
+    assert load_ckpt(tmp_path / "a/pixel_last.ckpt")["global_step"] == 4
+    env["PIXEL_STEPS_TINY"] = "6"
+    second = subprocess.run(["bash", "experiments/gpu_recipe.sh", str(tmp_path / "b"), str(tmp_path / "a/pixel_last.ckpt")],
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
+    out = sorted(p.name for p in (tmp_path / "b").iterdir())
+    assert len(out) <= 8 and "hiseg_gpu_merge.ckpt" in out, out
+    assert load_ckpt(tmp_path / "b/pixel_last.ckpt")["global_step"] == 6
+
+    from hiseg.inference import Segmenter
+
+    seg = Segmenter.from_checkpoint(tmp_path / "b/hiseg_gpu_merge.ckpt")
+    assert seg.pipeline.merge_head is not None and seg.pipeline.flip and tuple(seg.pipeline.scales) == (0.5, 1.0)
+    res = seg.segment(np.random.default_rng(0).uniform(0, 1, (40, 56, 3)).astype(np.float32))
+    assert res.ucm2.shape == (81, 113)

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# The GPU recipe of issue 20, one device command (< 9 min on one H100/H200), resumable:
+#   1. a larger from-scratch pixel stage on BSDS500 train+val (configs/bsds500_pixel.yaml,
+#      compact_boundary_net width 48, blocks [1, 2, 2, 3]: 675k parameters, chosen on the CPU by
+#      throughput, benchmarks/results/pixel_arch.md), bf16-mixed, for PIXEL_MINUTES of this command
+#      (a run stopped by the clock resumes where it stopped from RESUME);
+#   2. once the pixel stage has reached its step budget: the learned-merging head with the network
+#      frozen (experiments/merge_recipe.py: maps at scales 0.5, 1 + flip, the head recipe selected on val
+#      by experiments/merge_head.py, trained on train+val), exported as one checkpoint for hiseg predict.
+# Defaults fit one 9-minute command: 5 min of pixel stage (9000 steps of 32 crops at the ~1100 crops/s
+# projected for an H200; a slower card stops on the clock and the next command resumes), then ~4 min of merging.
+# Everything the next command needs comes back in OUT (at most 8 files): pixel_last.ckpt,
+# pixel_metrics.csv, recipe.log, summary.txt and, at the end, hiseg_gpu_merge.ckpt.
+#
+# usage (repo root; on the CUDA machine .gpu/ holds the wheels and BSDS500, see ../shared/gpu/README.md):
+#   here, once:  mkdir -p .gpu/BSDS500 && cp ../shared/gpu/wheels/*.whl .gpu/ \
+#                && cp -r ../shared/data/BSDS500/data/images ../shared/data/BSDS500/data/groundTruth .gpu/BSDS500/
+#   there:       experiments/gpu_recipe.sh $OUT [RESUME_PIXEL_CKPT]   (device run with carry [".gpu"])
+# environment: BSDS (default .gpu/BSDS500), PIXEL_MINUTES (5), MERGE_MINUTES (4: the merging stage runs
+#   only when the command has that much left of its 9 minutes), PIXEL_STEPS (budget of the whole
+#   pixel stage, 9000 steps of 32 crops), ARCH (JSON arch_kwargs), BATCH (32), WORKERS (8),
+#   TINY=1 (a CPU test of the whole chain in a minute or two: 4 images, tiny crops and network)
+set -euo pipefail
+OUT=$1; RESUME=${2:-}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+BSDS=${BSDS:-.gpu/BSDS500}
+PIXEL_MINUTES=${PIXEL_MINUTES:-5}
+PIXEL_STEPS=${PIXEL_STEPS:-9000}
+ARCH=${ARCH:-'{"width": 48, "blocks": [1, 2, 2, 3], "side_channels": 16}'}
+BATCH=${BATCH:-32}
+WORKERS=${WORKERS:-8}
+MERGE_MINUTES=${MERGE_MINUTES:-4}   # what the merging stage needs; it waits for the next command otherwise
+WORK=$(mktemp -d)
+START=$(date +%s)
+export PYTHONUNBUFFERED=1
+if ls .gpu/*.whl >/dev/null 2>&1; then  # the CUDA machine: higra and jsonargparse from wheels
+  python3 -m pip install -q --no-index --no-deps --no-compile --target .gpu/site .gpu/*.whl
+  export PYTHONPATH=$PWD/.gpu/site:$PWD
+fi
+PY=${PY:-python3}
+log() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/summary.txt"; }
+log "gpu_recipe: OUT=$OUT RESUME=${RESUME:-none} $($PY -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")')"
+
+EXTRA=(); PRECISION=bf16-mixed
+if [ "${TINY:-0}" = 1 ]; then
+  EXTRA=(--data.init_args.limit_images 4 --data.init_args.crop_size 64 --data.init_args.crops_per_epoch 16
+         --data.init_args.max_val_images 2 --model.warmup 2)
+  BATCH=4; WORKERS=0; PIXEL_STEPS=${PIXEL_STEPS_TINY:-8}; ARCH='{"width": 8, "blocks": [1, 1, 1, 1], "side_channels": 4}'
+  PRECISION=32-true
+fi
+$PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || PRECISION=32-true
+
+# ---------------------------------------------------------------- 1. pixel stage (train+val)
+RESUME_ARGS=()
+[ -n "$RESUME" ] && RESUME_ARGS=(--ckpt_path "$RESUME")
+t0=$(date +%s)
+$PY train.py fit --config configs/bsds500_pixel.yaml \
+  --data.init_args.data_root "$BSDS" --data.init_args.train_split train+val \
+  --data.init_args.batch_size "$BATCH" --data.init_args.num_workers "$WORKERS" \
+  --model.arch_kwargs "$ARCH" --trainer.precision "$PRECISION" \
+  --trainer.max_steps "$PIXEL_STEPS" --trainer.max_time "00:00:$(printf %02d "$PIXEL_MINUTES"):00" \
+  --trainer.limit_val_batches 10 --trainer.default_root_dir "$WORK/pixel" --trainer.enable_progress_bar false \
+  "${EXTRA[@]}" "${RESUME_ARGS[@]}" >> "$OUT/recipe.log" 2>&1 || { log "pixel stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
+last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt | tail -1)
+cp "$last" "$OUT/pixel_last.ckpt"
+# the curve so far: the resumed run's rows after the carried ones (the validation curve of the stage)
+$PY - "$OUT/pixel_metrics.csv" "${RESUME:+$(dirname "$RESUME")/pixel_metrics.csv}" \
+    "$(dirname "$(dirname "$last")")/metrics.csv" <<'PYEOF'
+import csv, sys
+rows, keys = [], []
+for f in sys.argv[2:]:
+    try:
+        with open(f, newline="") as fh:
+            r = csv.DictReader(fh)
+            keys += [k for k in (r.fieldnames or []) if k not in keys]
+            rows += list(r)
+    except (FileNotFoundError, IsADirectoryError):
+        pass
+with open(sys.argv[1], "w", newline="") as fh:
+    w = csv.DictWriter(fh, fieldnames=keys)
+    w.writeheader()
+    w.writerows(rows)
+PYEOF
+step=$($PY -c "import torch; print(torch.load('$OUT/pixel_last.ckpt', map_location='cpu', weights_only=True)['global_step'])")
+secs=$(( $(date +%s) - t0 ))
+log "pixel stage: step $step / $PIXEL_STEPS after ${secs} s in this command"
+if [ "$step" -lt "$PIXEL_STEPS" ]; then
+  log "pixel stage not finished: rerun with RESUME=$OUT/pixel_last.ckpt (carried back)"
+  exit 0
+fi
+
+# ---------------------------------------------------------------- 2. learned merging, network frozen
+if [ "${TINY:-0}" != 1 ] && [ $(( $(date +%s) - START + 60 * MERGE_MINUTES )) -gt 540 ]; then
+  log "pixel stage finished; the merging stage needs ~${MERGE_MINUTES} min: rerun with RESUME=$OUT/pixel_last.ckpt"
+  exit 0
+fi
+MERGE="$WORK/merge"
+N=()
+[ "${TINY:-0}" = 1 ] && N=(--limit 2 --recipe '{"steps": 4, "batch": 2}')
+$PY experiments/merge_recipe.py --checkpoint "$OUT/pixel_last.ckpt" --bsds "$BSDS" --work "$MERGE" \
+  --out "$OUT/hiseg_gpu_merge.ckpt" --workers "$WORKERS" "${N[@]}" >> "$OUT/recipe.log" 2>&1 \
+  || { log "merging stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
+log "merging head: $OUT/hiseg_gpu_merge.ckpt after $(( $(date +%s) - t0 )) s in all"
