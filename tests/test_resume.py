@@ -2,7 +2,8 @@
 with the weights of the run done in one go, and logs into the same folders; last.ckpt is
 written at every epoch end and every N steps whatever the monitor, and a run resumed from
 each of the files LastCheckpoint writes (epoch end, every N steps, end of training) is the
-uninterrupted run, with max_steps, max_epochs and limit_*_batches alike."""
+uninterrupted run, with max_steps, max_epochs and limit_*_batches alike; the same for the pixel
+stage of the BSDS recipe (configs/bsds500_pixel.yaml, device-augmented crops)."""
 from pathlib import Path
 
 import numpy as np
@@ -221,3 +222,26 @@ def test_lightning_private_members_exist():
 
     missing = [f"{cls.__name__}.{name}" for cls, name in LIGHTNING_PRIVATE_MEMBERS if not hasattr(cls, name)]
     assert not missing, f"Lightning {pl.__version__} lacks {missing}: update hiseg/callbacks.py"
+
+
+def test_pixel_stage_resume_is_exact(tmp_path):
+    """Killed at step 6 (mid-epoch: 4 steps per epoch) and resumed from last.ckpt (written every
+    2 steps), the pixel stage ends with the weights of the run done in one go."""
+    from test_recipe import make_bsds, pixel_args, run
+
+    data = make_bsds(tmp_path / "bsds")
+    every = ("--trainer.callbacks.init_args.every_n_train_steps", "2")
+    r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "ref", data), *every)
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = load_ckpt(tmp_path / "ref/csv/version_0/checkpoints/last.ckpt")
+    r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "cut", data), *every,
+            "--trainer.callbacks+=_interrupt.KillAtStep", "--trainer.callbacks.init_args.step", "7")
+    assert r.returncode != 0
+    last = tmp_path / "cut/csv/version_0/checkpoints/last.ckpt"
+    assert load_ckpt(last)["global_step"] == 6
+    r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "cut", data), *every, "--ckpt_path", str(last))
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = load_ckpt(last)
+    assert out["global_step"] == 10
+    for k, v in ref["state_dict"].items():
+        torch.testing.assert_close(out["state_dict"][k], v, rtol=0, atol=1e-6, msg=k)
