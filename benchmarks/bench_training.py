@@ -2,14 +2,16 @@
 
 Builds one batch (default 8 crops of 320x320: BSDS500 train crops with ``--bsds DIR``,
 else synthetic images) and times, over several steps, each stage of
-:class:`hiseg.lightning.HierarchicalSegmentationModule`'s training step, for the two
+:class:`hiseg.lightning.HierarchicalSegmentationModule`'s training step, for three
 pipelines:
 
 * ``color_watershed``: the loader's colour superpixels, exactly the pipeline's
   (``hiseg.data.collate.loader_superpixels``; the batch carries the graph);
 * ``boundary_watershed`` (the BSDS recipe, ``configs/bsds500_finetune.yaml``): the loader
   computes no superpixels, the step rebuilds superpixels, RAGs and targets from the
-  predicted boundary maps on the CPU (``superpixels`` stage) before pooling.
+  predicted boundary maps on the CPU (``superpixels`` stage) before pooling;
+* ``color_watershed, single``: the first with single linkage (its tree is a canonical
+  BPT, ~10x cheaper than higra's average linkage).
 
 Stages: CNN forward, superpixels (rebuild), pooling (frontier mean), tree (the weights'
 copy to the host, one batched linkage on the CPU, the indices' copy to the device), loss
@@ -56,8 +58,10 @@ HOST = ("pooling", "tree", "loss", "superpixels")
 
 
 def pipelines(region_size: float) -> dict:
-    return {"color_watershed": {"superpixels": "color_watershed", "linkage": "average", "region_size": region_size},
-            "boundary_watershed": {"superpixels": "boundary_watershed", "linkage": "average", "region_size": 8.0}}
+    colour = {"superpixels": "color_watershed", "linkage": "average", "region_size": region_size}
+    return {"color_watershed": colour,
+            "boundary_watershed": {"superpixels": "boundary_watershed", "linkage": "average", "region_size": 8.0},
+            "color_watershed, single": dict(colour, linkage="single")}
 
 
 def make_batch(args, superpixels: str):
@@ -233,6 +237,8 @@ def main():
     for k in HOST:
         name = "rebuild (superpixels, RAGs, targets)" if k == "superpixels" else k
         print(f"| {name} | " + " | ".join(f"{1e3 * r['med'][k] / args.batch:.2f}" for r in res.values()) + " |")
+    print("| (of which the pixel term, device work on a GPU) | " + " | ".join(
+        f"({1e3 * r['med'].get('pixel', float('nan')) / args.batch:.2f})" for r in res.values()) + " |")
     print("| **pooling + tree + loss** | " + " | ".join(
         f"**{1e3 * sum(r['med'][k] for k in HOST[:3]) / args.batch:.2f}**" for r in res.values()) + " |")
     rebuild_parallelism(res["boundary_watershed"], args.batch)

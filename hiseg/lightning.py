@@ -423,7 +423,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         prediction, CPU; 0 with ``color_watershed``), ``pooling``, ``tree`` (the weights'
         copy to the host, the tree, the indices' copy to the device), ``loss`` (pixel term,
         triplet sampling, closest and triplet terms; the network's forward pass is not
-        timed when ``logits`` are given).
+        timed when ``logits`` are given), ``pixel`` (the pixel term alone, part of ``loss``).
 
         Host synchronisation, per step: one device-to-host copy (the edge weights, with the
         pixel term's value) and one host-to-device copy (the tree's indices); a pipeline
@@ -449,6 +449,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             out["pixel"] = self.pixel_edge_loss(logits, sides, *self.consensus_targets(batch))
         elif hp.pixel_weight:
             out["pixel"] = losses.balanced_bce(logits[:, 0].float(), batch.boundary.float())
+        tp = clock()
         trip = self._sample_triplets(batch, w.device) if hp.triplet_weight else None
         t2 = clock()
         # the step's one device-to-host copy: the weights for the tree, the pixel term for its check
@@ -479,7 +480,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         out["loss"] = total
         if timings is not None:
             t4 = clock()
-            timings.update(superpixels=t0 - ts, pooling=t1 - t0, tree=t3 - t2, loss=(t2 - t1) + (t4 - t3))
+            timings.update(superpixels=t0 - ts, pooling=t1 - t0, tree=t3 - t2, loss=(t2 - t1) + (t4 - t3),
+                           pixel=tp - t1)
         return LossResult(out, u, h, batch)
 
     def _build_tree(self, graph, weights: np.ndarray, lengths):

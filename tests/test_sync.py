@@ -184,8 +184,10 @@ def test_cuda_step_synchronises_once():
     syncs = [w for w in caught if "synchroniz" in str(w.message).lower()]
     assert len(syncs) == 1, [str(w.message) for w in syncs]
     torch.cuda.set_sync_debug_mode("error")
-    try:  # and everything after the copy runs without a synchronising call
-        with pytest.raises(RuntimeError, match="synchroniz"):
+    try:  # the one synchronising call is the weights' copy in compute_losses
+        with pytest.raises(RuntimeError, match="synchroniz") as info:
             m.training_step(batch, 0)
     finally:
         torch.cuda.set_sync_debug_mode("default")
+    ours = [f for f in info.traceback if "hiseg" in str(f.path)]
+    assert ours[-1].name == "compute_losses" and ".cpu()" in str(ours[-1].statement)

@@ -233,15 +233,52 @@ def test_triplets_stay_within_images(batch):
 
 
 def test_validation_metrics(batch):
-    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
+    """The module's validation counts against independent truths: the BSDS benchmark's own
+    reading (hiseg.metrics: the ucm2 as a prediction file, its >= thresholds, thinning and
+    matching) of the same ucm2 at the same thresholds; the ground-truth partition's ucm2 has
+    precision 1 at every threshold; an all-zero ultrametric has F = 0 against the
+    annotators' boundary pixels counted by hand."""
+    from hiseg.data.collate import make_graph_sample
+    from hiseg.lightning import VAL_THRESHOLDS, LossResult
+    from hiseg.metrics.matching import BoundaryMatcher, boundary_counts, seg_to_boundaries
+    from hiseg.metrics.predictions import Prediction
+    from hiseg.segmentation.saliency import ucm2_from_rag
+    from hiseg.segmentation.superpixels import make_connected
+
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, val_threshold=0.3)
     with torch.no_grad():
         res, counts = m._evaluate_batch(batch)
-    assert counts.shape == (10, 4) and np.all(counts[:, 0] <= counts[:, 1]) and np.all(counts[:, 2] <= counts[:, 3])
-    assert counts[:, 1].min() > 0 and counts[0, 3] > 0  # ground-truth and predicted boundary pixels
+        u = m.compute_losses(batch).ultrametric.numpy()
+    thr = np.concatenate([[0.3], VAL_THRESHOLDS])
+    ref = np.zeros_like(counts)
+    for b, rag in enumerate(batch.rags):
+        ucm2 = ucm2_from_rag(rag, u[batch.graph.edge_ptr[b]:batch.graph.edge_ptr[b + 1]])
+        matcher = BoundaryMatcher([seg_to_boundaries(s) for s in batch.segmentations[b]])
+        table = boundary_counts(Prediction("ucm2", ucm2).boundary_maps(thr), matcher, thr).as_table()
+        ref += table[:, 1:].astype(np.int64)
+    np.testing.assert_array_equal(counts, ref)
+    assert counts[:, 1].min() > 0 and counts[:, 3].max() > 0  # ground-truth and predicted boundary pixels
     m.val_metrics.update(res, counts, 3)
     summ = m.val_metrics.compute()
     p, r = counts[0, 2] / counts[0, 3], counts[0, 0] / counts[0, 1]
     assert summ["boundary_f"] == pytest.approx(2 * p * r / (p + r))
+    # superpixels = one annotator's regions: u = 1 on every edge draws that partition
+    raw = SyntheticSegmentation(2, size=48, n_annotators=1, seed=3)
+    gt = collate_graph_batch([make_graph_sample(dict(raw[i], superpixels=make_connected(raw[i]["segmentations"][0])),
+                                                None) for i in range(2)])
+    n_gt = sum(int(seg_to_boundaries(s[0]).sum()) for s in gt.segmentations)
+    for u_const, want in ((1.0, "precision 1"), (0.0, "F 0")):
+        m.compute_losses = lambda b, c=u_const: LossResult({"loss": torch.zeros(())},
+                                                           torch.full_like(b.edge_target, c), None, b)
+        res, c = m._evaluate_batch(gt)
+        m.val_metrics.reset()
+        m.val_metrics.update(res, c, 2)
+        summ = m.val_metrics.compute()
+        assert np.all(c[:, 1] == n_gt)
+        if want == "F 0":
+            assert np.all(c[:, [0, 2, 3]] == 0) and summ["boundary_f"] == summ["boundary_f_ods"] == 0
+        else:
+            assert np.all(c[:, 2] == c[:, 3]) and c[0, 3] > 0 and summ["boundary_precision"] == 1
 
 
 def test_segmentation_metrics_are_f_of_summed_counts():
