@@ -8,13 +8,19 @@ Stages (each resumable, caches under ``runs/merge_cache/``, git-ignored):
    ``flip``), every train and val image's superpixels, RAG, all :data:`FEATURES`, frontier
    lengths and ground-truth targets (``graph_targets``). Train images also enter mirrored
    (the network's map of the mirrored image) as an augmentation.
-3. ``train``: the head through ``average_linkage_ultrametric`` on train only (closest +
-   triplet against the targets, plus an optional direct term), AMSGrad, batches of images.
+3. ``train``: the head through ``average_linkage_ultrametric`` on train only (closest,
+   optionally weighted by frontier length, + triplet against the targets, plus an optional
+   direct term), AMSGrad, batches of images; ``--context`` for the message-passing head.
+   ``--train-splits train,val`` trains the final head of a recipe fixed on val on train
+   and val. Its val figures are no measurement and go to ``trainval.jsonl``, never to the
+   selection.
 4. ``eval``: the head's ucm2 on val from the cache, benchmarked (``hiseg.metrics.bsds``)
    with ``--thresholds``; K-cut covering (plain and size-aware); a JSON line per run
    appended to ``runs/merge_cache/selection.jsonl`` (selection is on val only).
 5. ``export``: the shipped checkpoint's network with a pipeline holding the head, as a
    slim checkpoint (``save_weights``).
+6. ``report``: writes experiments/results/merge_selection/README.md, one row per run.
+   ``final``: the 99-threshold table of an exported head (after ``experiments/bsds_eval.py``).
 
     python experiments/merge_head.py features --maps 1
     python experiments/merge_head.py run --maps 1 --features mean max q50 ... --hidden 32 --out runs/merge_cache/h1
@@ -347,7 +353,8 @@ def cmd_report(args):
         rows = ["| run | maps | head | thr | " + " | ".join(heads) + " |", "|---" * (len(cols) + 4) + "|"]
         for ln in path.read_text().splitlines():
             r = json.loads(ln)
-            rows.append(f"| {Path(r['out']).name} | {r['maps']} | {settings(r)} | {r['thresholds']} | "
+            name = Path(r["out"]).name + (" (trained on val: not a measurement)" if r.get("val_trained") else "")
+            rows.append(f"| {name} | {r['maps']} | {settings(r)} | {r['thresholds']} | "
                         + " | ".join(f"{r[c]:.4f}" for c in cols) + " |")
         return rows
 
