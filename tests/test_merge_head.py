@@ -2,6 +2,8 @@
 head's gradient through average linkage against finite differences, the pipeline with a
 head equal to today's, storage round-trip, flip, and bad input; heads with one round of
 message passing (``context``): by hand, per graph of a batch, gradient, checkpoint, bad settings."""
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,8 @@ from hiseg.inference import Segmenter
 from hiseg.models import get_model
 from hiseg.models.weights import save_weights
 from hiseg.segmentation import Pipeline, PipelineError
-from hiseg.segmentation.merging import FEATURES, MergeHead, MergeHeadError, edge_features, network_fingerprint
+from hiseg.segmentation.merging import (FEATURES, MergeHead, MergeHeadError, TorchEdgeFeatures, edge_features,
+                                       edge_features_torch, network_fingerprint)
 from hiseg.segmentation.pooling import rag_frontier_mean
 from hiseg.ultrametric import average_linkage_ultrametric
 
@@ -309,3 +312,140 @@ def test_bad_context_settings_are_refused_by_name(change, match):
     with pytest.raises(PipelineError, match=r"missing setting.*context_weights"):
         Pipeline(merge_head=missing)
 
+
+
+# --------------------------------------------------------------------------- features in torch (joint fine-tuning)
+#: the features that read the boundary map (the others are constants of the RAG and the image)
+MAP_FEATURES = [n for n in sorted(FEATURES) if hasattr(FEATURES[n], "torch_spec")]
+SMOOTHED = {n for n in FEATURES if n.endswith(("_s2", "_s4"))}
+
+
+def label_scene(seed, h, w):
+    """Labels with regions of every size: blocks of a coarse random grid, one-pixel regions
+    sprinkled in (one-pixel frontiers, regions touching the image border), an image and a map."""
+    rng = np.random.default_rng(seed)
+    cell = int(rng.integers(2, 6))
+    coarse = rng.integers(0, 6, (h // cell + 1, w // cell + 1))
+    lab = np.kron(coarse, np.ones((cell, cell), np.int64))[:h, :w] * 100
+    spots = rng.random((h, w)) < 0.04
+    lab[spots] = 1000 + np.arange(spots.sum())
+    img = rng.random((h, w, 3)).astype(np.float32)
+    return region_adjacency_graph(lab), img, rng.random((h, w)).astype(np.float32)
+
+
+def assert_features_match(got: np.ndarray, want: np.ndarray, names):
+    """Unsmoothed features: the same float64 sums (1e-12); smoothed ones: OpenCV blurs the
+    float32 map in float32 (error about 3e-7 on maps in [0, 1], measured), the torch path
+    in float64: 1e-5. Quantiles and max are 1-Lipschitz in the values, so the bound holds
+    for them even where a near-tie is ordered differently."""
+    assert got.shape == want.shape
+    for i, n in enumerate(names):
+        np.testing.assert_allclose(got[:, i], want[:, i], rtol=0, atol=1e-5 if n in SMOOTHED else 1e-12, err_msg=n)
+
+
+@pytest.mark.parametrize("seed, h, w", [(0, 23, 31), (1, 9, 5), (2, 3, 40), (3, 40, 2), (4, 17, 17)])
+def test_torch_features_equal_numpy_on_random_rags(seed, h, w):
+    rag, img, b = label_scene(seed, h, w)
+    names = sorted(FEATURES)
+    got = edge_features_torch(rag, torch.from_numpy(b), img, names)
+    assert got.dtype == torch.float64 and got.shape == (rag.graph.num_edges, len(names))
+    lengths = rag.frontier_lengths()
+    if h * w > 200:
+        assert (lengths == 1).any() and (lengths > 4).any()  # one-pixel frontiers and long ones
+    assert_features_match(got.numpy(), edge_features(rag, b, img, names), names)
+
+
+def test_torch_features_equal_numpy_on_pipeline_superpixels_and_a_padded_batch():
+    """Watershed superpixels of two images of different sizes in one padded (B, H, W)
+    batch (collate's layout): each RAG's rows equal its own numpy features; NaN padding is
+    never read, the smoothing reflects at each image's own border."""
+    items = []
+    for seed, (h, w) in ((8, (40, 56)), (9, (33, 47))):
+        img, b = scene(seed, h, w)
+        items.append((region_adjacency_graph(Pipeline(region_size=4.0).make_superpixels(b)), img, b))
+    names = sorted(FEATURES)
+    maps = torch.full((2, 40, 56), float("nan"), dtype=torch.float32)
+    for i, (_, _, b) in enumerate(items):
+        maps[i, : b.shape[0], : b.shape[1]] = torch.from_numpy(b)
+    feats = TorchEdgeFeatures([r for r, _, _ in items], names, [img for _, img, _ in items])
+    assert feats.graph.num_edges == sum(r.graph.num_edges for r, _, _ in items)
+    want = np.concatenate([edge_features(r, b, img, names) for r, img, b in items])
+    assert_features_match(feats(maps).numpy(), want, names)
+    # many maps, one precomputation: a second map, in float64 with a gradient
+    maps2 = torch.rand(2, 40, 56, dtype=torch.float64, requires_grad=True)
+    want2 = np.concatenate([edge_features(r, maps2[i].detach().numpy()[: r.labels.shape[0], : r.labels.shape[1]],
+                                          img, names) for i, (r, img, _) in enumerate(items)])
+    # the numpy path reads the map in float32: compare on the float32 values
+    maps2f = maps2.detach().float().double()
+    assert_features_match(feats(maps2f).numpy(), want2, names)
+    x = feats(maps2)
+    assert x.requires_grad
+    with pytest.raises(MergeHeadError, match=r"maps of shape"):
+        feats(maps[0])
+    with pytest.raises(MergeHeadError, match="unknown feature"):
+        TorchEdgeFeatures(items[0][0], ["mean", "sift"])
+
+
+def test_torch_features_gradcheck():
+    """float64 gradcheck (finite differences, eps 1e-6) of every map-dependent feature on a
+    tiny RAG: smoothing, means and interior means are linear in the map; quantiles and max
+    route the gradient to their order statistic (a random map has no ties)."""
+    rag, img, b = label_scene(5, 7, 9)
+    feats = TorchEdgeFeatures(rag, MAP_FEATURES)
+    x = torch.from_numpy(b.astype(np.float64)).requires_grad_()
+    assert torch.autograd.gradcheck(feats, (x,), eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+def test_head_on_torch_features_equals_the_pipeline_and_passes_gradients_to_the_map():
+    img, b = scene(10, 48, 64)
+    seg = Segmenter.from_checkpoint(Path(__file__).resolve().parents[1] / "models" / "hiseg_bsds500_merge.ckpt")
+    pipe, head = seg.pipeline, seg.pipeline.head
+    rag = region_adjacency_graph(pipe.make_superpixels(b, img))
+    bt = torch.from_numpy(b).double().requires_grad_()
+    feats = TorchEdgeFeatures(rag, head.features, img)
+    w = head(feats(bt))
+    want = pipe.edge_weights(rag, b, img)
+    torch.testing.assert_close(w.detach(), want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(head.weights(rag, b, img), want, rtol=0, atol=0)
+    # the map gets a gradient through the head and average linkage (what joint fine-tuning needs)
+    u = average_linkage_ultrametric(rag.graph, w, rag.frontier_lengths().astype(np.float64))
+    losses.closest(u, torch.rand(rag.graph.num_edges, dtype=torch.float64)).backward()
+    assert bt.grad is not None and torch.isfinite(bt.grad).all() and bt.grad.abs().sum() > 0
+    # a context head on a batch of two RAGs reads the batched graph
+    img2, b2 = scene(11, 48, 64)
+    rag2 = region_adjacency_graph(pipe.make_superpixels(b2, img2))
+    ch = context_head()
+    both = TorchEdgeFeatures([rag, rag2], ch.features, [img, img2])
+    with torch.no_grad():
+        got = ch(both(torch.from_numpy(np.stack([b, b2]))), both.graph)
+    torch.testing.assert_close(got, torch.cat([ch.weights(rag, b, img), ch.weights(rag2, b2, img2)]),
+                               rtol=0, atol=1e-12)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_torch_features_on_cuda_without_host_synchronisation():
+    img, b = scene(12, 48, 64)
+    rag = region_adjacency_graph(Pipeline(region_size=4.0).make_superpixels(b))
+    names = sorted(FEATURES)
+    cpu = TorchEdgeFeatures(rag, names, img)
+    gpu = TorchEdgeFeatures(rag, names, img, device="cuda")
+    bc = torch.from_numpy(b).double().requires_grad_()
+    bg = bc.detach().cuda().requires_grad_()
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")  # a host synchronisation in the map-dependent part raises
+    try:
+        xg = gpu(bg)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert xg.device.type == "cuda"
+    xc = cpu(bc)
+    torch.testing.assert_close(xg.cpu(), xc, rtol=0, atol=1e-12)
+    g = torch.randn_like(xc)
+    xc.backward(g)
+    xg.backward(g.cuda())
+    torch.testing.assert_close(bg.grad.cpu(), bc.grad, rtol=0, atol=1e-12)
+    head = context_head()
+    want = head.weights(rag, b, img)
+    with torch.no_grad():
+        got = head.cuda()(xg[:, [names.index(n) for n in head.features]], rag.graph)  # messages on the device
+    torch.testing.assert_close(got.cpu(), want, rtol=0, atol=1e-9)
