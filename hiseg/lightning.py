@@ -424,14 +424,20 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         copy to the host, the tree, the indices' copy to the device), ``loss`` (pixel term,
         triplet sampling, closest and triplet terms; the network's forward pass is not
         timed when ``logits`` are given), ``pixel`` (the pixel term alone, part of ``loss``).
+        On CUDA, timing synchronises the device at every stage boundary.
 
         Host synchronisation, per step: one device-to-host copy (the edge weights, with the
         pixel term's value) and one host-to-device copy (the tree's indices); a pipeline
         that rebuilds the superpixels adds one each way (the boundary maps, the new graph).
         """
         hp = self.hparams
-        clock = time.perf_counter
         sides = []
+
+        def clock():  # with timings on an accelerator, wait for its work so that each stage gets its own
+            if timings is not None and batch.images.device.type == "cuda":
+                torch.cuda.synchronize(batch.images.device)
+            return time.perf_counter()
+
         if logits is None and hp.pixel_weight and hp.pixel_loss == "edge":
             logits, sides = self.model(batch.images, return_side_outputs=True)
         elif logits is None and self.rebuilds_superpixels:
