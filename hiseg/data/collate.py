@@ -26,6 +26,7 @@ import torch
 from ..graph import BatchedGraph, batch_graphs, region_adjacency_graph
 from ..segmentation.pooling import frontier_pixel_pairs
 from ..segmentation.superpixels import Superpixels, make_connected
+from ..ultrametric import packed_copy
 from .cache import SuperpixelCache
 from .targets import graph_targets, mean_boundary
 from .transforms import as_numpy_generator
@@ -419,8 +420,6 @@ def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_f
     tensors moved to the images' device in one copy (:func:`hiseg.ultrametric.packed_copy`);
     no image is copied.
     """
-    from ..ultrametric import packed_copy
-
     if len(superpixels) != batch.batch_size:
         raise ValueError(f"{len(superpixels)} superpixel maps for a batch of {batch.batch_size}")
     items = list(map_fn(_graph_item, superpixels, batch.segmentations))
