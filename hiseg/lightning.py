@@ -428,7 +428,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
         Host synchronisation, per step: one device-to-host copy (the edge weights, with the
         pixel term's value) and one host-to-device copy (the tree's indices); a pipeline
-        that rebuilds the superpixels adds one each way (the boundary maps, the new graph).
+        that rebuilds the superpixels adds one each way (the boundary maps, the new graph),
+        ``pixel_loss: edge`` one host-to-device copy (the consensus labels, made on the host
+        from the ground truths: :meth:`consensus_targets`).
         """
         hp = self.hparams
         sides = []

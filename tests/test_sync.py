@@ -137,7 +137,7 @@ def test_one_copy_each_way_per_step_with_loader_superpixels(linkage):
 
 def test_edge_pixel_loss_step_copies():
     """pixel_loss edge: the consensus labels are made on the host from the ground truths
-    (one more host-to-device copy, documented in compute_losses' callers)."""
+    (one more host-to-device copy, documented in compute_losses)."""
     c = _count_step({"superpixels": "color_watershed", "region_size": 6.0}, pixel_loss="edge")
     assert c.d2h == ["cpu"] and len(c.h2d) == 2, (c.d2h, c.h2d)
 
