@@ -45,6 +45,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 import pytorch_lightning as pl
 import torch
+import torch.nn.functional as F
 import torchmetrics
 
 from . import losses
@@ -214,6 +215,17 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         stage's optimum.
     positive_threshold, dice_weight : float
         Of the ``edge`` pixel loss.
+    head_lr_scale : float
+        With a pipeline holding a learned merging head (``pipeline.merge_head``, e.g.
+        ``init_from: bsds500_merge``): the head's learning rate as a multiple of ``lr``; the
+        head is then trained jointly with the network, on its features computed in torch from
+        the pipeline's map (its scales and flip, as at inference), and saved back into the
+        checkpoint's pipeline with the fingerprint of the fine-tuned network. 0 freezes the
+        head (the network still learns through it). The head must have been fitted on this
+        network's maps (``merge_head.network``; refused by name otherwise).
+    pipeline_from_init : bool
+        Take the pipeline of ``init_from``'s checkpoint (with its merging head, if any), e.g.
+        ``init_from: bsds500_merge`` for the joint fine-tuning of ``configs/bsds500_joint.yaml``.
 
     Randomness and resume: the triplets of a training step are drawn from
     ``default_rng([seed, 0, rank, global_step, batch_idx])`` (validation / test:
@@ -239,7 +251,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  triplets_per_image: int = 2000, val_threshold: float = 0.5,
                  validate_at_start: bool = True, init_from: Optional[str] = None,
                  pipeline: Optional[dict] = None, pixel_loss: str = "balanced_bce", warmup: float = 0.05,
-                 final_lr: float = 0.05, positive_threshold: float = 0.3, dice_weight: float = 1.0):
+                 final_lr: float = 0.05, positive_threshold: float = 0.3, dice_weight: float = 1.0,
+                 head_lr_scale: float = 1.0, pipeline_from_init: bool = False):
         super().__init__()
         if pixel_loss not in PIXEL_LOSSES:
             raise ValueError(f"model.pixel_loss must be one of {PIXEL_LOSSES}, got {pixel_loss!r}")
@@ -251,6 +264,18 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             raise ValueError(f"model.positive_threshold must be in (0, 1], got {positive_threshold}")
         from .segmentation.pipeline import Pipeline
 
+        start = None
+        if init_from:
+            from .models.weights import read_checkpoint
+
+            start = read_checkpoint(_init_weights_path(init_from))
+        if pipeline_from_init:
+            if start is None or pipeline is not None:
+                raise ValueError("model.pipeline_from_init takes the pipeline of model.init_from's checkpoint: give "
+                                 "model.init_from, and no model.pipeline")
+            pipeline = start.metadata.get("pipeline") or start.hyper_parameters.get("pipeline")
+            if not isinstance(pipeline, dict):
+                raise ValueError(f"model.pipeline_from_init: checkpoint {init_from} holds no pipeline settings")
         if pipeline is None:
             from .data.datamodule import TRAINING_PIPELINE
 
@@ -260,20 +285,14 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if self.pipeline.linkage == "closest":
             raise ValueError("model.pipeline.linkage 'closest' is a fit, not a differentiable layer (inference "
                              "only): train with linkage 'average' or 'single'")
-        if self.pipeline.merge_head is not None:  # the losses pool the frontier mean: they would ignore it
-            raise ValueError("model.pipeline.merge_head: training with a learned merging head is not supported yet "
-                             "(the losses use the frontier mean); train the network without it and fit the head "
-                             "with experiments/merge_head.py")
+        if not head_lr_scale >= 0:
+            raise ValueError(f"model.head_lr_scale must be >= 0 (0: the merging head frozen), got {head_lr_scale}")
         pipeline = self.pipeline.to_dict()  # save_hyperparameters reads this local: the full settings
         self.save_hyperparameters()
         # LightningCLI records the parsed config instead of the locals (pipeline: None when the
         # config leaves it out): store the settings actually used, which `hiseg predict` reads
         self.hparams["pipeline"] = pipeline
-        start = None
-        if init_from:
-            from .models.weights import read_checkpoint
-
-            start = read_checkpoint(_init_weights_path(init_from))
+        if start is not None:
             made = start.hyper_parameters
             if arch_kwargs is None and made.get("arch") == arch and isinstance(made.get("arch_kwargs"), dict):
                 # the checkpoint's architecture, unless the config gives one (then it must fit)
@@ -284,6 +303,15 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             from .models.weights import load_weights
 
             load_weights(self.model, start)
+        # a pipeline with a learned merging head: the head is trained jointly with the network (its
+        # features in torch, differentiable in the map), from the network whose maps it was fitted on
+        self.merge_head = None
+        if self.pipeline.merge_head is not None:
+            from .segmentation.merging import MergeHead
+
+            self.merge_head = MergeHead.from_spec(self.pipeline.merge_head)  # its own copy: trained
+            self.merge_head.check_network(self.model)
+            self.merge_head.requires_grad_(head_lr_scale > 0)
         self._rng = np.random.default_rng(0)
         self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
         # validation / test sums (not saved in checkpoints: torchmetrics states are not persistent)
@@ -326,6 +354,20 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         loggers = [{"class": type(lg).__name__, "name": lg.name, "version": lg.version}
                    for lg in (self.loggers if self._trainer is not None else [])]
         checkpoint["hiseg"] = {"seed": self.seed, "rng": rng, "loggers": loggers}
+        if self.merge_head is not None:  # the trained head, for the network it now runs with
+            self.refresh_merge_head()
+            if isinstance(checkpoint.get("hyper_parameters"), dict):
+                checkpoint["hyper_parameters"]["pipeline"] = dict(self.hparams["pipeline"])
+
+    def refresh_merge_head(self) -> None:
+        """Store the merging head's current weights, with the fingerprint of the network it
+        now runs with, in the pipeline settings (``hparams["pipeline"]``, read by ``hiseg
+        predict``)."""
+        from .segmentation.merging import network_fingerprint
+
+        self.merge_head.network = network_fingerprint(self.model)
+        self.pipeline = self.pipeline.with_overrides(merge_head=self.merge_head.to_spec())
+        self.hparams["pipeline"] = self.pipeline.to_dict()
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         """Restore the seed, and the global generators when a fit resumes (not when a model
@@ -375,15 +417,56 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return self.model(images)
 
     def edge_weights(self, batch, logits=None):
-        """``(w, logits)``: the RAG edge weights (E_total,) of a batch, the mean boundary
-        probability along each frontier (float32), and the network's logits they came from
-        (computed unless given)."""
+        """``(w, logits)``: the RAG edge weights (E_total,) of a batch, float32, as the pipeline
+        makes them at inference: the mean boundary probability along each frontier of the
+        pipeline's map (:meth:`training_map`: its scales and flip), or the learned merging
+        head's weights on that map (:meth:`head_weights`); and the network's logits at scale 1
+        (computed unless given). With scales or flip, a pipeline that rebuilds the superpixels
+        computes the map twice (once without gradient, for the superpixels)."""
         if logits is None:
             logits = self(batch.images)
         # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
-        prob = torch.sigmoid(logits[:, 0].float())
+        prob = self.training_map(batch.images, torch.sigmoid(logits[:, 0].float()))
+        if self.merge_head is not None:
+            return self.head_weights(batch, prob), logits
         return frontier_mean(prob, batch.frontier_pixels_a, batch.frontier_pixels_b, batch.frontier_edge,
                              batch.graph.num_edges, getattr(batch, "frontier_count", None)), logits
+
+    def training_map(self, images: torch.Tensor, prob: torch.Tensor) -> torch.Tensor:
+        """The boundary map the pipeline's test-time setting makes (:meth:`Pipeline.boundary_map`:
+        the mean over ``scales`` of the network's maps, each averaged with its mirror's with
+        ``flip``), differentiable, batched; ``prob``: the scale-1 map, reused."""
+        pipe = self.pipeline
+        if tuple(pipe.scales) == (1.0,) and not pipe.flip:
+            return prob
+        h, w = images.shape[-2:]
+        acc = 0
+        for s in pipe.scales:
+            xs = images if s == 1.0 else F.interpolate(images, scale_factor=s, mode="bilinear", align_corners=False,
+                                                      recompute_scale_factor=False)
+            p = prob[:, None] if s == 1.0 else torch.sigmoid(self.model(xs).float())
+            if pipe.flip:
+                p = 0.5 * (p + torch.sigmoid(self.model(xs.flip(-1)).float()).flip(-1))
+            if p.shape[-2:] != (h, w):
+                p = F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False)
+            acc = acc + p
+        return (acc / len(pipe.scales))[:, 0]
+
+    def head_weights(self, batch, prob: torch.Tensor) -> torch.Tensor:
+        """Edge weights of the learned merging head (float32), from its features computed in
+        torch on the pipeline's map ``prob`` (:meth:`training_map`) (:class:`hiseg.segmentation.merging.TorchEdgeFeatures`),
+        differentiable in the head and in the network. The colour and texture features read
+        the images on the host: one more device-to-host copy per step in this mode."""
+        from .segmentation.merging import TorchEdgeFeatures
+
+        head = self.merge_head
+        pmap = prob
+        imgs = batch.images.detach().float().cpu().numpy()
+        images = [np.ascontiguousarray(imgs[b, :, :hb, :wb].transpose(1, 2, 0))
+                  for b, (hb, wb) in enumerate(batch.image_sizes)]
+        feats = TorchEdgeFeatures(batch.rags, head.features, images=images, shape=tuple(pmap.shape[-2:]),
+                                  device=pmap.device)
+        return head(feats(pmap), feats.graph if head.context else None).float()
 
     def rebuild_graphs(self, batch, logits):
         """The batch with superpixels rebuilt from the predicted (detached) boundary maps,
@@ -395,7 +478,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         tensors to the device in one packed copy."""
         from .data.collate import with_superpixels
 
-        prob = torch.sigmoid(logits[:, 0].detach().float()).cpu().numpy()
+        with torch.no_grad():  # the superpixels of the pipeline's map (its scales and flip), as at inference
+            prob = self.training_map(batch.images, torch.sigmoid(logits[:, 0].detach().float())).cpu().numpy()
         if not np.isfinite(prob).all():
             raise FloatingPointError(_DIVERGED)
         crops = [prob[b, :hb, :wb] for b, (hb, wb) in enumerate(batch.image_sizes)]
@@ -630,7 +714,11 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         The schedule reads the trainer's total number of steps at every step, so a run
         resumed with a larger ``max_steps`` / ``max_epochs`` stretches it instead of failing.
         """
-        opt = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
+        groups = [{"params": list(self.model.parameters())}]
+        if self.merge_head is not None and self.hparams.get("head_lr_scale", 1.0) > 0:
+            groups.append({"params": list(self.merge_head.parameters()),
+                           "lr": self.hparams.lr * self.hparams.get("head_lr_scale", 1.0)})
+        opt = torch.optim.AdamW(groups, lr=self.hparams.lr, weight_decay=self.hparams.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 
