@@ -146,7 +146,9 @@ class _GraphDataModule(pl.LightningDataModule):
     """Common loader logic (not for direct use)."""
 
     def _init_common(self, batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                     superpixel_compactness, pin_memory, superpixel_cache=True, cache_dir=None):
+                     superpixel_compactness, pin_memory, superpixel_cache=True, cache_dir=None, user_settings=True):
+        if user_settings:  # the deprecated superpixel_* arguments a user gave (not a subclass's fixed ones)
+            _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
         if batch_size < 1 or val_batch_size < 1:
             raise ValueError(f"batch sizes must be >= 1, got {batch_size}, {val_batch_size}")
         if num_workers < 0:
@@ -358,7 +360,6 @@ class SyntheticDataModule(_GraphDataModule):
                  cache_dir: Optional[str] = None, pin_memory: bool = False, superpixel_cache: bool = True):
         super().__init__()
         self.save_hyperparameters()
-        _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
                           superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         self.hflip, self.vflip = bool(hflip), bool(vflip)
@@ -433,9 +434,10 @@ class BSDS500DataModule(_GraphDataModule):
                  superpixel_method: Optional[str] = None, superpixel_size: Optional[float] = None,
                  superpixel_compactness: Optional[float] = None, pin_memory: bool = False,
                  superpixel_cache: bool = True, cache_dir: Optional[str] = None):
+        # the arguments shared with FolderDataModule are spelled out in each signature (LightningCLI and
+        # save_hyperparameters read each constructor's own): the same lines there, on purpose
         super().__init__()
         self.save_hyperparameters()
-        _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
                           superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         self.data_root = str(data_root)
@@ -490,7 +492,6 @@ class FolderDataModule(_GraphDataModule):
                  superpixel_cache: bool = True, cache_dir: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
-        _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
         self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
                           superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
         if not 0.0 <= val_fraction < 1.0:

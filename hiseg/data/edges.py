@@ -225,7 +225,7 @@ class BSDS500PixelDataModule(_GraphDataModule):
                  limit_images: int = 0):
         super().__init__()
         self.save_hyperparameters()
-        self._init_common(batch_size, val_batch_size, num_workers, "none", 0.0, None, pin_memory)
+        self._init_common(batch_size, val_batch_size, num_workers, "none", 0.0, None, pin_memory, user_settings=False)
         if crop_size < 16:
             raise ValueError(f"crop_size must be >= 16, got {crop_size}")
         if crops_per_epoch < batch_size:
