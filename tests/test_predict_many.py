@@ -124,9 +124,21 @@ def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path,
     rc, err, truth = predict(capsys, tmp_path, "o0", *map(str, files), "--workers", "0", "--checkpoint", checkpoint,
                              "--regions", "3")
     assert rc == 0, err
-    out = tmp_path / "ddp"
-    predict_files(Segmenter.from_checkpoint(checkpoint), files, out, n_regions=3,
-                  trainer_kwargs=dict(accelerator="cpu", devices=2, strategy="ddp_spawn"))
+    # Known intermittent fault (2026-11-26, about 1 run in 4 under pytest on a loaded 2-core machine, 0 in 6
+    # runs of the same call from a plain script): a spawned gloo worker aborts ("terminate called without an
+    # active exception", SIGABRT). Up to 3 attempts, each into a fresh folder; the files are still compared
+    # byte for byte with hiseg predict's, so a run that writes wrong files, or a fault on every attempt, fails.
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    for attempt in range(3):
+        out = tmp_path / f"ddp{attempt}"
+        try:
+            predict_files(Segmenter.from_checkpoint(checkpoint), files, out, n_regions=3,
+                          trainer_kwargs=dict(accelerator="cpu", devices=2, strategy="ddp_spawn"))
+            break
+        except ProcessExitedException as e:
+            if "SIGABRT" not in str(e) or attempt == 2:
+                raise
     assert snapshot(out) == truth
     with pytest.raises(ValueError, match="a.mat"):  # refused before anything runs
         predict_files(Segmenter.from_checkpoint(checkpoint), files, out, trainer_kwargs=dict(accelerator="cpu"))
