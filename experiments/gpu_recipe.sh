@@ -19,6 +19,8 @@
 # environment: BSDS (default .gpu/BSDS500), PIXEL_MINUTES (5), MERGE_MINUTES (4: the merging stage runs
 #   only when the command has that much left of its 9 minutes), PIXEL_STEPS (budget of the whole
 #   pixel stage, 9000 steps of 32 crops), ARCH (JSON arch_kwargs), BATCH (32), WORKERS (8),
+#   SPLIT (train+val: the shipped model; train: its twin, whose val figures are a measurement),
+#   MERGE (1; 0: stop after the pixel stage, e.g. to run the merging stage on another machine),
 #   TINY=1 (a CPU test of the whole chain in a minute or two: 4 images, tiny crops and network)
 set -euo pipefail
 OUT=$1; RESUME=${2:-}
@@ -30,17 +32,21 @@ PIXEL_STEPS=${PIXEL_STEPS:-9000}
 ARCH=${ARCH:-'{"width": 48, "blocks": [1, 2, 2, 3], "side_channels": 16}'}
 BATCH=${BATCH:-32}
 WORKERS=${WORKERS:-8}
+SPLIT=${SPLIT:-train+val}
+case "$SPLIT" in train|train+val) ;; *) echo "gpu_recipe: SPLIT must be train or train+val, got '$SPLIT'" >&2; exit 2;; esac
+MERGE=${MERGE:-1}
 MERGE_MINUTES=${MERGE_MINUTES:-4}   # what the merging stage needs; it waits for the next command otherwise
 WORK=$(mktemp -d)
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
-if ls .gpu/*.whl >/dev/null 2>&1; then  # the CUDA machine: higra and jsonargparse from wheels
-  python3 -m pip install -q --no-index --no-deps --no-compile --target .gpu/site .gpu/*.whl
+PY=${PY:-python3}
+if ! $PY -c 'import higra, jsonargparse' 2>/dev/null && ls .gpu/*.whl >/dev/null 2>&1; then
+  # the CUDA machine: higra and jsonargparse from wheels (../shared/gpu/README.md)
+  $PY -m pip install -q --no-index --no-deps --no-compile --target .gpu/site .gpu/*.whl
   export PYTHONPATH=$PWD/.gpu/site:$PWD
 fi
-PY=${PY:-python3}
 log() { echo "[$(date -u +%T)] $*" | tee -a "$OUT/summary.txt"; }
-log "gpu_recipe: OUT=$OUT RESUME=${RESUME:-none} $($PY -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")')"
+log "gpu_recipe: OUT=$OUT RESUME=${RESUME:-none} SPLIT=$SPLIT $($PY -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu")')"
 
 EXTRA=(); PRECISION=bf16-mixed
 if [ "${TINY:-0}" = 1 ]; then
@@ -54,12 +60,19 @@ $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || P
 # ---------------------------------------------------------------- 1. pixel stage (train+val)
 RESUME_ARGS=()
 [ -n "$RESUME" ] && RESUME_ARGS=(--ckpt_path "$RESUME")
+# Lightning's max_time counts the whole run: a resumed run restores the training time already spent
+# (the Timer's state in the checkpoint), so this command's PIXEL_MINUTES come on top of it
+SPENT=0
+[ -n "$RESUME" ] && SPENT=$($PY -c "import sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=True); \
+print(int(c.get('callbacks', {}).get('Timer', {}).get('time_elapsed', {}).get('train', 0)))" "$RESUME")
+LIMIT=$(( SPENT + 60 * PIXEL_MINUTES ))
+MAX_TIME=$(printf '00:%02d:%02d:%02d' $(( LIMIT / 3600 )) $(( LIMIT % 3600 / 60 )) $(( LIMIT % 60 )))
 t0=$(date +%s)
 $PY train.py fit --config configs/bsds500_pixel.yaml \
-  --data.init_args.data_root "$BSDS" --data.init_args.train_split train+val \
+  --data.init_args.data_root "$BSDS" --data.init_args.train_split "$SPLIT" \
   --data.init_args.batch_size "$BATCH" --data.init_args.num_workers "$WORKERS" \
   --model.arch_kwargs "$ARCH" --trainer.precision "$PRECISION" \
-  --trainer.max_steps "$PIXEL_STEPS" --trainer.max_time "00:00:$(printf %02d "$PIXEL_MINUTES"):00" \
+  --trainer.max_steps "$PIXEL_STEPS" --trainer.max_time "$MAX_TIME" \
   --trainer.limit_val_batches 10 --trainer.default_root_dir "$WORK/pixel" --trainer.enable_progress_bar false \
   "${EXTRA[@]}" "${RESUME_ARGS[@]}" >> "$OUT/recipe.log" 2>&1 || { log "pixel stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
 last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt | tail -1)
@@ -84,13 +97,17 @@ with open(sys.argv[1], "w", newline="") as fh:
 PYEOF
 step=$($PY -c "import torch; print(torch.load('$OUT/pixel_last.ckpt', map_location='cpu', weights_only=True)['global_step'])")
 secs=$(( $(date +%s) - t0 ))
-log "pixel stage: step $step / $PIXEL_STEPS after ${secs} s in this command"
+log "pixel stage: step $step / $PIXEL_STEPS after ${secs} s in this command (max_time $MAX_TIME, ${SPENT} s spent before)"
 if [ "$step" -lt "$PIXEL_STEPS" ]; then
   log "pixel stage not finished: rerun with RESUME=$OUT/pixel_last.ckpt (carried back)"
   exit 0
 fi
 
 # ---------------------------------------------------------------- 2. learned merging, network frozen
+if [ "$MERGE" = 0 ]; then
+  log "pixel stage finished (MERGE=0: no merging stage in this command)"
+  exit 0
+fi
 if [ "${TINY:-0}" != 1 ] && [ $(( $(date +%s) - START + 60 * MERGE_MINUTES )) -gt 540 ]; then
   log "pixel stage finished; the merging stage needs ~${MERGE_MINUTES} min: rerun with RESUME=$OUT/pixel_last.ckpt"
   exit 0
@@ -99,6 +116,6 @@ MERGE="$WORK/merge"
 N=()
 [ "${TINY:-0}" = 1 ] && N=(--limit 2 --recipe '{"steps": 4, "batch": 2}')
 $PY experiments/merge_recipe.py --checkpoint "$OUT/pixel_last.ckpt" --bsds "$BSDS" --work "$MERGE" \
-  --out "$OUT/hiseg_gpu_merge.ckpt" --workers "$WORKERS" "${N[@]}" >> "$OUT/recipe.log" 2>&1 \
+  --out "$OUT/hiseg_gpu_merge.ckpt" --splits "$([ "$SPLIT" = train ] && echo train || echo train,val)" --workers "$WORKERS" "${N[@]}" >> "$OUT/recipe.log" 2>&1 \
   || { log "merging stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
 log "merging head: $OUT/hiseg_gpu_merge.ckpt after $(( $(date +%s) - t0 )) s in all"

@@ -314,6 +314,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             self.merge_head.requires_grad_(head_lr_scale > 0)
         self._rng = np.random.default_rng(0)
         self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
+        self._first_bad_step: Optional[torch.Tensor] = None  # the pixel stage's finite guard (on the device)
+        self._bad_losses: dict = {}
         # validation / test sums (not saved in checkpoints: torchmetrics states are not persistent)
         self.val_metrics = SegmentationMetrics()
         self.test_metrics = SegmentationMetrics()
@@ -342,7 +344,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
         """Add ``checkpoint["hiseg"]``: the seed, the global generators, the loggers' versions
-        (plain types and tensors only: the checkpoint loads with ``weights_only=True``)."""
+        (plain types and tensors only: the checkpoint loads with ``weights_only=True``).
+        Refuses to write weights that a non-finite pixel-stage loss has already reached."""
+        self._raise_if_not_finite()
         np_state = np.random.get_state(legacy=False)
         rng = {"torch": torch.get_rng_state(),
                "numpy": {"state": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
@@ -606,7 +610,10 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         hp = self.hparams
         if hp.closest_weight or hp.triplet_weight or hp.pixel_loss != "edge" or not hp.pixel_weight:
             raise ValueError(_PIXEL_BATCH)
-        fused, sides = self.model(batch.images, return_side_outputs=True)
+        images = batch.images
+        if images.device.type == "cuda":
+            images = images.contiguous(memory_format=torch.channels_last)
+        fused, sides = self.model(images, return_side_outputs=True)
         pos, neg = losses.consensus_targets(batch.consensus, batch.valid, hp.positive_threshold)
         pixel = self.pixel_edge_loss(fused, sides, pos, neg)
         return {"pixel": pixel, "loss": hp.pixel_weight * pixel}
@@ -614,17 +621,45 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     def training_step(self, batch, batch_idx):
         if hasattr(batch, "consensus"):  # a PixelBatch: the pixel stage
             out = self.pixel_stage_losses(batch)
+            self._watch_finite(out)
         else:  # checked on the host by compute_losses, with its one copy (no other synchronisation)
             out = self.compute_losses(batch).losses
-        if hasattr(batch, "consensus") and not torch.isfinite(out["loss"]):
-            raise FloatingPointError(
-                f"non-finite training loss at step {self.global_step} "
-                f"({ {k: float(v.detach()) for k, v in out.items()} }); the last checkpoint stays loadable; "
-                "lower the learning rate or check the data")
         bs = batch.batch_size
         for k, v in out.items():
             self.log(f"train/{k}", v, batch_size=bs, prog_bar=(k == "loss"))
         return out["loss"]
+
+    def _watch_finite(self, out: dict) -> None:
+        """The pixel stage's guard against a non-finite loss, without a host synchronisation
+        per step on a GPU: the first bad step is recorded on the device and checked on the
+        host every ``trainer.log_every_n_steps`` steps and before any checkpoint is written
+        (:meth:`_raise_if_not_finite`), so that no checkpoint ever holds the diverged weights.
+        On the CPU the check costs nothing and runs at every step."""
+        loss = out["loss"].detach()
+        step = torch.full((), self.global_step, dtype=torch.long, device=loss.device)
+        first = step.where(~torch.isfinite(loss), torch.full_like(step, -1))
+        if self._first_bad_step is None:
+            self._first_bad_step = first
+        else:  # the earliest bad step, or -1 (no synchronisation: device ops only)
+            prev = self._first_bad_step
+            self._first_bad_step = torch.where(prev >= 0, prev, first)
+        self._bad_losses = out
+        if self._check_finite_now(loss):
+            self._raise_if_not_finite()
+
+    def _check_finite_now(self, loss: torch.Tensor) -> bool:
+        every = int(getattr(self._trainer, "log_every_n_steps", 1) or 1) if self._trainer is not None else 1
+        return loss.device.type == "cpu" or (self.global_step + 1) % every == 0
+
+    def _raise_if_not_finite(self) -> None:
+        if self._first_bad_step is None:
+            return
+        step = int(self._first_bad_step)  # the one host synchronisation of the guard
+        if step >= 0:
+            losses = {k: float(v.detach()) for k, v in self._bad_losses.items()}
+            raise FloatingPointError(
+                f"non-finite training loss at step {step} (last losses {losses}); the last checkpoint "
+                "stays loadable; lower the learning rate or check the data")
 
     # ------------------------------------------------------------------ validation
     def _evaluate_batch(self, batch):
@@ -676,6 +711,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self._log_summary("test", self.test_metrics)
 
     def on_fit_start(self):
+        if self.device.type == "cuda":  # convolutions in channels-last, as cuDNN prefers (bf16 too)
+            self.model.to(memory_format=torch.channels_last)
         if not self.hparams.validate_at_start or self.trainer.datamodule is None:
             return
         if self.trainer.ckpt_path or self.global_step > 0:

@@ -75,10 +75,19 @@ def test_float32_and_device_kept(blobs, device, dtype):
     res = fit_ultrametric(g, x, max_iter=5)
     u = res.ultrametric
     assert u.dtype == dtype and u.device == x.device
-    # on a GPU, the fit the CPU makes in the same dtype (float32 near-ties may pick other trees: float64 only)
+    assert is_ultrametric_on_graph(g, u.detach().cpu().numpy().astype(np.float64))
     if device != "cpu" and dtype == torch.float64:
-        ref = fit_ultrametric(g, torch.tensor(w, dtype=dtype), max_iter=5).ultrametric
-        np.testing.assert_allclose(u.cpu().numpy(), ref.numpy(), rtol=1e-9, atol=1e-12)
+        # on a GPU, the CPU's fit in the same dtype. The first iterate must agree to rounding (the
+        # input weights have no ties). Later ones need not: once a step has made weights equal (the
+        # projected ultrametric has plateaus), the subgradient goes to whichever tied edge the tree
+        # picks, and the GPU's summation order breaks the tie otherwise (seen on an H200: 16 of 251
+        # values apart after 5 iterations). The subdominant ultrametric itself is unique, so the
+        # losses of the two fits stay close.
+        one = fit_ultrametric(g, x, max_iter=1).ultrametric
+        ref1 = fit_ultrametric(g, torch.tensor(w, dtype=dtype), max_iter=1).ultrametric
+        np.testing.assert_allclose(one.cpu().numpy(), ref1.numpy(), rtol=1e-9, atol=1e-12)
+        ref = fit_ultrametric(g, torch.tensor(w, dtype=dtype), max_iter=5)
+        assert res.loss == pytest.approx(ref.loss, rel=0.05)
 
 
 @pytest.mark.parametrize("kw, err, msg", [

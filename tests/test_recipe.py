@@ -157,6 +157,48 @@ def test_pixel_data_module_draws_and_errors(tmp_path):
         BSDS500PixelDataModule(tmp_path / "nowhere").setup("fit")
 
 
+def _pixel_module():
+    from hiseg.lightning import HierarchicalSegmentationModule
+
+    return HierarchicalSegmentationModule(arch_kwargs={"width": 8}, closest_weight=0, triplet_weight=0,
+                                          pixel_loss="edge", pixel_weight=1.0)
+
+
+def test_pixel_stage_non_finite_loss_on_the_cpu_stops_at_its_step():
+    m = _pixel_module()
+    good = PixelBatch(torch.rand(2, 3, 16, 16), torch.zeros(2, 16, 16), torch.ones(2, 16, 16, dtype=torch.bool))
+    assert math.isfinite(float(m.training_step(good, 0)))
+    bad = good._replace(images=torch.full_like(good.images, float("nan")))
+    with pytest.raises(FloatingPointError, match="non-finite training loss at step 0"):
+        m.training_step(bad, 0)
+
+
+def test_pixel_stage_deferred_finite_guard(monkeypatch):
+    """Where the check is deferred (a GPU: no host synchronisation per step), the first bad
+    step is remembered on the device, reported at the next check, and no checkpoint is
+    written after it."""
+    m = _pixel_module()
+    steps = iter(range(10))
+    monkeypatch.setattr(type(m), "global_step", property(lambda self: self._fake_step))
+    monkeypatch.setattr(type(m), "_check_finite_now", lambda self, loss: self._fake_step == 4)
+    losses = [1.0, 0.5, float("nan"), 0.7, 0.6]  # bad at step 2, checked at step 4
+    ckpt = {}
+    for v in losses[:2]:
+        m._fake_step = next(steps)
+        m._watch_finite({"loss": torch.tensor(v)})
+    m.on_save_checkpoint(ckpt)  # no bad step yet: written
+    assert "hiseg" in ckpt
+    m._fake_step = next(steps)
+    m._watch_finite({"loss": torch.tensor(losses[2])})  # not checked now
+    with pytest.raises(FloatingPointError, match="non-finite training loss at step 2"):
+        m.on_save_checkpoint({})
+    m._fake_step = next(steps)
+    m._watch_finite({"loss": torch.tensor(losses[3])})  # finite again: the first bad step stays
+    m._fake_step = next(steps)
+    with pytest.raises(FloatingPointError, match="non-finite training loss at step 2"):
+        m._watch_finite({"loss": torch.tensor(losses[4])})
+
+
 def test_pixel_batches_need_a_pixel_stage_model():
     """Pixel-stage batches carry no regions: a model with hierarchy terms is refused, naming them."""
     from hiseg.lightning import HierarchicalSegmentationModule
@@ -212,6 +254,14 @@ def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
     out = sorted(p.name for p in (tmp_path / "b").iterdir())
     assert len(out) <= 8 and "hiseg_gpu_merge.ckpt" in out, out
     assert load_ckpt(tmp_path / "b/pixel_last.ckpt")["global_step"] == 6
+    # the time limit of a resumed command comes on top of the training time the checkpoint has spent
+    # (Lightning's Timer restores it: a plain PIXEL_MINUTES would stop the resumed run at once)
+    import re
+
+    spent = int(load_ckpt(tmp_path / "a/pixel_last.ckpt")["callbacks"]["Timer"]["time_elapsed"]["train"])
+    d, h, mi, sec = map(int, re.search(r"max_time (\d+):(\d+):(\d+):(\d+), (\d+) s spent",
+                                       (tmp_path / "b/summary.txt").read_text()).groups()[:4])
+    assert ((d * 24 + h) * 60 + mi) * 60 + sec == spent + 5 * 60
 
     from hiseg.inference import Segmenter
 
