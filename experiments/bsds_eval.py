@@ -25,6 +25,17 @@ import numpy as np
 import torch
 
 
+def pipeline_summary(pipeline) -> dict:
+    """The pipeline's settings for a log or a table: a merging head by its shape and network, not
+    its weights (``results.json`` keeps them all)."""
+    d = pipeline.to_dict()
+    head = d.get("merge_head")
+    if isinstance(head, dict):
+        d["merge_head"] = {"features": len(head.get("features", [])), "hidden": head.get("hidden"),
+                           "context": head.get("context", 0), "network": head.get("network")}
+    return d
+
+
 def export(ckpt, path, extra_meta):
     from hiseg.models.weights import load_checkpoint_file, load_model, save_weights
 
@@ -92,7 +103,7 @@ def main():
     seg = Segmenter.from_checkpoint(ckpt)
     seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage,
                                                superpixels=args.superpixels)
-    print("pipeline:", seg.pipeline.to_dict())
+    print("pipeline:", pipeline_summary(seg.pipeline))
     kcut = {"hiseg_exact": [0.0, 0.0], "hiseg": [0.0, 0.0], "gpb_owt_ucm": [0.0, 0.0]}
     ucm_dir = root.parent / "ucm2" / "val" if (root.parent / "ucm2").is_dir() else root / "ucm2" / "val"
     times = []
@@ -181,7 +192,7 @@ def main():
     lines.append(f"\nK-cut covering (K = median annotator region count; closest level of each UCM): "
                  f"hiseg {kc['hiseg']:.4f} (exact K-region cut {kc['hiseg_exact']:.4f}), "
                  f"gPb-owt-ucm {kc['gpb_owt_ucm']:.4f}")
-    lines.append(f"pipeline: {seg.pipeline.to_dict()}")
+    lines.append(f"pipeline: {pipeline_summary(seg.pipeline)}")
     lines.append("\n(VI: lower is better.) predict, seconds per image (median): "
                  + ", ".join(f"{k} {v:.3f}" for k, v in tmed.items()))
     (out / "results.md").write_text("\n".join(lines) + "\n")
