@@ -1,0 +1,92 @@
+"""Two networks' boundary maps averaged (a probe for issue 20: does a second, differently
+trained network add to the shipped one?).
+
+The ensemble is a module whose logit is that of the mean of its members' probabilities, run
+through a plain pipeline (no merging head: a head is fitted on one network's maps) on BSDS500
+val; each member alone runs through the same pipeline as the reference. ``hiseg``'s benchmark
+gives every figure.
+
+    python experiments/ensemble_val.py --members bsds500 experiments/state/gpu_twin_pixel_last.ckpt \\
+        --bsds ../shared/data/BSDS500 --work runs/ensemble --out experiments/results/ensemble_val.md
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+
+import torch
+
+
+class MeanProbability(torch.nn.Module):
+    """logit(mean_i sigmoid(member_i(x))): what the pipeline's ``boundary_map`` reads."""
+
+    def __init__(self, members):
+        super().__init__()
+        self.members = torch.nn.ModuleList(members)
+
+    def forward(self, x):
+        p = torch.stack([torch.sigmoid(m(x).float()) for m in self.members]).mean(0)
+        return torch.logit(p.clamp(1e-6, 1 - 1e-6))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--members", nargs="+", required=True, help="shipped names or checkpoint files")
+    ap.add_argument("--bsds", required=True)
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--thresholds", type=int, default=99)
+    ap.add_argument("--limit", type=int, default=0)
+    ap.add_argument("--alone", action="store_true", help="also each member alone")
+    args = ap.parse_args(argv)
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from ucm_calibration import figures
+
+    from hiseg.data.bsds import find_bsds_root
+    from hiseg.inference import Segmenter
+    from hiseg.io import read_image, write_ucm2_mat
+    from hiseg.metrics.bsds import evaluate
+    from hiseg.segmentation import Pipeline
+
+    torch.set_num_threads(1)
+    root = find_bsds_root(args.bsds)
+    images = sorted((root / "images" / "val").glob("*.jpg"))[: args.limit or None]
+    gt = Path(args.work) / "gt"
+    gt.mkdir(parents=True, exist_ok=True)
+    for f in images:
+        if not (gt / f"{f.stem}.mat").exists():
+            (gt / f"{f.stem}.mat").symlink_to((root / "groundTruth" / "val" / f"{f.stem}.mat").resolve())
+    segs = [Segmenter.from_checkpoint(m) if Path(m).is_file() else Segmenter.from_pretrained(m) for m in args.members]
+    pipeline = Pipeline(superpixels="boundary_watershed", linkage="average", region_size=8.0, scales=(1.0,))
+    runs = {"ensemble": Segmenter(MeanProbability([s.model for s in segs]), pipeline=pipeline)}
+    if args.alone:
+        runs.update({Path(m).stem: Segmenter(s.model, pipeline=pipeline) for m, s in zip(args.members, segs)})
+    rows = []
+    for name, seg in runs.items():
+        d = Path(args.work) / name
+        d.mkdir(parents=True, exist_ok=True)
+        t = []
+        for f in images:
+            if not (d / f"{f.stem}.mat").exists():
+                t0 = time.perf_counter()
+                res = seg.segment(read_image(f))
+                t.append(time.perf_counter() - t0)
+                write_ucm2_mat(d / f"{f.stem}.mat", res.ucm2)
+        r = figures(evaluate(d, gt, n_thresholds=args.thresholds, workers=1))
+        rows.append((name, r, sorted(t)[len(t) // 2] if t else float("nan")))
+        print(name, r, flush=True)
+    keys = list(rows[0][1])
+    lines = [f"BSDS500 val, {len(images)} images, {args.thresholds} thresholds; members {args.members}; pipeline "
+             "boundary_watershed 8 px, average linkage, scale 1, no merging head (experiments/ensemble_val.py)\n",
+             "| run | " + " | ".join(keys) + " | s/img |", "|---|" + "---|" * (len(keys) + 1)]
+    lines += [f"| {n} | " + " | ".join(f"{v:.4f}" for v in r.values()) + f" | {s:.2f} |" for n, r, s in rows]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    Path(args.out).with_suffix(".json").write_text(json.dumps({n: r for n, r, _ in rows}))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
