@@ -1,10 +1,10 @@
 """Seconds per image of ``hiseg predict``: network, superpixels/RAG, hierarchy, writing.
 
-Runs the :class:`hiseg.inference.Segmenter` of a checkpoint (default: the shipped
-``models/hiseg_bsds500.ckpt`` when present, else the classical path) on BSDS500 val
-images (481x321) or on scikit-image sample images resized to 481x321, and prints a
+Runs the :class:`hiseg.inference.Segmenter` of a checkpoint (default: the shipped default
+model, ``models/hiseg_bsds500_merge.ckpt``, when present, else the classical path) on BSDS500
+val images (481x321) or on scikit-image sample images resized to 481x321, and prints a
 markdown table of the median time per stage, plus the batched network time on the
-device when ``--device cuda``.
+device when ``--device cuda``; with ``--table FILE`` the same text is also written there.
 
 Usage: ``python benchmarks/bench_predict.py [--checkpoint CKPT] [--images DIR] [--n 10]
 [--threads 2] [--device cpu]``
@@ -15,7 +15,7 @@ Usage: ``python benchmarks/bench_predict.py [--checkpoint CKPT] [--images DIR] [
 wall-clock time (process start and model loading included) and the CPU seconds of the
 process and its workers, with the ratio to the first N, and whether every file equals the
 first N's byte for byte; a markdown table, also written to ``--table``
-(default benchmarks/results/predict.md).
+(default here: benchmarks/results/predict.md).
 """
 import argparse
 import os
@@ -110,7 +110,7 @@ def throughput(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default = ROOT / "models" / "hiseg_bsds500.ckpt"
+    default = ROOT / "models" / "hiseg_bsds500_merge.ckpt"
     ap.add_argument("--checkpoint", default=str(default) if default.is_file() else None)
     ap.add_argument("--images", default=None, help="folder of .jpg images (e.g. BSDS500 val)")
     ap.add_argument("--n", type=int, default=10)
@@ -119,9 +119,11 @@ def main():
     ap.add_argument("--on-boundary", action="store_true")
     ap.add_argument("--workers", type=int, nargs="+", default=None,
                     help="throughput of `hiseg predict --workers N` for these N (see above)")
-    ap.add_argument("--table", default=str(ROOT / "benchmarks" / "results" / "predict.md"))
+    ap.add_argument("--table", default=None, help="also write the table here (--workers mode: default "
+                    "benchmarks/results/predict.md)")
     args = ap.parse_args()
     if args.workers:
+        args.table = args.table or str(ROOT / "benchmarks" / "results" / "predict.md")
         return throughput(args)
     torch.set_num_threads(args.threads)
     seg = (Segmenter.from_checkpoint(args.checkpoint, device=args.device)
@@ -139,12 +141,9 @@ def main():
             rows.append(dict(res.timings, writing=t2 - t1, total=t2 - t0))
     med = {k: float(np.median([r[k] for r in rows])) for k in rows[0]}
     what = f"checkpoint {Path(args.checkpoint).name}" if args.checkpoint else "classical path (colour gradient + 50 fitting iterations)"
-    print(f"# hiseg predict, {what}, {len(ims)} images {ims[0][1].shape[1]}x{ims[0][1].shape[0]}, "
-          f"device {args.device}, torch threads {args.threads}\n")
-    print("| stage | seconds per image |")
-    print("|---|---:|")
-    for k in ("network", "superpixels", "hierarchy", "writing", "total"):
-        print(f"| {k} | {med.get(k, 0.0):.3f} |")
+    lines = [f"# hiseg predict, {what}, {len(ims)} images {ims[0][1].shape[1]}x{ims[0][1].shape[0]}, "
+             f"device {args.device}, torch threads {args.threads}\n", "| stage | seconds per image |", "|---|---:|"]
+    lines += [f"| {k} | {med.get(k, 0.0):.3f} |" for k in ("network", "superpixels", "hierarchy", "writing", "total")]
     if args.device.startswith("cuda") and seg.model is not None:
         x = torch.stack([torch.from_numpy(im.transpose(2, 0, 1)) for _, im in ims if im.shape == ims[0][1].shape])
         x = x.to(args.device)
@@ -155,7 +154,12 @@ def main():
             for _ in range(5):
                 seg.model(x)
             torch.cuda.synchronize()
-        print(f"\nBatched network on {args.device}: {(time.perf_counter() - t0) / 5 / len(x) * 1e3:.1f} ms per image")
+        lines.append(f"\nBatched network on {args.device}: {(time.perf_counter() - t0) / 5 / len(x) * 1e3:.1f} ms per image")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if args.table:
+        Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.table).write_text(text)
 
 
 if __name__ == "__main__":
