@@ -80,8 +80,13 @@ class PipelineError(ValueError):
     """Pipeline settings that are missing, unknown or do not fit the input."""
 
 
-#: Context around each tile of :meth:`Pipeline.boundary_map` (pixels).
-TILE_MARGIN = 48
+#: Context around each tile of :meth:`Pipeline.boundary_map` (pixels): the shipped networks'
+#: receptive field. Measured on BSDS images enlarged to 900x700, tiles of 512: at 112 the tiled
+#: map equals the whole-image pass exactly (both shipped networks and the 675k-parameter GPU
+#: twin); at 96 within 2.1e-5; the former 48 left differences up to 0.2 in probability along
+#: the tile seams of every image whose working size exceeds 512 pixels on a side. A multiple of
+#: 8, the networks' stride, so that tiles keep the whole-image sampling grid.
+TILE_MARGIN = 112
 
 
 def tiled_forward(model: torch.nn.Module, x: torch.Tensor, tile: int = 512, margin: int = TILE_MARGIN) -> torch.Tensor:
