@@ -23,7 +23,7 @@ SUB_ORDER = {
     "metrics": ["summary", "matching", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
                 "evaluate_cli", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
-    "models": ["weights", "boundary_net", "backbone_net"],
+    "models": ["weights", "boundary_net", "backbone_net", "ensemble"],
 }
 
 

@@ -47,6 +47,7 @@ _BUILDERS: dict[str, Callable[..., nn.Module] | str] = {  # "module:function": i
     "compact_boundary_net": "hiseg.models.boundary_net:compact_boundary_net",
     "vgg16_boundary_net": "hiseg.models.backbone_net:vgg16_boundary_net",
     "resnet18_boundary_net": "hiseg.models.backbone_net:resnet18_boundary_net",
+    "mean_probability_ensemble": "hiseg.models.ensemble:mean_probability_ensemble",
 }
 
 

@@ -1,0 +1,70 @@
+"""hiseg.models.ensemble: several networks as one (mean of their boundary probabilities)."""
+import numpy as np
+import pytest
+import torch
+
+from hiseg.models import get_model, load_model, save_weights
+from hiseg.models.ensemble import MeanProbabilityEnsemble, mean_probability_ensemble
+
+A = {"width": 8, "blocks": [1, 1, 1, 1], "side_channels": 4}
+B = {"width": 12, "blocks": [1, 2, 1, 1], "side_channels": 4}
+
+
+def _members():
+    torch.manual_seed(0)
+    return [get_model("compact_boundary_net", **A).eval(), get_model("compact_boundary_net", **B).eval()]
+
+
+def test_mean_of_the_members_probabilities_and_a_saved_round_trip(tmp_path):
+    a, b = _members()
+    ens = MeanProbabilityEnsemble.from_models([a, b]).eval()
+    x = torch.rand(2, 3, 40, 56)
+    with torch.no_grad():
+        # the definition, computed here in float64 from the members themselves
+        p = (torch.sigmoid(a(x).double()) + torch.sigmoid(b(x).double())) / 2
+        got = torch.sigmoid(ens(x).double())
+        assert got.shape == (2, 1, 40, 56)
+        np.testing.assert_allclose(got.numpy(), p.numpy(), atol=1e-6)
+        from hiseg.segmentation import Pipeline
+
+        path = save_weights(ens, tmp_path / "ens.ckpt", metadata={"pipeline": Pipeline().to_dict()})
+        again = load_model(path).eval()
+        assert torch.equal(again(x), ens(x))
+    assert again.arch_kwargs["members"][1]["arch_kwargs"]["width"] == 12
+    # what `hiseg predict` runs: a pipeline on the ensemble's map
+    from hiseg.inference import Segmenter
+
+    res = Segmenter.from_checkpoint(path).segment(np.random.default_rng(0).uniform(0, 1, (40, 56, 3)).astype(np.float32))
+    assert res.ucm2.shape == (81, 113) and np.isfinite(res.ucm2).all()
+
+
+def test_one_member_is_that_member():
+    a, _ = _members()
+    ens = MeanProbabilityEnsemble.from_models([a]).eval()
+    x = torch.rand(1, 3, 24, 24)
+    with torch.no_grad():
+        np.testing.assert_allclose(torch.sigmoid(ens(x)).numpy(), torch.sigmoid(a(x)).clamp(1e-6, 1 - 1e-6).numpy(),
+                                   atol=1e-6)
+
+
+@pytest.mark.parametrize("members, msg", [
+    ([], "non-empty list of members"),
+    ("compact_boundary_net", "non-empty list of members"),
+    ([{"arch_kwargs": {}}], "member 0 must be a dict"),
+    ([{"arch": "compact_boundary_net", "arch_kwargs": [1]}], "member 0 must be a dict"),
+    ([{"arch": "mean_probability_ensemble", "arch_kwargs": {}}], "member 0 is itself an ensemble"),
+    ([{"arch": "no_such_net", "arch_kwargs": {}}], "unknown model 'no_such_net'"),
+])
+def test_bad_members_are_named(members, msg):
+    with pytest.raises(ValueError, match=msg):
+        MeanProbabilityEnsemble(members)
+
+
+def test_misuse_is_a_clear_error():
+    a, _ = _members()
+    with pytest.raises(ValueError, match="does not name its architecture"):
+        MeanProbabilityEnsemble.from_models([a, torch.nn.Conv2d(3, 1, 1)])
+    with pytest.raises(ValueError, match="has no side outputs"):
+        MeanProbabilityEnsemble.from_models([a])(torch.rand(1, 3, 16, 16), return_side_outputs=True)
+    with pytest.raises(ValueError, match="needs members"):
+        mean_probability_ensemble()
