@@ -233,8 +233,8 @@ class Pipeline:
                      tile: int = 512) -> np.ndarray:
         """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image,
         averaged over ``scales`` (and mirrors, with ``flip``); without a model, the image's colour gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the
-        network in tiles with a margin of :data:`TILE_MARGIN` pixels (the network's
-        effective receptive field: a pixel further away changes the output by < 3e-6), so
+        network in tiles with a margin of :data:`TILE_MARGIN` pixels (the shipped networks'
+        receptive field: the tiled map equals the whole-image pass), so
         memory stays bounded whatever the image size; 0 disables tiling."""
         self.check_model(model)
         if model is None:
