@@ -59,8 +59,9 @@ def no_network(monkeypatch, tmp_path):
     return tmp_path / "torch_home"
 
 
-def test_registry_lists_the_three_builders():
-    assert list_models() == sorted(ALL)
+def test_registry_lists_the_builders():
+    # the three networks, and the ensemble of trained ones (tests/test_ensemble.py)
+    assert list_models() == sorted(ALL + ["mean_probability_ensemble"])
     with pytest.raises(ValueError, match="known models"):
         get_model("nope_net")
 
