@@ -7,8 +7,11 @@
 #   2. once the pixel stage has reached its step budget: the learned-merging head with the network
 #      frozen (experiments/merge_recipe.py: maps at scales 0.5, 1 + flip, the head recipe selected on val
 #      by experiments/merge_head.py, trained on train+val), exported as one checkpoint for hiseg predict.
-# Defaults fit one 9-minute command: 5 min of pixel stage (9000 steps of 32 crops at the ~1100 crops/s
-# projected for an H200; a slower card stops on the clock and the next command resumes), then ~4 min of merging.
+# Defaults: 5 min of pixel stage per command, then ~4 min of merging once the 9000 steps are done. Measured on an
+# H200 (2026-11-27, benchmarks/results/gpu.md): ~305 crops/s, not the ~1100 projected, so 9000 steps take about
+# 16 min over several resumed commands (channels-last and the sync-free NaN guard, added since, are unmeasured).
+# The train-only twin stands at step 5,721: SPLIT=train MERGE=0 experiments/gpu_recipe.sh $OUT
+# experiments/state/gpu_twin_pixel_last.ckpt
 # Everything the next command needs comes back in OUT (at most 8 files): pixel_last.ckpt,
 # pixel_metrics.csv, recipe.log, summary.txt and, at the end, hiseg_gpu_merge.ckpt.
 #
