@@ -13,8 +13,8 @@ The paths (what a loader worker does for one training sample,
 * ``cached``: colour superpixels of each whole image computed once (the first time a
   worker sees it; reported apart, as "first sight"), augmented with the image, relabelled
   connected, the RAG re-derived (:mod:`hiseg.data.cache`);
-* ``none``: no superpixels in the loader (``superpixel_method: none``): the model's
-  pipeline rebuilds them from its prediction inside the training step
+* ``none``: no superpixels in the loader (what ``use_pipeline`` sets for a pipeline that
+  rebuilds them): the model's pipeline rebuilds them from its prediction inside the training step
   (``pipeline.superpixels: boundary_watershed``, the BSDS recipe). That rebuild is CPU
   work of the step; its cost per sample (``--rebuild``: on the boundary maps of the
   pixel-stage network ``models/pixel_stage.ckpt`` when present, else of an untrained one)
