@@ -86,7 +86,7 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                      "or --threshold, a label image and a coloured overlay, into --out.")
     p.add_argument("inputs", nargs="+", help="images or folders of images")
     p.add_argument("--checkpoint", "-c", default=None,
-                   help="trained checkpoint (.ckpt) or a shipped model's name (bsds500, bsds500_merge); without it, "
+                   help="trained checkpoint (.ckpt) or a shipped model's name (bsds500, bsds500_merge, bsds500_ensemble); without it, "
                         "the classical colour-gradient + ultrametric-fitting path")
     p.add_argument("--out", "-o", required=True, help="output folder")
     p.add_argument("--regions", type=option_type(int, _at_least_one), default=None, metavar="K",

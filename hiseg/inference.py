@@ -226,13 +226,14 @@ class Segmenter:
         return cls(model, device=device, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, name: str = "bsds500_merge", device: Union[str, torch.device] = "cpu",
+    def from_pretrained(cls, name: str = "bsds500_ensemble", device: Union[str, torch.device] = "cpu",
                         **kwargs) -> "Segmenter":
         """A shipped model by name (:class:`hiseg.models.Weights`), from any folder; no download.
-        The default, ``"bsds500_merge"``, is the best on every BSDS val figure within 1 s per
-        481x321 image on a CPU (learned merging, scales 0.5 and 1 with flips); ``"bsds500"`` is
-        the previous one (single scale, frontier mean: about half the time). ValueError for an
-        unknown name, FileNotFoundError when absent."""
+        The default, ``"bsds500_ensemble"``, is the best on every BSDS val figure within 1 s per
+        481x321 image on a CPU (two networks averaged, scales 0.5 and 1, learned merging);
+        ``"bsds500_merge"`` (one network, scales 0.5 and 1 with flips, learned merging) and
+        ``"bsds500"`` (single scale, frontier mean: about half the time) are the previous ones.
+        ValueError for an unknown name, FileNotFoundError when absent."""
         from .models.weights import Weights
 
         return cls.from_checkpoint(Weights.from_name(name).path(), device=device, **kwargs)

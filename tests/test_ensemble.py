@@ -68,3 +68,21 @@ def test_misuse_is_a_clear_error():
         MeanProbabilityEnsemble.from_models([a])(torch.rand(1, 3, 16, 16), return_side_outputs=True)
     with pytest.raises(ValueError, match="needs members"):
         mean_probability_ensemble()
+
+
+def test_the_shipped_ensemble_is_the_default_and_runs_its_pipeline():
+    """``bsds500_ensemble``: two trained networks and a merging head fitted on their averaged maps."""
+    from hiseg.inference import Segmenter
+    from hiseg.models import Weights
+
+    seg = Segmenter.from_pretrained()
+    assert isinstance(seg.model, MeanProbabilityEnsemble) and len(seg.model.members) == 2
+    assert Weights.from_name("bsds500_ensemble").value.builder == "mean_probability_ensemble"
+    assert seg.pipeline.merge_head is not None and tuple(seg.pipeline.scales) == (0.5, 1.0) and not seg.pipeline.flip
+    res = seg.segment(np.random.default_rng(1).uniform(0, 1, (48, 64, 3)).astype(np.float32))
+    assert res.ucm2.shape == (97, 129) and np.isfinite(res.ucm2).all() and res.ucm2.max() > 0
+    # the head refuses the maps of another network (one member alone)
+    from hiseg.segmentation.pipeline import PipelineError
+
+    with pytest.raises(PipelineError, match="network"):
+        Segmenter(seg.model.members[0], pipeline=seg.pipeline).segment(np.zeros((32, 32, 3), np.float32))

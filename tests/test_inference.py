@@ -444,7 +444,7 @@ def test_tiled_shipped_networks_equal_their_whole_image_pass():
 
     img = resize(skimage.data.astronaut(), (280, 264), anti_aliasing=True).astype(np.float32)
     x = torch.from_numpy(img.transpose(2, 0, 1).copy())[None]
-    for name in ("bsds500", "bsds500_merge"):
+    for name in ("bsds500", "bsds500_merge", "bsds500_ensemble"):
         m = load_model(Weights.from_name(name).path()).eval()
         with torch.no_grad():
             whole = torch.sigmoid(m(x))

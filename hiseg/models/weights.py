@@ -112,6 +112,20 @@ class Weights(enum.Enum):
                               "vi_ods": 1.4665, "fop_ods": 0.3993, "fop_ois": 0.4532, "fop_ap": 0.3068},
               "licence": "trained on BSDS500: non-commercial research and education", "card": "models/README.md"})
 
+    BSDS500_ENSEMBLE = WeightsEntry(
+        file="hiseg_bsds500_ensemble.ckpt", builder="mean_probability_ensemble",
+        pipeline={"superpixels": "boundary_watershed", "linkage": "average", "region_size": 8.0, "sigma": 1.0,
+                  "scales": [0.5, 1.0], "flip": False,
+                  "merge_head": "learned (14 edge features, MLP 32-32) on the ensemble's maps"},
+        preprocessing="float RGB in [0, 1], any size; images above 500,000 pixels are reduced (Pipeline.max_pixels)",
+        meta={"parameters": 1_004_000,
+              "data": "BSDS500 train (200 images): two networks (bsds500's, 329k parameters, and the GPU recipe's "
+                      "train-only twin at step 5,721, 675k) averaged; the merging head trained on train with both "
+                      "frozen, its recipe chosen on val",
+              "bsds500_val": {"ods": 0.7543, "ois": 0.7718, "ap": 0.8091, "covering_ods": 0.6484, "pri_ods": 0.8321,
+                              "vi_ods": 1.4602, "fop_ods": 0.4039, "fop_ois": 0.4565, "fop_ap": 0.3162},
+              "licence": "trained on BSDS500: non-commercial research and education", "card": "models/README.md"})
+
     @classmethod
     def from_name(cls, name: str) -> "Weights":
         """The entry called ``name`` (case-insensitive); ValueError listing the names otherwise."""
