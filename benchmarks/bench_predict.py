@@ -1,7 +1,7 @@
 """Seconds per image of ``hiseg predict``: network, superpixels/RAG, hierarchy, writing.
 
 Runs the :class:`hiseg.inference.Segmenter` of a checkpoint (default: the shipped default
-model, ``models/hiseg_bsds500_merge.ckpt``, when present, else the classical path) on BSDS500
+model, ``Weights.default()``, when present, else the classical path) on BSDS500
 val images (481x321) or on scikit-image sample images resized to 481x321, and prints a
 markdown table of the median time per stage, plus the batched network time on the
 device when ``--device cuda``; with ``--table FILE`` the same text is also written there.
@@ -110,8 +110,13 @@ def throughput(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    default = ROOT / "models" / "hiseg_bsds500_merge.ckpt"
-    ap.add_argument("--checkpoint", default=str(default) if default.is_file() else None)
+    from hiseg.models.weights import Weights
+
+    try:
+        default = str(Weights.default().path())
+    except FileNotFoundError:
+        default = None
+    ap.add_argument("--checkpoint", default=default)
     ap.add_argument("--images", default=None, help="folder of .jpg images (e.g. BSDS500 val)")
     ap.add_argument("--n", type=int, default=10)
     ap.add_argument("--threads", type=int, default=2)

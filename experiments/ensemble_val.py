@@ -1,7 +1,8 @@
 """Two networks' boundary maps averaged (a probe for issue 20: does a second, differently
 trained network add to the shipped one?).
 
-The ensemble is a module whose logit is that of the mean of its members' probabilities, run
+The ensemble (``hiseg.models.ensemble.MeanProbabilityEnsemble``: the logit of the mean of its
+members' probabilities) runs
 through a plain pipeline (no merging head: a head is fitted on one network's maps) on BSDS500
 val; each member alone runs through the same pipeline as the reference. ``hiseg``'s benchmark
 gives every figure.
@@ -17,18 +18,6 @@ from pathlib import Path
 import torch
 
 
-class MeanProbability(torch.nn.Module):
-    """logit(mean_i sigmoid(member_i(x))): what the pipeline's ``boundary_map`` reads."""
-
-    def __init__(self, members):
-        super().__init__()
-        self.members = torch.nn.ModuleList(members)
-
-    def forward(self, x):
-        p = torch.stack([torch.sigmoid(m(x).float()) for m in self.members]).mean(0)
-        return torch.logit(p.clamp(1e-6, 1 - 1e-6))
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--members", nargs="+", required=True, help="shipped names or checkpoint files")
@@ -42,25 +31,22 @@ def main(argv=None):
     import sys
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from ucm_calibration import figures
+    from ucm_calibration import figures, link_ground_truth
 
     from hiseg.data.bsds import find_bsds_root
     from hiseg.inference import Segmenter
     from hiseg.io import read_image, write_ucm2_mat
     from hiseg.metrics.bsds import evaluate
+    from hiseg.models.ensemble import MeanProbabilityEnsemble
     from hiseg.segmentation import Pipeline
 
     torch.set_num_threads(1)
     root = find_bsds_root(args.bsds)
     images = sorted((root / "images" / "val").glob("*.jpg"))[: args.limit or None]
-    gt = Path(args.work) / "gt"
-    gt.mkdir(parents=True, exist_ok=True)
-    for f in images:
-        if not (gt / f"{f.stem}.mat").exists():
-            (gt / f"{f.stem}.mat").symlink_to((root / "groundTruth" / "val" / f"{f.stem}.mat").resolve())
+    gt = link_ground_truth(images, root / "groundTruth" / "val", Path(args.work) / "gt")
     segs = [Segmenter.from_checkpoint(m) if Path(m).is_file() else Segmenter.from_pretrained(m) for m in args.members]
     pipeline = Pipeline(superpixels="boundary_watershed", linkage="average", region_size=8.0, scales=(1.0,))
-    runs = {"ensemble": Segmenter(MeanProbability([s.model for s in segs]), pipeline=pipeline)}
+    runs = {"ensemble": Segmenter(MeanProbabilityEnsemble.from_models([s.model for s in segs]), pipeline=pipeline)}
     if args.alone:
         runs.update({Path(m).stem: Segmenter(s.model, pipeline=pipeline) for m, s in zip(args.members, segs)})
     rows = []

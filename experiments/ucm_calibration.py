@@ -47,6 +47,17 @@ def region_scale(ucm2: np.ndarray, altitudes: np.ndarray, n_leaves: int, lam: fl
     return out
 
 
+def link_ground_truth(images, gt_dir: Path, dest: Path) -> Path:
+    """``dest``: links to the ground truth of ``images`` only (``hiseg.metrics.bsds.evaluate``
+    pairs every ground-truth file of its folder with a prediction)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for f in images:
+        link = dest / f"{f.stem}.mat"
+        if not link.exists():
+            link.symlink_to((gt_dir / f"{f.stem}.mat").resolve())
+    return dest
+
+
 def cache_split(seg, images, work: Path) -> list:
     from hiseg.io import read_image
 
@@ -96,12 +107,7 @@ def main(argv=None):
     images = sorted((root / "images" / args.split).glob("*.jpg"))
     if args.limit:
         images = images[: args.limit]
-    gt = Path(args.work) / args.split / "gt"  # the ground truth of these images only (links)
-    gt.mkdir(parents=True, exist_ok=True)
-    for f in images:
-        link = gt / f"{f.stem}.mat"
-        if not link.exists():
-            link.symlink_to((root / "groundTruth" / args.split / f"{f.stem}.mat").resolve())
+    gt = link_ground_truth(images, root / "groundTruth" / args.split, Path(args.work) / args.split / "gt")
     seg = (Segmenter.from_checkpoint(args.checkpoint) if Path(args.checkpoint).is_file()
            else Segmenter.from_pretrained(args.checkpoint))
     work = Path(args.work) / args.split

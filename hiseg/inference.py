@@ -226,17 +226,18 @@ class Segmenter:
         return cls(model, device=device, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, name: str = "bsds500_ensemble", device: Union[str, torch.device] = "cpu",
+    def from_pretrained(cls, name: Optional[str] = None, device: Union[str, torch.device] = "cpu",
                         **kwargs) -> "Segmenter":
         """A shipped model by name (:class:`hiseg.models.Weights`), from any folder; no download.
-        The default, ``"bsds500_ensemble"``, is the best on every BSDS val figure within 1 s per
+        The default (``None``: :data:`hiseg.models.weights.DEFAULT_PRETRAINED`), ``"bsds500_ensemble"``, is the best on every BSDS val figure within 1 s per
         481x321 image on a CPU (two networks averaged, scales 0.5 and 1, learned merging);
         ``"bsds500_merge"`` (one network, scales 0.5 and 1 with flips, learned merging) and
         ``"bsds500"`` (single scale, frontier mean: about half the time) are the previous ones.
         ValueError for an unknown name, FileNotFoundError when absent."""
         from .models.weights import Weights
 
-        return cls.from_checkpoint(Weights.from_name(name).path(), device=device, **kwargs)
+        w = Weights.default() if name is None else Weights.from_name(name)
+        return cls.from_checkpoint(w.path(), device=device, **kwargs)
 
     # ------------------------------------------------------------------ steps
     @torch.no_grad()

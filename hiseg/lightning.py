@@ -643,7 +643,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         else:  # the earliest bad step, or -1 (no synchronisation: device ops only)
             prev = self._first_bad_step
             self._first_bad_step = torch.where(prev >= 0, prev, first)
-        self._bad_losses = out
+        self._bad_losses = {k: v.detach() for k, v in out.items()}  # for the message only: no graph kept
         if self._check_finite_now(loss):
             self._raise_if_not_finite()
 

@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, NamedTuple
 import torch
 from torch import nn
 
-__all__ = ["CheckpointError", "ArchitectureMismatchError", "Weights", "WeightsEntry", "Checkpoint", "register_model",
+__all__ = ["CheckpointError", "ArchitectureMismatchError", "DEFAULT_PRETRAINED", "Weights", "WeightsEntry", "Checkpoint", "register_model",
            "list_models", "get_model", "refuse_remote_checkpoint", "load_checkpoint_file", "read_checkpoint",
            "load_weights", "save_weights", "load_model"]
 
@@ -89,6 +89,11 @@ class WeightsEntry:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
+#: The name of the default shipped model (``Segmenter.from_pretrained()``, benchmarks): the best on
+#: every BSDS val figure within 1 s per 481x321 image on a CPU (``models/README.md``).
+DEFAULT_PRETRAINED = "bsds500_ensemble"
+
+
 class Weights(enum.Enum):
     """Shipped weights. ``Weights.from_name("bsds500").path()``; the card is ``models/README.md``."""
 
@@ -125,6 +130,11 @@ class Weights(enum.Enum):
               "bsds500_val": {"ods": 0.7543, "ois": 0.7718, "ap": 0.8091, "covering_ods": 0.6484, "pri_ods": 0.8321,
                               "vi_ods": 1.4602, "fop_ods": 0.4039, "fop_ois": 0.4565, "fop_ap": 0.3162},
               "licence": "trained on BSDS500: non-commercial research and education", "card": "models/README.md"})
+
+    @classmethod
+    def default(cls) -> "Weights":
+        """The shipped model ``Segmenter.from_pretrained()`` loads: :data:`DEFAULT_PRETRAINED`."""
+        return cls.from_name(DEFAULT_PRETRAINED)
 
     @classmethod
     def from_name(cls, name: str) -> "Weights":
