@@ -573,6 +573,7 @@ def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(t
     (runs/cpu_finetune for the CPU run, which resumes there), no loader superpixels."""
     from _train import ROOT
 
+    from hiseg.callbacks import LastCheckpoint
     from hiseg.cli_train import main
     from hiseg.lightning import CSVLogger
 
@@ -586,6 +587,9 @@ def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(t
         assert type(logger) is CSVLogger and logger.save_dir == root and logger.name == "csv"
         cli.datamodule.use_pipeline(cli.model.pipeline)  # what the model's setup does
         assert cli.datamodule.superpixel_mode == "none" and cli.model.rebuilds_superpixels
+        if root == "runs/cpu_finetune":  # exact resume where experiments/cpu_finetune.sh looks for last.ckpt
+            (cb,) = cli.trainer.checkpoint_callbacks
+            assert type(cb) is LastCheckpoint and cb.dirpath.endswith("runs/cpu_finetune/checkpoints")
     ckpt_dirs = [cb.dirpath for cb in cli.trainer.checkpoint_callbacks]
     assert ckpt_dirs == [None]  # the base config's: under the logger's version folder
 
