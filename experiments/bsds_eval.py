@@ -72,6 +72,8 @@ def main():
     ap.add_argument("--thresholds", type=int, default=99)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--scales", type=float, nargs="+", default=None, help="override the pipeline's scales")
+    ap.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
+                    help="override the pipeline's flip (each scale's map averaged with its mirror's)")
     ap.add_argument("--linkage", default=None, help="override the pipeline's linkage")
     ap.add_argument("--superpixels", default=None, help="override the pipeline's superpixels")
     args = ap.parse_args()
@@ -101,7 +103,7 @@ def main():
     from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k
 
     seg = Segmenter.from_checkpoint(ckpt)
-    seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, linkage=args.linkage,
+    seg.pipeline = seg.pipeline.with_overrides(scales=args.scales, flip=args.flip, linkage=args.linkage,
                                                superpixels=args.superpixels)
     print("pipeline:", pipeline_summary(seg.pipeline))
     kcut = {"hiseg_exact": [0.0, 0.0], "hiseg": [0.0, 0.0], "gpb_owt_ucm": [0.0, 0.0]}

@@ -103,6 +103,9 @@ def add_predict_arguments(p: argparse.ArgumentParser):
                    help="with --checkpoint: multi-scale inference, average the boundary maps at these image scales "
                         "(each in [0.1, 4], e.g. 0.5 1 1.5; about sum(s^2) times the network's cost); default: "
                         "the checkpoint's")
+    p.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
+                   help="with --checkpoint: also average each scale's map with the map of the mirrored image "
+                        "(about twice the network's cost); default: the checkpoint's")
     p.add_argument("--linkage", choices=("average", "single"), default=None,
                    help="with --checkpoint: hierarchy of the region adjacency graph; default: the checkpoint's")
     p.add_argument("--tile", type=option_type(int, lambda v: check_tile(v, "TILE")), default=512,
@@ -317,7 +320,7 @@ def run_view(args) -> int:
 
 def make_segmenter(args):
     """The Segmenter of ``--checkpoint`` (a path or a shipped model's name; none: the classical
-    path) on ``--device``, its pipeline overridden by ``--scales``/``--linkage``/``--max-pixels``."""
+    path) on ``--device``, its pipeline overridden by ``--scales``/``--flip``/``--linkage``/``--max-pixels``."""
     from .inference import Segmenter, resolve_device
 
     device = resolve_device(args.device, "--device")
@@ -329,11 +332,13 @@ def make_segmenter(args):
         else:
             seg = Segmenter.from_checkpoint(args.checkpoint, device=device)
         seg.pipeline = seg.pipeline.with_overrides(scales=getattr(args, "scales", None),
+                                                   flip=getattr(args, "flip", None),
                                                    linkage=getattr(args, "linkage", None),
                                                    max_pixels=args.max_pixels)
     else:
-        given = [o for o, v in (("--scales", getattr(args, "scales", None)), ("--linkage", getattr(args, "linkage", None)))
-                 if v is not None]
+        flip = getattr(args, "flip", None)
+        given = [o for o, v in (("--scales", getattr(args, "scales", None)), ("--no-flip" if flip is False else "--flip", flip),
+                                ("--linkage", getattr(args, "linkage", None))) if v is not None]
         if given:
             raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline and need(s) --checkpoint; without "
                              "one, the classical path (colour gradient, closest fit) runs, which has neither")

@@ -127,12 +127,34 @@ def test_more_regions_than_the_hierarchy_has_warn_and_give_its_finest_cut(tmp_pa
         res.cut(n_regions=0)
 
 
-@pytest.mark.parametrize("opts", [["--scales", "0.5", "1"], ["--linkage", "single"]])
+@pytest.mark.parametrize("opts", [["--scales", "0.5", "1"], ["--flip"], ["--no-flip"], ["--linkage", "single"]])
 def test_network_options_without_a_checkpoint_are_refused(tmp_path, capsys, opts):
     d = photos(tmp_path, "a.png")
     rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o"), *opts])
     assert rc == 2 and f"{opts[0]} set(s) the network's pipeline and need(s) --checkpoint" in err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("name, flag, want", [("bsds500", "--flip", True), ("bsds500_merge", "--no-flip", False)])
+def test_flip_overrides_the_checkpoints_setting(name, flag, want):
+    """``--flip`` / ``--no-flip`` replace the checkpoint's mirror averaging (the "best quality"
+    setting adds it to the default's scales); without the flag the checkpoint's setting stays."""
+    import argparse
+
+    import hiseg.cli
+
+    parser = argparse.ArgumentParser()
+    hiseg.cli.add_predict_arguments(parser)
+    keep = hiseg.cli.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o"]))
+    seg = hiseg.cli.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o", flag]))
+    assert keep.pipeline.flip is (not want) and seg.pipeline.flip is want
+    assert seg.pipeline.scales == keep.pipeline.scales and seg.pipeline.merge_head == keep.pipeline.merge_head
+    img = checker_image()
+    mirrored = seg.pipeline.boundary_map(seg.model, img[:, ::-1].copy())[:, ::-1]
+    if want:  # the flip-averaged map is mirror-symmetric by construction; the plain one is not
+        np.testing.assert_allclose(seg.pipeline.boundary_map(seg.model, img), mirrored, atol=1e-5)
+    else:
+        assert np.abs(seg.pipeline.boundary_map(seg.model, img) - mirrored).max() > 1e-4
 
 
 # ----------------------------------------------------------------------------- 8: image scale, EXIF
