@@ -17,8 +17,7 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     from hiseg.inference import Segmenter
-    from hiseg.lightning import _init_weights_path
-    from hiseg.models import load_model, save_weights
+    from hiseg.models import Weights, load_model, save_weights
     from hiseg.models.ensemble import MeanProbabilityEnsemble
     from hiseg.segmentation import Pipeline
 
@@ -27,11 +26,9 @@ def main(argv=None):
     settings = json.loads(args.pipeline)
     if not isinstance(settings, dict):
         ap.error(f"--pipeline must be a JSON object, got {args.pipeline!r}")
-    members = [_init_weights_path(m) for m in args.members]  # a file, else a shipped name
-    base = Segmenter.from_checkpoint(members[0]).pipeline.to_dict()
-    base.update({"merge_head": None, **settings})
-    pipeline = Pipeline.from_dict(base)
-    ens = MeanProbabilityEnsemble.from_models([load_model(m) for m in members])
+    first = Segmenter.from_checkpoint(Weights.resolve(args.members[0]))  # its network and pipeline, read once
+    pipeline = Pipeline.from_dict({**first.pipeline.to_dict(), "merge_head": None, **settings})
+    ens = MeanProbabilityEnsemble.from_models([first.model] + [load_model(Weights.resolve(m)) for m in args.members[1:]])
     path = save_weights(ens, args.out, metadata={"pipeline": pipeline.to_dict(), "members": list(args.members)})
     print(f"wrote {path}: {len(args.members)} members, pipeline {pipeline.to_dict()}")
 

@@ -8,7 +8,9 @@
 # crops, ~10 s per step on one core). Validation (first 10 val images, boundary F of the UCM) every
 # 100 steps, for the curve only: the last iterate is used.
 #   nohup taskset -c 1 experiments/cpu_anneal.sh [BSDS_ROOT] > runs/cpu_anneal.log 2>&1 &
-# Resumes from runs/cpu_anneal/csv/version_*/checkpoints/last.ckpt (every 50 steps).
+# Resumes from runs/cpu_anneal/csv/version_*/checkpoints/last.ckpt (every 50 steps), or, in a fresh clone, from
+# the committed experiments/state/cpu_anneal_last.ckpt (the finished 400-step run of 2026-11-27: a larger STEPS
+# continues it).
 set -eu
 DATA=${1:-datasets/BSDS500}
 STEPS=${STEPS:-400}; BATCH=${BATCH:-8}
@@ -18,6 +20,7 @@ INIT=experiments/state/gpu_twin_pixel_last.ckpt
 LR=$(python -c "import sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=True); \
 print(c['optimizer_states'][0]['param_groups'][0]['lr'])" "$INIT")
 last=$(ls "$ROOT"/csv/version_*/checkpoints/last.ckpt 2>/dev/null | tail -1 || true)
+[ -z "$last" ] && [ -f experiments/state/cpu_anneal_last.ckpt ] && last=experiments/state/cpu_anneal_last.ckpt
 resume=(); [ -n "$last" ] && resume=(--ckpt_path "$last")
 echo "cpu_anneal: from $INIT at lr $LR, $STEPS steps of $BATCH crops${last:+, resuming $last}"
 exec python train.py fit --config configs/bsds500_pixel.yaml \

@@ -100,6 +100,7 @@ def main(argv=None):
     from hiseg.data.bsds import find_bsds_root
     from hiseg.inference import Segmenter
     from hiseg.io import write_ucm2_mat
+    from hiseg.models import Weights
     from hiseg.metrics.bsds import evaluate
 
     torch.set_num_threads(1)
@@ -108,8 +109,7 @@ def main(argv=None):
     if args.limit:
         images = images[: args.limit]
     gt = link_ground_truth(images, root / "groundTruth" / args.split, Path(args.work) / args.split / "gt")
-    seg = (Segmenter.from_checkpoint(args.checkpoint) if Path(args.checkpoint).is_file()
-           else Segmenter.from_pretrained(args.checkpoint))
+    seg = Segmenter.from_checkpoint(Weights.resolve(args.checkpoint))
     work = Path(args.work) / args.split
     t0 = time.time()
     cached = cache_split(seg, images, work / "cache")

@@ -324,21 +324,16 @@ def make_segmenter(args):
     from .inference import Segmenter, resolve_device
 
     device = resolve_device(args.device, "--device")
+    scales, flip, linkage = getattr(args, "scales", None), getattr(args, "flip", None), getattr(args, "linkage", None)
     if args.checkpoint:
         from .models.weights import Weights
 
-        if args.checkpoint.lower() in Weights.names() and not Path(args.checkpoint).exists():
-            seg = Segmenter.from_pretrained(args.checkpoint, device=device)
-        else:
-            seg = Segmenter.from_checkpoint(args.checkpoint, device=device)
-        seg.pipeline = seg.pipeline.with_overrides(scales=getattr(args, "scales", None),
-                                                   flip=getattr(args, "flip", None),
-                                                   linkage=getattr(args, "linkage", None),
+        seg = Segmenter.from_checkpoint(Weights.resolve(args.checkpoint), device=device)
+        seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage,
                                                    max_pixels=args.max_pixels)
     else:
-        flip = getattr(args, "flip", None)
-        given = [o for o, v in (("--scales", getattr(args, "scales", None)), ("--no-flip" if flip is False else "--flip", flip),
-                                ("--linkage", getattr(args, "linkage", None))) if v is not None]
+        given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
+                                ("--linkage", linkage)) if v is not None]
         if given:
             raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline and need(s) --checkpoint; without "
                              "one, the classical path (colour gradient, closest fit) runs, which has neither")

@@ -266,9 +266,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
         start = None
         if init_from:
-            from .models.weights import read_checkpoint
+            from .models.weights import Weights, read_checkpoint
 
-            start = read_checkpoint(_init_weights_path(init_from))
+            start = read_checkpoint(Weights.resolve(init_from))  # a file, or a shipped model's name
         if pipeline_from_init:
             if start is None or pipeline is not None:
                 raise ValueError("model.pipeline_from_init takes the pipeline of model.init_from's checkpoint: give "
@@ -776,14 +776,3 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return batch.to(device) if hasattr(batch, "rags") else super().transfer_batch_to_device(
             batch, device, dataloader_idx)
 
-
-def _init_weights_path(init_from):
-    """``model.init_from``: a checkpoint path, or the name of shipped weights (``bsds500``:
-    :class:`hiseg.models.Weights`) when no file of that name exists."""
-    from pathlib import Path
-
-    from .models.weights import Weights
-
-    if not Path(str(init_from)).expanduser().exists() and str(init_from).lower() in Weights.names():
-        return Weights.from_name(str(init_from)).path()
-    return init_from

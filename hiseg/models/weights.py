@@ -148,6 +148,15 @@ class Weights(enum.Enum):
     def names(cls) -> list[str]:
         return [w.name.lower() for w in cls]
 
+    @classmethod
+    def resolve(cls, spec: Any) -> Any:
+        """What ``--checkpoint`` / ``init_from`` / an experiment's member means: an existing file
+        is itself; otherwise a shipped model's name (case-insensitive) is its file
+        (:meth:`path`); anything else is returned as is, for the loader to name the missing file."""
+        if not Path(str(spec)).expanduser().exists() and str(spec).lower() in cls.names():
+            return cls.from_name(str(spec)).path()
+        return spec
+
     def path(self) -> Path:
         """The checkpoint file; FileNotFoundError saying where it looked when it is absent."""
         dirs = weights_dirs()
