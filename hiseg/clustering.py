@@ -82,9 +82,10 @@ def _labelled_accuracy(labels, y) -> float:
     return C[r, col].sum() / m.sum()
 
 
-#: string labels that mark an unlabelled sample ("nan": what numpy makes of np.nan in an
-#: array of strings)
-_UNLABELLED_STRINGS = ("-1", "-1.0", "nan")
+#: string labels that mark an unlabelled sample, compared after stripping blanks and in lower
+#: case: the empty string, "-1", and the missing-value spellings that pandas' ``read_csv``
+#: reads as NaN ("nan" is also what numpy makes of np.nan in an array of strings)
+_UNLABELLED_STRINGS = ("", "-1", "-1.0", "nan", "-nan", "none", "null", "na", "n/a", "<na>", "#n/a")
 
 
 def _is_missing(v) -> bool:
@@ -109,9 +110,11 @@ def _partial_labels(y: np.ndarray) -> np.ndarray:
     """Partial labels -> int64 codes, ``-1`` for the unlabelled samples.
 
     Unlabelled: ``-1`` (scikit-learn's semi-supervised convention), NaN, None, pandas' NA
-    or NaT, and among strings ``"-1"`` and ``"nan"``. Other labels: integers (>= 0, kept as
-    they are) or any values (strings, ...: numbered in sorted order of their text; -1 among them is
-    unlabelled too).
+    or NaT, and among strings (compared blank-stripped, in any case) the empty string, ``"-1"``
+    and the missing-value spellings ``"NaN"``, ``"None"``, ``"NULL"``, ``"NA"``, ``"N/A"``,
+    ``"<NA>"``, ``"#N/A"`` (those pandas' ``read_csv`` reads as NaN). Other labels: integers
+    (>= 0, kept as they are) or any values (strings, ...: numbered in sorted order of their
+    text).
     """
     if y.dtype.kind in "OUS":
         missing = np.fromiter((_is_missing(v) for v in y), dtype=bool, count=y.shape[0])
@@ -122,7 +125,7 @@ def _partial_labels(y: np.ndarray) -> np.ndarray:
             y = num
         else:
             text = y.astype(str)
-            unl = missing | np.isin(text, _UNLABELLED_STRINGS)
+            unl = missing | np.isin(np.char.lower(np.char.strip(text)), _UNLABELLED_STRINGS)
             codes = np.full(y.shape[0], -1, dtype=np.int64)
             if (~unl).any():
                 _, codes[~unl] = np.unique(text[~unl], return_inverse=True)
@@ -138,6 +141,27 @@ def _partial_labels(y: np.ndarray) -> np.ndarray:
     if np.any(y < -1):
         raise ValueError("y holds negative labels other than -1 (the unlabelled marker)")
     return y
+
+
+def _keep_duplicates_together(X, labels, n_clusters) -> np.ndarray:
+    """``labels``, or with fewer distinct rows of ``X`` than ``n_clusters`` one cluster per
+    distinct row (numbered by smallest sample index) and a ``ConvergenceWarning``, as
+    scikit-learn's ``KMeans`` does; O(n d log n)."""
+    if n_clusters <= 1:
+        return labels
+    _, first, inverse = np.unique(X, axis=0, return_index=True, return_inverse=True)
+    if first.shape[0] >= n_clusters:
+        return labels
+    import warnings
+
+    from sklearn.exceptions import ConvergenceWarning
+
+    warnings.warn(f"Number of distinct samples ({first.shape[0]}) is smaller than n_clusters "
+                  f"({n_clusters}): the samples are duplicated; labels_ has {first.shape[0]} "
+                  f"cluster(s), identical samples together", ConvergenceWarning, stacklevel=3)
+    rank = np.empty(first.shape[0], dtype=np.int64)  # number clusters by smallest sample index
+    rank[np.argsort(first, kind="stable")] = np.arange(first.shape[0])
+    return rank[inverse.reshape(-1)]
 
 
 def _digest(X) -> str:
@@ -282,7 +306,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     Attributes
     ----------
     labels_ : int64 ndarray (n_samples,)
-        Cluster of every sample, ``0..n_clusters-1``, numbered by smallest sample index.
+        Cluster of every sample, ``0..n_clusters-1``, numbered by smallest sample index
+        (fewer clusters, identical samples together, when ``X`` has fewer distinct rows
+        than ``n_clusters``: a ``ConvergenceWarning`` says so).
     graph_ : :class:`hiseg.graph.EdgeList`
         The kNN graph with its spanning edges (``num_vertices = n_samples``).
     edge_weights_ : float64 ndarray (n_edges,)
@@ -463,8 +489,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         y : array-like or pandas Series (n_samples,) or None
             Partial labels (integers, strings or any values); unlabelled samples are ``-1``
             (scikit-learn's semi-supervised convention), NaN, None or pandas' NA (and the
-            strings ``"-1"`` and ``"nan"``). Used by the triplet term of the triplet losses
-            (required then), ignored by the other losses.
+            strings ``""``, ``"-1"``, ``"NaN"``, ``"None"``, ``"NULL"``, ``"NA"``, ``"N/A"``,
+            in any case). Used by the triplet term of the triplet losses (required then),
+            ignored by the other losses.
 
         Returns
         -------
@@ -478,6 +505,13 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             length, labelled samples of a single class (triplet loss), bad parameters.
         TypeError
             Parameters of the wrong type.
+
+        Warns
+        -----
+        sklearn.exceptions.ConvergenceWarning
+            Fewer distinct samples than ``n_clusters`` (duplicated rows, as
+            scikit-learn's ``KMeans`` warns): ``labels_`` then has one cluster per distinct
+            sample, identical samples together (fewer than ``n_clusters`` clusters).
         """
         import torch
 
@@ -537,6 +571,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                 if best is None or score > best[0]:  # ties: the first candidate
                     best = (score, dissimilarity, k, init, res, labels, graph, w, scale)
         _, self.dissimilarity_, self.n_neighbors_, self.init_, res, self.labels_, graph, w, scale = best
+        self.labels_ = _keep_duplicates_together(X, self.labels_, int(self.n_clusters))
         self.candidates_ = candidates
         h = res.hierarchy
         u = res.ultrametric.detach()
