@@ -26,6 +26,7 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from . import losses
 from .cuts import AUTO_MIN_CLUSTER_FRACTION, cut_hierarchy, resolve_min_size
 from .fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
 
@@ -419,8 +420,14 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             if not positive and v < 0:
                 raise ValueError(f"{name} must be >= 0, got {v}")
 
-        if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if not isinstance(self.loss, str):
+            raise ValueError(f"loss must be one of {LOSSES} (or a '+' combination of registered terms), "
+                             f"got {self.loss!r}")
+        try:
+            losses.parse_loss(self.loss)
+        except ValueError as e:
+            raise ValueError(f"loss must be one of {LOSSES} (or a '+' combination of registered terms), "
+                             f"got {self.loss!r}: {e}") from None
         integer("n_clusters", 1)
         integer("n_neighbors", 1, allow_none=True)
         if self.dissimilarity not in DISSIMILARITIES:
@@ -450,13 +457,13 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {self.optimizer!r}")
-        if self.optimizer == "newton" and self.loss.startswith("dasgupta"):
+        if self.optimizer == "newton" and "closest" not in losses.parse_loss(self.loss):
             raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")
 
     def _check_y(self, y, n_samples):
         """Partial labels for the triplet term: (n_samples,) ints (or any labels); unlabelled:
         -1, NaN, None or pandas' NA (see :func:`_partial_labels`)."""
-        uses_y = "triplet" in self.loss
+        uses_y = bool({"labels", "triplets"} & losses.Objective(self.loss).needs)
         if y is None:
             if uses_y:
                 raise ValueError(f"loss {self.loss!r} needs partial labels: call fit(X, y) with y of "
@@ -525,15 +532,12 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         seed = self.random_state
         if seed is not None and not isinstance(seed, numbers.Integral):  # a RandomState instance
             seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
-        kw = {}
-        terms = self.loss.split("+")
-        if "size" in terms:
-            kw.update(size_weight=float(self.size_weight), top_nodes=int(self.top_nodes))
-        if "triplet" in terms:
-            kw.update(labels=y, triplet_weight=float(self.triplet_weight), margin=float(self.margin),
-                      max_triplets=self.max_triplets, random_state=seed)
-        if terms[0] == "dasgupta":
-            kw.update(sigmoid_slope=float(self.sigmoid_slope))
+        # every setting goes to the loss (the registry's terms read theirs); labels where a term needs them
+        needs = losses.Objective(self.loss).needs
+        kw = dict(size_weight=float(self.size_weight), top_nodes=int(self.top_nodes),
+                  triplet_weight=float(self.triplet_weight), margin=float(self.margin),
+                  max_triplets=self.max_triplets, random_state=seed, sigmoid_slope=float(self.sigmoid_slope),
+                  labels=y if {"labels", "triplets"} & needs else None)
         min_size = self._min_size(y, n)
         lr = None if self.lr is None else float(self.lr)
         best = None
@@ -547,7 +551,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             # the fit sees distances in units of their mean: scale-free losses and settings
             scale = float(w.mean()) if w.size and w.max() > 0 else 1.0
             fit_w = w / scale
-            if terms[0] == "dasgupta":
+            if "graph_weights" in needs:
                 # duplicated samples give zero distances, which the dissimilarity mode divides by
                 fit_w = np.maximum(fit_w, 1e-9 * fit_w.max()) if fit_w.max() > 0 else np.ones_like(fit_w)
             with torch.no_grad():

@@ -20,6 +20,7 @@ from .ultrametric import Hierarchy, build_hierarchy, check_weights
 
 __all__ = ["fit_ultrametric", "FitResult", "LOSSES", "OPTIMIZERS", "POSITIVITY", "INITS", "make_loss"]
 
+#: The documented combinations (any "+" combination of registered terms is accepted: :data:`hiseg.losses.TERMS`).
 LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta",
           "dasgupta+size")
 
@@ -27,39 +28,50 @@ LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", 
 def make_loss(loss: Union[str, Callable], *, size_weight: float = 1.0, top_nodes: int = 0,
               triplet_weight: float = 1.0, labels=None, triplets=None, margin: float = 1.0,
               max_triplets: Optional[int] = None, sigmoid_slope: float = 5.0,
-              dasgupta_mode: str = "dissimilarity", random_state=None) -> Callable:
+              dasgupta_mode: str = "dissimilarity", random_state=None, **term_weights) -> Callable:
     """Build ``J(hierarchy, u, w_tilde, w) -> scalar`` from a loss name and its weights.
 
-    Names: ``"closest"``, ``"closest+size"`` (``size_weight``, ``top_nodes``),
+    ``loss``: terms of the registry (:data:`hiseg.losses.TERMS`) joined by ``+``, e.g.
+    :data:`LOSSES`: ``"closest"``, ``"closest+size"`` (``size_weight``, ``top_nodes``),
     ``"closest+triplet"`` (``triplet_weight``, ``labels`` with -1 = unlabelled or
-    ``triplets``, ``margin``, ``max_triplets``), ``"closest+size+triplet"`` (both
-    regularisations), ``"dasgupta"`` (``sigmoid_slope``, ``dasgupta_mode``) and
-    ``"dasgupta+size"``.  A callable is returned unchanged.
+    ``triplets``, ``margin``, ``max_triplets``), ``"dasgupta"`` (``sigmoid_slope``,
+    ``dasgupta_mode``) and ``"dasgupta+size"``; the first term has weight 1, every other its
+    ``<name>_weight`` (a keyword) or its registered default. The closest target is ``w``, the
+    Dasgupta graph weights too. A callable is returned unchanged. ValueError for an unknown
+    term, or a triplet term without exactly one of ``labels`` / ``triplets``.
     """
     if callable(loss):
         return loss
-    if loss not in LOSSES:
-        raise ValueError(f"unknown loss {loss!r}; choose one of {LOSSES} or pass a callable "
-                         "J(hierarchy, ultrametric, w_tilde, weights)")
-    terms = loss.split("+")
-    if "triplet" in terms:
+    if not isinstance(loss, str):
+        raise ValueError(f"unknown loss {loss!r}; choose a '+' combination of {sorted(losses.TERMS)} "
+                         f"(e.g. {LOSSES}) or pass a callable J(hierarchy, ultrametric, w_tilde, weights)")
+    try:
+        names = list(losses.parse_loss(loss))
+    except ValueError as e:
+        raise ValueError(f"unknown loss {loss!r}: {e}; e.g. {LOSSES}, or pass a callable "
+                         "J(hierarchy, ultrametric, w_tilde, weights)") from None
+    term_weights.update(size_weight=size_weight, triplet_weight=triplet_weight)
+    weights = {n: 1.0 if i == 0 else float(term_weights.get(f"{n}_weight", losses.TERMS[n].weight))
+               for i, n in enumerate(names)}
+    unknown = sorted(k for k in term_weights if k[:-len("_weight")] not in losses.TERMS or not k.endswith("_weight"))
+    if unknown:
+        raise TypeError(f"make_loss: unexpected keyword(s) {unknown}")
+    options = dict(top_nodes=top_nodes, margin=margin, sigmoid_slope=sigmoid_slope, dasgupta_mode=dasgupta_mode)
+    objective = losses.Objective(weights, **{k: v for k, v in options.items()
+                                             if any(k in losses.TERMS[n].options for n in names)})
+    needs = objective.needs
+    if "triplets" in needs or "labels" in needs:
         if (labels is None) == (triplets is None):
             raise ValueError(f"loss {loss!r} needs exactly one of `labels` or `triplets`")
-        if triplets is None:
+        if triplets is None and "triplets" in needs:
             triplets = losses.make_triplets(labels, max_triplets=max_triplets, random_state=random_state)
 
     def J(h: Hierarchy, u: torch.Tensor, wt: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        if terms[0] == "closest":
-            val = losses.closest(u, w)
-        else:
-            val = losses.dasgupta(h, wt, w, lam=sigmoid_slope, mode=dasgupta_mode)
-        if "size" in terms:
-            val = val + size_weight * losses.cluster_size(u, h, top_nodes=top_nodes)
-        if "triplet" in terms:
-            val = val + triplet_weight * losses.triplet(h, wt, triplets, margin=margin)
-        return val
+        return objective(losses.LossInputs(hierarchy=h, ultrametric=u, weights=wt, target=w, graph_weights=w,
+                                           labels=labels, triplets=triplets))[0]
 
     J.__name__ = loss
+    J.objective = objective
     return J
 
 
@@ -163,7 +175,7 @@ def _check_graph_and_weights(graph, weights, loss, positivity, dtype):
     if dtype is not None:
         weights = weights.to(dtype)
     w = weights.detach()
-    if isinstance(loss, str) and loss.startswith("dasgupta"):
+    if isinstance(loss, str) and "dasgupta" in loss.split("+"):
         check_weights(w, el.num_edges, nonnegative=True)
     if positivity is not None and bool((w < 0).any()):
         raise ValueError("weights contain negative values but positivity is enforced "
@@ -185,7 +197,7 @@ def _check_options(loss, positivity, optimizer, lr, max_iter) -> float:
         raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {positivity!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {optimizer!r}")
-    if optimizer == "newton" and isinstance(loss, str) and not loss.startswith("closest"):
+    if optimizer == "newton" and isinstance(loss, str) and "closest" not in loss.split("+"):
         raise ValueError(f"optimizer='newton' preconditions with the closest term's curvature; loss "
                          f"{loss!r} has no closest term (use 'amsgrad')")
     if lr is None:

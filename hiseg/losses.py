@@ -16,6 +16,12 @@ Notation: graph :math:`G=(V,E)`, input weights :math:`w`, ultrametric :math:`u =
                    cardinal of :func:`soft_cardinal`
 =================  ==================================================================
 
+The terms are registered by name (:data:`TERMS`, :func:`register_loss`): ``closest``,
+``size``, ``triplet``, ``dasgupta`` and ``pixel`` (the network's pixel term); an
+:class:`Objective` is a weighted sum of them, what :func:`hiseg.fit_ultrametric`,
+:class:`hiseg.UltrametricClustering` and the Lightning module minimise. Adding a loss is
+one function and one :func:`register_loss` line.
+
 The ``mean`` normalisations are those of the paper's code, so that loss weights
 (``lambda``) carry over. Everywhere here ``weights`` is the tensor being optimised
 (whose hierarchy ``h`` is); targets and input graph weights have their own names
@@ -26,7 +32,8 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Optional
 
 import higra as hg
 import numpy as np
@@ -36,7 +43,9 @@ from .ultrametric import Hierarchy, check_weights, leaf_lca
 
 __all__ = ["closest", "cluster_size", "triplet", "make_triplets", "sample_batch_triplets",
            "sample_batch_triplets_torch", "dasgupta",
-           "soft_cardinal", "sigmoid_expansion", "balanced_bce", "consensus_targets", "edge_loss"]
+           "soft_cardinal", "sigmoid_expansion", "balanced_bce", "consensus_targets", "edge_loss",
+           "NEEDS", "TERMS", "LossTerm", "LossInputs", "Lazy", "Objective", "register_loss", "unregister_loss",
+           "parse_loss"]
 
 
 def _reduce(x: torch.Tensor, reduction: str) -> torch.Tensor:
@@ -652,3 +661,153 @@ def edge_loss(fused: torch.Tensor, sides, pos: torch.Tensor, neg: torch.Tensor,
         dice = 1 - (2 * inter + 1) / ((prob * prob).sum(dim=(1, 2)) + p.sum(dim=(1, 2)) + 1)
         loss = loss + dice_weight * dice.mean()
     return loss
+
+
+# ----------------------------------------------------------------------------- the registry
+#: What a term may read from :class:`LossInputs`: the ultrametric ``u`` and its hierarchy,
+#: the optimised edge ``weights`` (``u``'s input), the closest ``target`` (the input weights of a
+#: fit, the annotators' fractions in training), the Dasgupta ``graph_weights``, ``labels`` (partial,
+#: -1 unlabelled) or ``triplets`` made from them, and the ``pixel_map`` (the network's logits).
+NEEDS = ("ultrametric", "hierarchy", "weights", "target", "graph_weights", "labels", "triplets", "pixel_map")
+
+
+class Lazy:
+    """A :class:`LossInputs` field computed on first use (e.g. targets that cost a copy)."""
+
+    def __init__(self, fn: Callable[[], object]):
+        self.fn = fn
+
+
+class LossInputs:
+    """What the terms of an :class:`Objective` read, by name (:data:`NEEDS` and the fields
+    particular to a term, e.g. ``side_maps``, ``consensus``); a :class:`Lazy` field is computed
+    once, when a term first reads it. Reading a field that was not given raises ValueError
+    naming it."""
+
+    def __init__(self, **fields):
+        self._fields = fields
+
+    def __getattr__(self, name):
+        fields = self.__dict__.get("_fields", {})
+        if name not in fields:
+            raise ValueError(f"the loss input {name!r} was not given (given: {sorted(fields)})")
+        v = fields[name]
+        if isinstance(v, Lazy):
+            v = fields[name] = v.fn()
+        return v
+
+
+@dataclass(frozen=True)
+class LossTerm:
+    """A registered loss term: ``fn(inputs: LossInputs, **options) -> scalar tensor``, the
+    inputs it ``needs`` (names in :data:`NEEDS`), its default ``weight`` in an objective and
+    its ``options`` (name -> default)."""
+
+    name: str
+    fn: Callable
+    needs: frozenset
+    weight: float = 1.0
+    options: Mapping = field(default_factory=dict)
+
+
+#: The registered terms, by name (:func:`register_loss`).
+TERMS: dict = {}
+
+
+def register_loss(name: str, fn: Optional[Callable] = None, *, needs, weight: float = 1.0,
+                  options: Optional[Mapping] = None, overwrite: bool = False):
+    """Register ``fn(inputs, **options) -> scalar`` as the loss term ``name`` (usable as a
+    decorator). ``fit_ultrametric`` / ``UltrametricClustering`` then accept it in a loss
+    string (``"closest+name"``, weight ``name_weight=`` or the default ``weight``) and the
+    Lightning module in ``model.losses: {name: weight}``. ValueError for a taken name (without
+    ``overwrite``), a name with ``+``, or an unknown need."""
+    def add(f):
+        if not isinstance(name, str) or not name.isidentifier():
+            raise ValueError(f"a loss term name must be an identifier (no '+'), got {name!r}")
+        if name in TERMS and not overwrite:
+            raise ValueError(f"a loss term named {name!r} is already registered")
+        unknown = sorted(set(needs) - set(NEEDS))
+        if unknown:
+            raise ValueError(f"loss term {name!r}: unknown needs {unknown}; known: {NEEDS}")
+        TERMS[name] = LossTerm(name, f, frozenset(needs), float(weight), dict(options or {}))
+        return f
+    return add(fn) if fn is not None else add
+
+
+def unregister_loss(name: str) -> None:
+    """Remove a registered term (tests); KeyError when absent."""
+    del TERMS[name]
+
+
+def parse_loss(spec) -> dict:
+    """``{name: weight}`` of a loss: a string ``"a+b"`` (each term at its default weight) or a
+    mapping name -> weight. ValueError naming an unknown term (and listing the known ones)."""
+    if isinstance(spec, str):
+        names = spec.split("+")
+        weights = {n: (TERMS[n].weight if n in TERMS else None) for n in names}
+    elif isinstance(spec, Mapping):
+        weights = {str(n): w for n, w in spec.items()}
+    else:
+        raise TypeError(f"a loss is a string 'a+b' or a mapping name -> weight, got {type(spec).__name__}")
+    unknown = [n for n in weights if n not in TERMS]
+    if unknown or not weights:
+        raise ValueError(f"unknown loss term(s) {unknown or [spec]}; registered: {sorted(TERMS)}")
+    for n, w in weights.items():
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w < 0:
+            raise ValueError(f"the weight of loss term {n!r} must be a finite number >= 0, got {w!r}")
+    return {n: float(w) for n, w in weights.items()}
+
+
+class Objective:
+    """A weighted sum of registered terms: ``Objective({"closest": 1, "triplet": .5},
+    margin=.2)``; ``objective(inputs) -> (total, {name: value})`` (terms of weight 0 are not
+    computed). ``options`` go to the terms that declare them (ValueError for one that no term
+    of the objective declares). :attr:`needs` is what the computed terms read."""
+
+    def __init__(self, weights, **options):
+        self.weights = parse_loss(weights)
+        self.active = [n for n, w in self.weights.items() if w != 0]
+        declared = {o for n in self.weights for o in TERMS[n].options}
+        unknown = sorted(set(options) - declared)
+        if unknown:
+            raise ValueError(f"option(s) {unknown} belong to none of the loss terms {list(self.weights)}")
+        self.options = {n: {o: options.get(o, d) for o, d in TERMS[n].options.items()} for n in self.weights}
+
+    @property
+    def needs(self) -> frozenset:
+        return frozenset().union(*(TERMS[n].needs for n in self.active))
+
+    def __call__(self, inputs: LossInputs):
+        parts, total = {}, None
+        for n in self.active:
+            parts[n] = TERMS[n].fn(inputs, **self.options[n])
+            term = self.weights[n] * parts[n]
+            total = term if total is None else total + term
+        return total, parts
+
+
+register_loss("closest", lambda x: closest(x.ultrametric, x.target), needs=("ultrametric", "target"))
+register_loss("size", lambda x, top_nodes=0: cluster_size(x.ultrametric, x.hierarchy, top_nodes=top_nodes),
+              needs=("ultrametric", "hierarchy"), options={"top_nodes": 0})
+@register_loss("triplet", needs=("hierarchy", "weights", "triplets"), options={"margin": 1.0})
+def _triplet_term(x: LossInputs, margin: float = 1.0) -> torch.Tensor:
+    t = x.triplets  # (ref, pos, neg) or, sampled on the device, (ref, pos, neg, valid)
+    return triplet(x.hierarchy, x.weights, tuple(t[:3]), valid=t[3] if len(t) == 4 else None, margin=margin)
+register_loss("dasgupta", lambda x, sigmoid_slope=5.0, dasgupta_mode="dissimilarity": dasgupta(
+    x.hierarchy, x.weights, x.graph_weights, lam=sigmoid_slope, mode=dasgupta_mode),
+    needs=("hierarchy", "weights", "graph_weights"), options={"sigmoid_slope": 5.0, "dasgupta_mode": "dissimilarity"})
+
+
+def _pixel(x: LossInputs, pixel_loss: str = "balanced_bce", dice_weight: float = 1.0) -> torch.Tensor:
+    """The pixel term: HED's balanced BCE of the fused logits against ``pixel_target`` (the
+    thick mean annotator boundary), or the pixel stage's :func:`edge_loss` on the fused and
+    ``side_maps`` logits against the ``consensus`` (pos, neg) masks."""
+    if pixel_loss == "edge":
+        return edge_loss(x.pixel_map, x.side_maps, *x.consensus, dice_weight=dice_weight)
+    if pixel_loss != "balanced_bce":
+        raise ValueError(f"pixel_loss must be 'balanced_bce' or 'edge', got {pixel_loss!r}")
+    return balanced_bce(x.pixel_map[:, 0].float(), x.pixel_target.float())
+
+
+register_loss("pixel", _pixel, needs=("pixel_map",), weight=0.1,
+              options={"pixel_loss": "balanced_bce", "dice_weight": 1.0})

@@ -1,0 +1,79 @@
+"""One registry of loss terms (``hiseg.losses.TERMS``): a term registered here (one function,
+one line) trains through ``fit_ultrametric``, ``UltrametricClustering`` and the Lightning module."""
+import numpy as np
+import pytest
+import torch
+
+from hiseg import losses
+from hiseg.fitting import fit_ultrametric, make_loss
+from hiseg.graph import grid_graph
+
+
+@pytest.fixture
+def mean_height():
+    """A new term: the mean of the ultrametric (pulls every merge down), weight 0.5 by default."""
+    losses.register_loss("mean_height", lambda x: x.ultrametric.mean(), needs=("ultrametric",), weight=0.5)
+    yield "mean_height"
+    losses.unregister_loss("mean_height")
+
+
+def _graph(seed=0):
+    g = grid_graph((5, 6))
+    w = np.random.default_rng(seed).uniform(0.1, 1.0, g.num_edges)
+    return g, torch.as_tensor(w)
+
+
+def test_registry_lists_the_terms_with_their_needs():
+    assert {"closest", "size", "triplet", "dasgupta", "pixel"} <= set(losses.TERMS)
+    assert losses.TERMS["triplet"].needs == {"hierarchy", "weights", "triplets"}
+    assert losses.TERMS["pixel"].needs == {"pixel_map"}
+    assert losses.Objective("closest+triplet").needs == {"ultrametric", "target", "hierarchy", "weights", "triplets"}
+
+
+def test_new_term_trains_with_fit_ultrametric(mean_height):
+    g, w = _graph()
+    plain = fit_ultrametric(g, w, "closest", max_iter=60, patience=None)
+    res = fit_ultrametric(g, w, "closest+mean_height", max_iter=60, patience=None, mean_height_weight=2.0)
+    # the loss is the brute-force sum of the two terms on the returned ultrametric (its best iterate)
+    u = res.ultrametric
+    assert res.loss == pytest.approx(float(((u - w) ** 2).mean() + 2.0 * u.mean()), rel=1e-9)
+    assert float(res.ultrametric.mean()) < float(plain.ultrametric.mean()) - 1e-3  # the term pulled it down
+    # its registered default weight (0.5) applies without a keyword
+    J = make_loss("closest+mean_height")
+    assert J.objective.weights == {"closest": 1.0, "mean_height": 0.5}
+
+
+def test_new_term_in_the_clustering_estimator(mean_height):
+    from hiseg import UltrametricClustering
+
+    X = np.concatenate([np.random.default_rng(1).normal(c, 0.1, (15, 2)) for c in (0, 3)])
+    est = UltrametricClustering(n_clusters=2, loss="closest+mean_height", max_iter=30, random_state=0).fit(X)
+    assert len(set(est.labels_[:15])) == 1 and len(set(est.labels_[15:])) == 1
+    assert est.labels_[0] != est.labels_[-1]
+
+
+def test_bad_losses_are_named():
+    g, w = _graph()
+    with pytest.raises(ValueError, match="unknown loss.*nope"):
+        fit_ultrametric(g, w, "closest+nope")
+    with pytest.raises(ValueError, match="already registered"):
+        losses.register_loss("closest", lambda x: x.ultrametric.sum(), needs=("ultrametric",))
+    with pytest.raises(ValueError, match="unknown needs"):
+        losses.register_loss("bad_need", lambda x: 0, needs=("pixels",))
+    with pytest.raises(ValueError, match="identifier"):
+        losses.register_loss("a+b", lambda x: 0, needs=())
+    with pytest.raises(ValueError, match="weight of loss term 'closest'"):
+        losses.Objective({"closest": -1})
+    with pytest.raises(ValueError, match="belong to none"):
+        losses.Objective("closest", margin=0.3)
+    with pytest.raises(ValueError, match="'triplets' was not given"):
+        losses.Objective("triplet")(losses.LossInputs(hierarchy=None, weights=None))
+
+
+def test_lazy_inputs_are_computed_once():
+    calls = []
+    x = losses.LossInputs(target=losses.Lazy(lambda: calls.append(1) or torch.ones(3)),
+                          ultrametric=torch.zeros(3))
+    total, parts = losses.Objective("closest")(x)
+    losses.Objective("closest")(x)
+    assert calls == [1] and float(total) == 1.0 and set(parts) == {"closest"}
