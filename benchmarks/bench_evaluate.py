@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from hiseg.io import atomic_write_files  # noqa: E402
 from hiseg.metrics.bsds import evaluate  # noqa: E402
 from hiseg.metrics.report import official_txt_files  # noqa: E402
-from hiseg.metrics.evaluate_cli import format_table, pr_curve_png, results_markdown  # noqa: E402
+from hiseg.metrics.report import format_table, pr_curve_png, results_markdown  # noqa: E402
 
 SHARED_BSDS = ROOT.parent / "shared" / "data" / "BSDS500"
 

@@ -72,7 +72,7 @@ def throughput(args):
         for run, w in enumerate(args.workers):
             out = Path(tmp) / f"out{run}"
             cmd = [sys.executable, "-m", "hiseg.cli", "predict", str(src), "--out", str(out), "--workers", str(w),
-                   "--device", args.device, "--no-progress"] + (["--checkpoint", args.checkpoint] if args.checkpoint else [])
+                   "--device", args.device, "--quiet"] + (["--checkpoint", args.checkpoint] if args.checkpoint else ["--classical"])
             before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL,
@@ -132,7 +132,7 @@ def main():
         return throughput(args)
     torch.set_num_threads(args.threads)
     seg = (Segmenter.from_checkpoint(args.checkpoint, device=args.device)
-           if args.checkpoint else Segmenter(device=args.device))
+           if args.checkpoint else Segmenter.classical(device=args.device))
     ims = images(args)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

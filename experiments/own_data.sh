@@ -32,5 +32,5 @@ ck=$(ls "$WORK"/train/tensorboard/version_*/checkpoints/best-*.ckpt 2>/dev/null 
 ck=$(echo "$ck" | tail -1)
 for m in shipped:bsds500 finetuned:$ck; do
   hiseg predict "$WORK/val20/images" --checkpoint "${m#*:}" --out "$WORK/pred_${m%%:*}"
-  hiseg evaluate --pred "$WORK/pred_${m%%:*}" --gt "$WORK/val20/gt" --out "$WORK/eval_${m%%:*}"
+  hiseg evaluate "$WORK/pred_${m%%:*}" --gt "$WORK/val20/gt" --out "$WORK/eval_${m%%:*}"
 done

@@ -1,7 +1,8 @@
 """Inference: images -> hierarchies -> saliency maps (UCM), cuts, and their files.
 
 >>> from hiseg.inference import Segmenter
->>> seg = Segmenter.from_checkpoint("models/hiseg_bsds500.ckpt")   # or Segmenter() (classical)
+>>> seg = Segmenter()                   # the shipped default model; Segmenter("bsds500"), a .ckpt path,
+>>>                                     # or Segmenter.classical() (no network)
 >>> res = seg.segment(image)            # image: (H, W, 3) float in [0, 1], or a path
 >>> res.saliency                        # (H, W) ultrametric contour map in [0, 1]
 >>> res.cut(n_regions=10)               # (H, W) labels, exactly 10 regions
@@ -170,37 +171,86 @@ def _as_image(image) -> np.ndarray:
     return to_float_rgb(image)
 
 
+def _load_named(spec):
+    """(name, network, pipeline) of a shipped model's name, ``"default"`` or a checkpoint file;
+    a file that is a shipped model's is named as that model."""
+    from .models.weights import Weights, load_model, read_checkpoint
+    from .segmentation.pipeline import Pipeline
+
+    if str(spec) == "default":
+        spec = Weights.default().name.lower()
+    path = Weights.resolve(spec)
+    name = str(spec).lower() if path is not spec else str(spec)
+    if path is spec:  # a file: a shipped model's own is called by its name
+        for w in Weights:
+            try:
+                if Path(path).resolve() == w.path().resolve():
+                    name = w.name.lower()
+            except OSError:  # FileNotFoundError: that model is not here
+                pass
+    ck = read_checkpoint(path)  # read once
+    stored = ck.metadata.get("pipeline")
+    if stored is None:
+        stored = ck.hyper_parameters.get("pipeline")
+    return name, load_model(ck), Pipeline.from_dict(stored, source=f"checkpoint {path}")
+
+
 class Segmenter:
     """Turns images into hierarchies with a trained boundary network or the classical path.
 
+    ``Segmenter()`` is the shipped default model (:meth:`hiseg.models.Weights.default`,
+    ``bsds500_ensemble``), as ``hiseg predict`` without ``--checkpoint``;
+    :meth:`classical` is the no-network baseline (``hiseg predict --classical``).
+
     Parameters
     ----------
-    model : torch.nn.Module or None
-        Boundary network (logits); ``None`` selects the classical path (Scharr colour
-        gradient, colour-watershed superpixels, closest fitting: ``Pipeline.classical``).
+    model : str, path, torch.nn.Module or None
+        ``"default"`` (the default: the shipped default model), a shipped model's name
+        (``"bsds500"``, ...), a checkpoint file (read as :meth:`from_checkpoint` does), a
+        boundary network (logits), or ``None``: no network (the boundary map comes from the
+        pipeline's classical path, ``Pipeline.classical``).
     device : str or torch.device
         ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA when present,
         else the CPU); a device unavailable here is a ValueError (:func:`resolve_device`).
-    fit_iterations, region_size
-        Classical path without ``pipeline``: closest-fitting iterations (0: single linkage)
-        and superpixel size.
     pipeline : Pipeline or dict, optional
-        The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default:
-        ``Pipeline()`` with a model, ``Pipeline.classical(region_size, fit_iterations)``
-        without; :meth:`from_checkpoint` takes the checkpoint's).
+        The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default: the
+        checkpoint's; ``Pipeline()`` for a bare network, ``Pipeline.classical()`` without one).
+
+    Attributes: ``model``, ``device``, ``pipeline`` and ``name`` (the shipped model's registered
+    name, the checkpoint's path, ``"classical"`` without a network, else the network's class).
+    Loading a checkpoint raises FileNotFoundError, CheckpointError, ArchitectureMismatchError,
+    PipelineError (see :meth:`from_checkpoint`).
     """
 
-    def __init__(self, model: Optional[torch.nn.Module] = None, device: Union[str, torch.device] = "cpu",
-                 fit_iterations: int = 50, region_size: float = 8.0, pipeline=None):
+    def __init__(self, model: Union[str, os.PathLike, torch.nn.Module, None] = "default",
+                 device: Union[str, torch.device] = "cpu", pipeline=None):
         from .segmentation.pipeline import Pipeline
 
         self.device = resolve_device(device)
+        name = None
+        if isinstance(model, (str, os.PathLike)):
+            name, model, stored = _load_named(model)
+            pipeline = stored if pipeline is None else pipeline
         self.model = model.to(self.device).eval() if model is not None else None
+        self.name = name or ("classical" if model is None else type(model).__name__)
         if pipeline is None:
-            pipeline = Pipeline() if model is not None else Pipeline.classical(region_size, fit_iterations)
+            pipeline = Pipeline() if model is not None else Pipeline.classical()
         elif not isinstance(pipeline, Pipeline):
             pipeline = Pipeline.from_dict(pipeline, source="pipeline argument")
         self.pipeline = pipeline
+
+    def __repr__(self) -> str:
+        return f"Segmenter(model={self.name!r}, device={str(self.device)!r}, pipeline={self.pipeline!r})"
+
+    @classmethod
+    def classical(cls, region_size: float = 8.0, fit_iterations: int = 50,
+                  device: Union[str, torch.device] = "cpu") -> "Segmenter":
+        """The no-network baseline: Scharr colour gradient, colour-watershed superpixels of
+        about ``region_size`` pixels across, closest ultrametric fitted in ``fit_iterations``
+        steps (0: single linkage) (``Pipeline.classical``; ``hiseg predict --classical``)."""
+        from .segmentation.pipeline import Pipeline
+
+        return cls(None, device=device, pipeline=Pipeline.classical(region_size, fit_iterations))
 
     @classmethod
     def from_checkpoint(cls, path, device: Union[str, torch.device] = "cpu", **kwargs) -> "Segmenter":
@@ -213,31 +263,22 @@ class Segmenter:
         checkpoint, no architecture named), ArchitectureMismatchError, PipelineError (no
         pipeline settings, or unknown ones).
         """
-        from .models.weights import load_model, read_checkpoint
-        from .segmentation.pipeline import Pipeline
-
-        ck = read_checkpoint(path)  # read once
-        model = load_model(ck)
-        if kwargs.get("pipeline") is None:
-            stored = ck.metadata.get("pipeline")
-            if stored is None:
-                stored = ck.hyper_parameters.get("pipeline")
-            kwargs["pipeline"] = Pipeline.from_dict(stored, source=f"checkpoint {path}")
-        return cls(model, device=device, **kwargs)
+        return cls(Path(path), device=device, **kwargs)
 
     @classmethod
     def from_pretrained(cls, name: Optional[str] = None, device: Union[str, torch.device] = "cpu",
                         **kwargs) -> "Segmenter":
         """A shipped model by name (:class:`hiseg.models.Weights`), from any folder; no download.
-        The default (``None``: :data:`hiseg.models.weights.DEFAULT_PRETRAINED`), ``"bsds500_ensemble"``, is the best on every BSDS val figure within 1 s per
-        481x321 image on a CPU (two networks averaged, scales 0.5 and 1, learned merging);
-        ``"bsds500_merge"`` (one network, scales 0.5 and 1 with flips, learned merging) and
-        ``"bsds500"`` (single scale, frontier mean: about half the time) are the previous ones.
+        The default (``None``: :data:`hiseg.models.weights.DEFAULT_PRETRAINED`, what ``Segmenter()``
+        and ``hiseg predict`` load), ``"bsds500_ensemble"``, is the best on every BSDS val figure
+        within 1 s per 481x321 image on a CPU (two networks averaged, scales 0.5 and 1, learned
+        merging); ``"bsds500_merge"`` (one network, scales 0.5 and 1 with flips, learned merging)
+        and ``"bsds500"`` (single scale, frontier mean: about half the time) are the previous ones.
         ValueError for an unknown name, FileNotFoundError when absent."""
         from .models.weights import Weights
 
         w = Weights.default() if name is None else Weights.from_name(name)
-        return cls.from_checkpoint(w.path(), device=device, **kwargs)
+        return cls(w.name.lower(), device=device, **kwargs)
 
     # ------------------------------------------------------------------ steps
     @torch.no_grad()

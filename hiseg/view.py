@@ -13,13 +13,12 @@ the 4-connected components of pixels joined by ucm2 entries ``<= t``:
 ``SegmentationResult.cut(threshold=t)`` for hiseg's hierarchies, the benchmark's reading
 (:func:`hiseg.metrics.region.ucm_to_labels`) for any ucm2 in the BSDS layout.
 
-``hiseg view`` writes the pages of images (segmented on the spot, or read from a folder
+``hiseg view`` (:mod:`hiseg.cli.view`) writes the pages of images (segmented on the spot, or read from a folder
 of ucm2 ``.mat`` files with ``--ucm``), and an ``index.html`` of thumbnails for several;
 ``hiseg predict --html`` writes them next to its other outputs.
 """
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
@@ -36,8 +35,7 @@ from .cuts import renamed_parameters
 from .io import atomic_write, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs",
-           "write_pages", "write_page_file", "write_index_file", "start_of", "add_arguments", "run", "option_type",
-           "add_segmenter_arguments", "per_file", "report_failures"]
+           "write_pages", "write_page_file", "write_index_file", "start_of", "INDEX"]
 
 INDEX = "index.html"
 _MAX_LEVELS = 1 << 24  # ranks travel in the 24 bits of an RGB pixel
@@ -239,7 +237,7 @@ def write_pages(out, items, progress=None) -> list[Path]:
     time: a folder of photographs is never held in memory) and moved into place
     (``os.replace``, atomic) only once all of them exist: an error raised by ``items`` or a
     page leaves no page written and no folder created (``hiseg view`` skips and reports the
-    images that fail on their own, :func:`per_file`). ``progress``: wraps ``items`` (e.g.
+    images that fail on their own, :func:`hiseg.cli.options.per_file`). ``progress``: wraps ``items`` (e.g.
     tqdm). Returns the written paths (none, and no folder, when ``items`` is empty).
     """
     out = Path(out)
@@ -284,148 +282,3 @@ def write_pages(out, items, progress=None) -> list[Path]:
         raise
     finally:
         shutil.rmtree(stage, ignore_errors=True)
-
-
-def source_of(args) -> str:
-    """What made the hierarchies, as a page shows it."""
-    return f"checkpoint {args.checkpoint}" if args.checkpoint else "classical path (no checkpoint)"
-
-
-# ----------------------------------------------------------------------------- command line
-#: Errors that stop one image of a command, not the command: an unreadable or corrupt image,
-#: a UCM of another shape, a cut too large for its file, ... (reported at the end).
-PER_FILE_ERRORS = (ValueError, FileNotFoundError)
-
-
-def option_type(convert, check=None):
-    """An argparse ``type``: ``convert(text)`` then ``check(value)``; their ValueError becomes
-    argparse's error, which names the option ("argument --tile: ...")."""
-    def parse(text):
-        try:
-            v = convert(text)
-            if check is not None:
-                check(v)
-        except (ValueError, TypeError) as e:
-            raise argparse.ArgumentTypeError(str(e) if "got" in str(e) else f"{e}, got {text!r}") from None
-        return v
-    parse.__name__ = getattr(convert, "__name__", "value")
-    return parse
-
-
-def _check_max_pixels(v):
-    from .segmentation.pipeline import Pipeline
-
-    Pipeline(max_pixels=v)  # the one rule: 0 or >= 4096
-
-
-def add_segmenter_arguments(p, what: str = "files") -> None:
-    """The options ``hiseg predict`` and ``hiseg view`` share: --device, --max-pixels, --overwrite
-    (and the exit statuses, in the help's epilog)."""
-    p.epilog = ("Exit status: 0 when every image was written; 1 when some images failed (unreadable, ...): the "
-                "others are written and the failures listed at the end; 2 when nothing ran (a bad option, input "
-                "or checkpoint, or output files that exist already, without --overwrite).")
-    p.add_argument("--device", default="auto",
-                   help="torch device of the network: auto (CUDA when present, else the CPU), cpu, cuda, "
-                        "cuda:1, mps (default: %(default)s)")
-    p.add_argument("--max-pixels", type=option_type(int, _check_max_pixels), default=None, metavar="N",
-                   help="working resolution: larger images are processed at N pixels (>= 4096) and their outputs "
-                        "drawn back at full size (default: the checkpoint's pipeline, 500000; 0: no limit)")
-    p.add_argument("--overwrite", action="store_true",
-                   help=f"replace {what} that exist already in --out (without it, the command refuses before "
-                        "writing anything, naming them)")
-
-
-def per_file(failures: list, name, fn, *args):
-    """``fn(*args)``, or None with ``(name, message)`` added to ``failures`` on a
-    :data:`PER_FILE_ERRORS`: a folder's other images go on."""
-    try:
-        return fn(*args)
-    except PER_FILE_ERRORS as e:
-        failures.append((str(name), str(e)))
-        return None
-
-
-def report_failures(command: str, failures: list, total: int) -> int:
-    """Print the images that failed (after the others were written); the exit status (1 or 0)."""
-    import sys
-
-    if not failures:
-        return 0
-    done = total - len(failures)
-    print(f"{command}: error: {len(failures)} of {total} image(s) failed; "
-          + (f"the other {done} were written:" if done else "nothing was written:"), file=sys.stderr)
-    for name, msg in failures:
-        print(f"  {name}: {msg}", file=sys.stderr)
-    return 1
-
-
-def add_arguments(p) -> None:
-    p.description = ("Write an interactive explorer page (one self-contained HTML file, no server or "
-                     "network needed) per image: the image, its saliency map (UCM) and a slider over "
-                     "the hierarchy's levels or region counts; click a region for its area and the "
-                     "level at which it merges. With several images, also index.html of thumbnails.")
-    p.add_argument("inputs", nargs="+", help="images or folders of images")
-    p.add_argument("--out", "-o", required=True, help="output folder of the pages")
-    p.add_argument("--ucm", default=None, metavar="FOLDER",
-                   help="read each image's hierarchy from FOLDER/NAME.mat (a BSDS ucm2, as `hiseg predict` "
-                        "writes) instead of segmenting the image")
-    p.add_argument("--checkpoint", "-c", default=None,
-                   help="without --ucm: trained checkpoint (.ckpt) or a shipped model's name (bsds500); "
-                        "without it, the classical colour-gradient + ultrametric-fitting path")
-    add_segmenter_arguments(p, "pages")
-    p.add_argument("--no-progress", action="store_true", help="do not show a progress bar")
-
-
-def run(args, files: Sequence[Path], make_segmenter) -> int:
-    """``hiseg view``: the pages of ``files`` (the collected inputs); ``make_segmenter(args)``
-    gives the Segmenter when the hierarchies are computed (no ``--ucm``)."""
-    from tqdm import tqdm
-
-    if args.ucm is not None and args.checkpoint is not None:
-        raise ValueError("give --ucm (read the hierarchies) or --checkpoint (compute them), not both")
-    out = Path(args.out)
-    inputs = list(files)
-    mats = [None] * len(files)  # with --ucm: each image's ucm2 file
-    if args.ucm is not None:
-        folder = Path(args.ucm)
-        if not folder.is_dir():
-            raise FileNotFoundError(f"--ucm folder not found: {folder}")
-        mats = [folder / f"{f.stem}.mat" for f in files]
-        missing = [m.name for m in mats if not m.is_file()]
-        if missing:
-            have = len(list(folder.glob("*.mat")))
-            raise FileNotFoundError(
-                f"--ucm folder {folder} has no ucm2 file for {len(missing)} of {len(files)} image(s): "
-                f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} ({have} .mat files there; "
-                "`hiseg predict` writes NAME.mat for image NAME)")
-        inputs += mats
-    elif args.checkpoint and Path(args.checkpoint).exists():
-        inputs.append(Path(args.checkpoint))
-    refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs, overwrite=args.overwrite,
-                     command="hiseg view")
-    seg = None if args.ucm is not None else make_segmenter(args)
-    source = f"ucm2 from {args.ucm}" if seg is None else source_of(args)
-    failures = []
-
-    def hierarchy(f, mat):
-        from .metrics.predictions import load_prediction
-
-        img = read_image(f)
-        if seg is None:
-            return img, check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
-        return img, seg.segment(img).ucm2
-
-    def items():
-        for f, mat in zip(files, mats):
-            got = per_file(failures, f, hierarchy, f, mat)
-            if got is not None:
-                yield (f.stem, *got, source)
-
-    bar = None if args.no_progress or len(files) < 2 else (lambda it: tqdm(it, total=len(files), desc="hiseg view",
-                                                                            unit="img"))
-    written = write_pages(out, items(), progress=bar)
-    pages = len(files) - len(failures)
-    if pages:
-        print(f"wrote {pages} page(s) to {out}" + (f" and {INDEX} (open it)" if INDEX in {p.name for p in written}
-                                                    else ""))
-    return report_failures("hiseg view", failures, len(files))

@@ -100,7 +100,7 @@ def test_a_network_whose_output_is_not_finite_is_an_error_not_a_flat_map():
 def test_a_page_title_with_script_markup_stays_valid_json(tmp_path, capsys):
     d = photos(tmp_path, "my<!--photo.png", "a<script>&b.png")
     out = tmp_path / "pages"
-    assert run(capsys, ["view", str(d), "--out", str(out), "--no-progress", "--device", "cpu"])[0] == 0
+    assert run(capsys, ["view", "--classical", str(d), "--out", str(out), "--quiet", "--device", "cpu"])[0] == 0
     for stem in ("my<!--photo", "a<script>&b"):
         text = (out / f"{stem}.html").read_text()
         block = re.search(r'<script type="application/json" id="hiseg-data">(.*?)</script>', text, re.S).group(1)
@@ -113,14 +113,14 @@ def test_more_regions_than_the_hierarchy_has_warn_and_give_its_finest_cut(tmp_pa
     d = photos(tmp_path, "a.png")
     cv2.imwrite(str(d / "dot.png"), np.zeros((1, 1, 3), np.uint8))
     out = tmp_path / "o"
-    rc, err = run(capsys, ["predict", str(d), "--out", str(out), "--regions", "1000000000", "--no-progress"])
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(out), "--regions", "1000000000", "--quiet"])
     assert rc == 0
     assert re.search(r"warning: a\.png: n_regions=1000000000: the hierarchy has only \d+ region", err)
     assert "warning: dot.png: n_regions=1000000000: the hierarchy has only 1 region" in err
-    res = Segmenter().segment(np.zeros((1, 1, 3), np.float32))
+    res = Segmenter.classical().segment(np.zeros((1, 1, 3), np.float32))
     with pytest.warns(UserWarning, match="only 1 region"):
         assert res.cut(n_regions=3).tolist() == [[0]]
-    res = Segmenter().segment(quadrants())
+    res = Segmenter.classical().segment(quadrants())
     with pytest.warns(UserWarning, match=f"only {res.rag.num_regions} region"):
         assert int(res.cut(n_regions=10 ** 9, min_size=0).max()) + 1 == res.rag.num_regions
     with pytest.raises(ValueError, match="n_regions must be an integer >= 1"):
@@ -128,10 +128,10 @@ def test_more_regions_than_the_hierarchy_has_warn_and_give_its_finest_cut(tmp_pa
 
 
 @pytest.mark.parametrize("opts", [["--scales", "0.5", "1"], ["--flip"], ["--no-flip"], ["--linkage", "single"]])
-def test_network_options_without_a_checkpoint_are_refused(tmp_path, capsys, opts):
+def test_network_options_with_classical_are_refused(tmp_path, capsys, opts):
     d = photos(tmp_path, "a.png")
-    rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o"), *opts])
-    assert rc == 2 and f"{opts[0]} set(s) the network's pipeline and need(s) --checkpoint" in err
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o"), *opts])
+    assert rc == 2 and f"{opts[0]} set(s) the network's pipeline; --classical (the no-network baseline" in err
     assert not (tmp_path / "o").exists()
 
 
@@ -141,12 +141,11 @@ def test_flip_overrides_the_checkpoints_setting(name, flag, want):
     setting adds it to the default's scales); without the flag the checkpoint's setting stays."""
     import argparse
 
-    import hiseg.cli
+    from hiseg.cli import options, predict
 
-    parser = argparse.ArgumentParser()
-    hiseg.cli.add_predict_arguments(parser)
-    keep = hiseg.cli.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o"]))
-    seg = hiseg.cli.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o", flag]))
+    parser = predict.add_arguments(argparse.ArgumentParser())
+    keep = options.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o"]))
+    seg = options.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o", flag]))
     assert keep.pipeline.flip is (not want) and seg.pipeline.flip is want
     assert seg.pipeline.scales == keep.pipeline.scales and seg.pipeline.merge_head == keep.pipeline.merge_head
     img = checker_image()
@@ -161,11 +160,11 @@ def test_flip_overrides_the_checkpoints_setting(name, flag, want):
 def test_a_float_image_outside_0_1_is_refused_not_clipped():
     img = quadrants().astype(np.float32)  # 0..255 floats
     with pytest.raises(DataError, match=r"must be in \[0, 1\], this one spans \[0, 255\] \(8-bit values"):
-        Segmenter().segment(img)
+        Segmenter.classical().segment(img)
     # rounding overshoot of a resize is clipped; the result is the [0, 1] image's
     ok = quadrants().astype(np.float32) / 255
     near = ok * 1.004 - 0.002
-    np.testing.assert_array_equal(Segmenter().segment(near).ucm2, Segmenter().segment(np.clip(near, 0, 1)).ucm2)
+    np.testing.assert_array_equal(Segmenter.classical().segment(near).ucm2, Segmenter.classical().segment(np.clip(near, 0, 1)).ucm2)
 
 
 @pytest.mark.parametrize("orientation", range(1, 9))
@@ -201,15 +200,15 @@ def test_predict_never_replaces_an_existing_file_without_overwrite(tmp_path, cap
     (d / "photo.mat").write_bytes(b"ground truth, not ours")
     cv2.imwrite(str(d / "photo_ucm16.png"), np.full((5, 5), 7, np.uint16))
     before = snapshot(d)
-    rc, err = run(capsys, ["predict", str(d / "photo.png"), "--out", str(d), "--regions", "3", "--html"])
+    rc, err = run(capsys, ["predict", "--classical", str(d / "photo.png"), "--out", str(d), "--regions", "3", "--html"])
     assert rc == 2 and "2 output file(s) exist already" in err and "photo.mat" in err and "photo_ucm16.png" in err
     assert "--overwrite" in err
     assert snapshot(d) == before  # nothing written, nothing replaced
-    assert run(capsys, ["predict", str(d / "photo.png"), "--out", str(d), "--overwrite"])[0] == 0
+    assert run(capsys, ["predict", "--classical", str(d / "photo.png"), "--out", str(d), "--overwrite"])[0] == 0
     assert (d / "photo.mat").read_bytes() != before["photo.mat"]
     assert snapshot(d)["photo.png"] == before["photo.png"]  # the input, never
     # a second run into the same folder is refused too: the user re-runs with --overwrite
-    rc, err = run(capsys, ["predict", str(d / "photo.png"), "--out", str(d)])
+    rc, err = run(capsys, ["predict", "--classical", str(d / "photo.png"), "--out", str(d)])
     assert rc == 2 and "exist already" in err
 
 
@@ -218,10 +217,10 @@ def test_view_never_replaces_an_existing_page_without_overwrite(tmp_path, capsys
     out = tmp_path / "pages"
     out.mkdir()
     (out / "a.html").write_text("my own notes")
-    rc, err = run(capsys, ["view", str(d), "--out", str(out), "--device", "cpu"])
+    rc, err = run(capsys, ["view", "--classical", str(d), "--out", str(out), "--device", "cpu"])
     assert rc == 2 and "a.html" in err and "--overwrite" in err
     assert (out / "a.html").read_text() == "my own notes"
-    assert run(capsys, ["view", str(d), "--out", str(out), "--overwrite", "--device", "cpu"])[0] == 0
+    assert run(capsys, ["view", "--classical", str(d), "--out", str(out), "--overwrite", "--device", "cpu"])[0] == 0
     assert "hiseg-data" in (out / "a.html").read_text()
 
 
@@ -231,7 +230,7 @@ def test_view_never_replaces_an_existing_page_without_overwrite(tmp_path, capsys
     ("predict", "--regions", "0"), ("predict", "--regions", "-3"), ("predict", "--regions", "2.5"),
     ("predict", "--max-pixels", "5"), ("predict", "--max-pixels", "-1"), ("predict", "--max-pixels", "1e9"),
     ("predict", "--scales", "0"), ("predict", "--scales", "nan"), ("predict", "--scales", "9"),
-    ("predict", "--threshold", "inf"), ("predict", "--min-region-size", "-1"),
+    ("predict", "--level", "inf"), ("predict", "--min-region-size", "-1"),
     ("view", "--max-pixels", "100"), ("view", "--max-pixels", "x"),
 ])
 def test_every_numeric_option_is_checked_by_name(tmp_path, capsys, cmd, opt, value):
@@ -245,14 +244,14 @@ def test_every_numeric_option_is_checked_by_name(tmp_path, capsys, cmd, opt, val
 def test_the_api_checks_the_tile_too():
     for bad in (1, 63, -1, 2.5, True):
         with pytest.raises(ValueError, match="tile must be 0 .* or an integer >= 64"):
-            Segmenter().segment(quadrants(), tile=bad)
+            Segmenter.classical().segment(quadrants(), tile=bad)
 
 
 @pytest.mark.parametrize("device", ["meta", "cuda:99", "nonsense"])
 def test_a_device_that_cannot_run_is_named(tmp_path, capsys, device):
     d = photos(tmp_path, "a.png")
     for cmd in ("predict", "view"):
-        rc, err = run(capsys, [cmd, str(d), "--out", str(tmp_path / "o"), "--device", device])
+        rc, err = run(capsys, [cmd, "--classical", str(d), "--out", str(tmp_path / "o"), "--device", device])
         assert rc == 2 and f"--device {device!r}" in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()
     with pytest.raises(ValueError, match="device"):
@@ -262,10 +261,9 @@ def test_a_device_that_cannot_run_is_named(tmp_path, capsys, device):
 def test_device_auto_is_the_default_and_picks_cuda_when_present(monkeypatch, capsys):
     import argparse
 
-    from hiseg import view
-    from hiseg.cli import add_predict_arguments
+    from hiseg.cli import predict, view
 
-    for add in (add_predict_arguments, view.add_arguments):
+    for add in (predict.add_arguments, view.add_arguments):
         p = argparse.ArgumentParser()
         add(p)
         assert p.parse_args(["x", "--out", "o"]).device == "auto"
@@ -328,12 +326,12 @@ def test_a_failed_write_names_the_file(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(hiseg.inference, "write_ucm2_mat", lambda path, ucm2: too_large(path))
     d = photos(tmp_path, "a.png")
-    rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o")])
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o")])
     assert rc == 2 and f"cannot write {tmp_path / 'o' / 'a.mat'}: File too large" in err
     assert not (tmp_path / "o" / "a.mat").exists() and not list((tmp_path / "o").glob(".*tmp*"))
-    # an encoder that fails (cv2.imwrite returns False): the PNG's name, not its temporary file's
-    monkeypatch.setattr(cv2, "imwrite", lambda *a: False)
-    rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o2")])
+    # an encoder that fails (cv2.imencode returns False): the PNG's name, not its temporary file's
+    monkeypatch.setattr(cv2, "imencode", lambda *a: (False, None))
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o2")])
     assert rc == 2 and f"cannot write {tmp_path / 'o2' / 'a_ucm.png'}" in err
 
 
@@ -341,14 +339,14 @@ def test_a_failed_write_names_the_file(tmp_path, monkeypatch, capsys):
 def test_a_file_and_its_folder_are_one_input(tmp_path, capsys):
     d = photos(tmp_path, "astronaut.png", "b.png")
     out = tmp_path / "o"
-    rc, err = run(capsys, ["predict", str(d / "astronaut.png"), str(d), str(d / "astronaut.png"), "--out", str(out),
-                           "--no-progress"])
+    rc, err = run(capsys, ["predict", "--classical", str(d / "astronaut.png"), str(d), str(d / "astronaut.png"), "--out", str(out),
+                           "--quiet"])
     assert rc == 0, err
     assert sorted(p.name for p in out.glob("*.mat")) == ["astronaut.mat", "b.mat"]
     # two different files with one stem are still refused
     (tmp_path / "other").mkdir()
     cv2.imwrite(str(tmp_path / "other" / "b.png"), quadrants())
-    rc, err = run(capsys, ["predict", str(d), str(tmp_path / "other"), "--out", str(tmp_path / "o3")])
+    rc, err = run(capsys, ["predict", "--classical", str(d), str(tmp_path / "other"), "--out", str(tmp_path / "o3")])
     assert rc == 2 and "share the output name" in err
 
 
@@ -357,7 +355,7 @@ def test_a_bad_image_in_a_folder_does_not_stop_the_others(tmp_path, capsys, cmd)
     d = photos(tmp_path, "a.png", "c.png")
     (d / "b.png").write_bytes(b"not an image")
     out = tmp_path / "o"
-    rc, err = run(capsys, [cmd, str(d), "--out", str(out), "--no-progress", "--device", "cpu"])
+    rc, err = run(capsys, [cmd, "--classical", str(d), "--out", str(out), "--quiet", "--device", "cpu"])
     assert rc == 1
     assert "1 of 3 image(s) failed" in err and "b.png: cannot read image" in err
     names = {p.name for p in out.iterdir()}
@@ -370,10 +368,10 @@ def test_a_bad_image_in_a_folder_does_not_stop_the_others(tmp_path, capsys, cmd)
 
 def test_predict_html_pages_open_at_the_requested_cut(tmp_path, capsys):
     d = photos(tmp_path, "a.png")
-    for opts, start in ((["--regions", "8"], {"regions": 8}), (["--threshold", "0.25"], {"level": 0.25}),
+    for opts, start in ((["--regions", "8"], {"regions": 8}), (["--level", "0.25"], {"level": 0.25}),
                         ([], {"regions": 12})):
         out = tmp_path / f"o{len(opts)}{opts[:1]}"
-        assert run(capsys, ["predict", str(d), "--out", str(out), "--html", *opts])[0] == 0
+        assert run(capsys, ["predict", "--classical", str(d), "--out", str(out), "--html", *opts])[0] == 0
         text = (out / "a.html").read_text()
         block = re.search(r'id="hiseg-data">(.*?)</script>', text, re.S).group(1)
         assert json.loads(block)["start"] == start

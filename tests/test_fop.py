@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from scipy.io import savemat
 
 from hiseg.io import DataError, load_ground_truth
-from hiseg.metrics import bsds, evaluate_cli, fop, predictions, seism
+from hiseg.metrics import bsds, fop, predictions, seism
 from hiseg.metrics.summary import fop_dataset
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -254,6 +254,8 @@ def _cell(*arrays):
 
 
 def _cli(argv):
+    from hiseg.cli import evaluate as evaluate_cli
+
     p = evaluate_cli.add_arguments(argparse.ArgumentParser())
     return evaluate_cli.run(p.parse_args(argv))
 
@@ -274,12 +276,12 @@ def test_label_zero_is_refused_naming_the_file_unless_first_label_0(one_image, t
     pred_dir, gt_dir, seg = one_image
     cv2.imwrite(str(pred_dir / "a.png"), (seg - 1).astype(np.uint16))  # 0-based, as hiseg predict writes
     out = tmp_path / "out"
-    assert _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(out),
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(out),
                  "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "a.png" in err and "label 0" in err and "--first-label 0" in err
     assert not out.exists()
-    assert _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--first-label", "0",
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--first-label", "0",
                  "--out", str(out), "--workers", "1", "--quiet"]) == 0
     res = json.loads((out / "results.json").read_text())
     assert res["fop"]["ods"]["f"] == 1.0 and res["covering"]["ods"] == 1.0
@@ -290,7 +292,7 @@ def test_gt_of_another_size_is_refused_naming_both_files(one_image, tmp_path, ca
     pred_dir, gt_dir, seg = one_image
     savemat(str(pred_dir / "a.mat"), {"segs": _cell(blocks(21, 30, 2, 2))})
     out = tmp_path / "out"
-    assert _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--out", str(out), "--workers", "1",
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--out", str(out), "--workers", "1",
                  "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "a.mat" in err and "21x30" in err and "20x30" in err
@@ -300,7 +302,7 @@ def test_gt_of_another_size_is_refused_naming_both_files(one_image, tmp_path, ca
 def test_empty_segmentation_is_refused_naming_the_file(one_image, capsys):
     pred_dir, gt_dir, seg = one_image
     savemat(str(pred_dir / "a.mat"), {"segs": _cell(np.zeros((0, 0), np.uint16))})
-    assert _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--workers", "1", "--quiet"]) == 2
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "a.mat" in err and "empty" in err
 
@@ -308,7 +310,7 @@ def test_empty_segmentation_is_refused_naming_the_file(one_image, capsys):
 def test_ucm2_that_is_a_string_names_the_file(one_image, capsys):
     pred_dir, gt_dir, _ = one_image
     savemat(str(pred_dir / "a.mat"), {"ucm2": "not a map"})
-    assert _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--workers", "1", "--quiet"]) == 2
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "a.mat" in err and "'ucm2' must be a numeric" in err
 
@@ -339,7 +341,7 @@ def test_huge_ground_truth_label_ids_are_renumbered(tmp_path):
 def test_max_dist_out_of_range_names_the_option(one_image, value, capsys):
     pred_dir, gt_dir, _ = one_image
     with pytest.raises(SystemExit):
-        _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--max-dist", value])
+        _cli([str(pred_dir), "--gt", str(gt_dir), "--max-dist", value])
     assert "--max-dist" in capsys.readouterr().err
     with pytest.raises(ValueError, match="max_dist"):
         bsds.evaluate(pred_dir, gt_dir, max_dist=float(value))
@@ -363,7 +365,7 @@ def test_evaluate_out_never_replaces_existing_files_unless_overwrite(one_image, 
     out = tmp_path / "out"
     out.mkdir()
     (out / "results.md").write_text("my own notes")
-    argv = ["--pred", str(pred_dir), "--gt", str(gt_dir), "--out", str(out), "--workers", "1", "--quiet"]
+    argv = [str(pred_dir), "--gt", str(gt_dir), "--out", str(out), "--workers", "1", "--quiet"]
     assert _cli(argv) == 2
     err = capsys.readouterr().err
     assert "results.md" in err and "--overwrite" in err

@@ -29,7 +29,7 @@ def ckpt(tmp_path):
 
 
 def test_classical_path_finds_the_quadrants():
-    res = Segmenter(region_size=6.0, fit_iterations=20).segment(checker_image())
+    res = Segmenter.classical(region_size=6.0, fit_iterations=20).segment(checker_image())
     sal = res.saliency
     assert sal.shape == (48, 64) and 0 <= sal.min() and sal.max() <= 1 + 1e-9
     lab = res.cut(n_regions=3)
@@ -54,7 +54,7 @@ def test_predict_cli_writes_all_files(tmp_path, ckpt):
         cv2.imwrite(str(src / f"im{i}.png"), (checker_image() * 255).astype(np.uint8))
     out = tmp_path / "out"
     assert cli_main(["predict", str(src), "--checkpoint", str(ckpt), "--out", str(out), "--regions", "3",
-                     "--no-progress"]) == 0
+                     "--quiet"]) == 0
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted(f"im{i}{s}" for i in range(2) for s in
                            ["_ucm.png", "_ucm16.png", ".mat", "_labels.png", "_overlay.png"])
@@ -66,14 +66,14 @@ def test_predict_cli_writes_all_files(tmp_path, ckpt):
     lab = cv2.imread(str(out / "im0_labels.png"), cv2.IMREAD_UNCHANGED)
     assert len(np.unique(lab)) == 3
     # classical path and a threshold
-    assert cli_main(["predict", str(src / "im0.png"), "--out", str(tmp_path / "o2"), "--threshold", "0.5",
-                     "--no-progress"]) == 0
+    assert cli_main(["predict", "--classical", str(src / "im0.png"), "--out", str(tmp_path / "o2"), "--level", "0.5",
+                     "--quiet"]) == 0
     assert (tmp_path / "o2" / "im0_labels.png").is_file()
 
 
 def test_flat_image_gives_flat_saliency(tmp_path):
     img = np.full((30, 40, 3), 0.5, np.float32)
-    res = Segmenter(region_size=100.0).segment(img)
+    res = Segmenter.classical(region_size=100.0).segment(img)
     # a flat image has no gradient: every frontier merges at 0 (however many superpixels)
     assert res.saliency.max() == 0 and res.ucm2.max() == 0
     assert len(np.unique(res.cut(threshold=0.0))) == 1
@@ -108,7 +108,7 @@ def test_predict_bad_inputs(tmp_path, capsys, setup, msg, status):
     elif setup == "corrupt":
         (src / "bad.png").write_bytes(b"not a png at all")
     out = tmp_path / "out"
-    assert cli_main(["predict", arg, "--out", str(out), "--no-progress"]) == status
+    assert cli_main(["predict", "--classical", arg, "--out", str(out), "--quiet"]) == status
     assert msg in capsys.readouterr().err
     assert not out.exists() or list(out.iterdir()) == []
 
@@ -139,8 +139,8 @@ def test_predict_then_evaluate_same_folder(tmp_path, shared_data):
     gt.mkdir()
     (gt / f"{img.stem}.mat").symlink_to(bench / "groundTruth" / f"{img.stem}.mat")
     out = tmp_path / "pred"
-    assert cli_main(["predict", str(img), "--out", str(out), "--regions", "5", "--no-progress"]) == 0
-    assert cli_main(["evaluate", "--pred", str(out), "--gt", str(gt), "--thresholds", "5", "--workers", "1",
+    assert cli_main(["predict", "--classical", str(img), "--out", str(out), "--regions", "5", "--quiet"]) == 0
+    assert cli_main(["evaluate", str(out), "--gt", str(gt), "--thresholds", "5", "--workers", "1",
                      "--out", str(tmp_path / "eval"), "--quiet"]) == 0
     res = json.loads((tmp_path / "eval" / "results.json").read_text())
     assert 0.3 < res["boundary"]["ods"]["f"] <= 1 and "covering" in res
@@ -166,7 +166,7 @@ def test_checkpoint_without_or_with_unknown_pipeline_is_refused(tmp_path):
     img = tmp_path / "a.png"
     cv2.imwrite(str(img), np.zeros((20, 20, 3), np.uint8))
     assert cli_main(["predict", str(img), "--checkpoint", str(tmp_path / "unk.ckpt"), "--out",
-                     str(tmp_path / "o"), "--no-progress"]) == 2
+                     str(tmp_path / "o"), "--quiet"]) == 2
     assert not (tmp_path / "o").exists()
 
 
@@ -290,7 +290,7 @@ def test_classical_path_without_fitting_is_the_single_linkage_of_the_frontier_me
     superpixel frontier, scaled to a maximum of 1 (Pipeline.classical), against brute force:
     frontier means over the pixel pairs, minimax paths by connected components, the ucm2
     drawn pixel pair by pixel pair. The superpixels and the gradient map are the inputs."""
-    res = Segmenter(region_size=6.0, fit_iterations=0).segment(noisy_checker_image())
+    res = Segmenter.classical(region_size=6.0, fit_iterations=0).segment(noisy_checker_image())
     assert res.rag.num_regions > 20
     fr = _frontiers_bf(res.rag.labels, res.boundary)
     top = max(m for m, _ in fr.values())
@@ -298,7 +298,7 @@ def test_classical_path_without_fitting_is_the_single_linkage_of_the_frontier_me
                                                        res.rag.num_regions))
     assert 0 < res.ultrametric.max() <= 1  # weights scaled by their maximum
     # with fitting: another ultrametric on the same RAG (its own minimax closure), in [0, 1]
-    fit = Segmenter(region_size=6.0, fit_iterations=20).segment(noisy_checker_image())
+    fit = Segmenter.classical(region_size=6.0, fit_iterations=20).segment(noisy_checker_image())
     np.testing.assert_array_equal(fit.rag.labels, res.rag.labels)
     assert not np.allclose(fit.ultrametric, res.ultrametric)
     pairs = list(zip(fit.rag.graph.sources.tolist(), fit.rag.graph.targets.tolist()))
@@ -535,7 +535,7 @@ def test_predict_never_overwrites_an_input(tmp_path, capsys):
     cv2.imwrite(str(d / "cat.png"), (checker_image() * 255).astype(np.uint8))
     cv2.imwrite(str(d / "cat_ucm.png"), np.full((48, 64), 7, np.uint8))
     before = {p.name: p.read_bytes() for p in d.iterdir()}
-    assert cli_main(["predict", str(d), "--out", str(d), "--no-progress"]) == 2
+    assert cli_main(["predict", "--classical", str(d), "--out", str(d), "--quiet"]) == 2
     assert "would overwrite input" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in d.iterdir()} == before
 
@@ -545,17 +545,17 @@ def test_predict_refuses_bad_thresholds(tmp_path, capsys, value):
     img = tmp_path / "a.png"
     cv2.imwrite(str(img), (checker_image() * 255).astype(np.uint8))
     with pytest.raises(SystemExit):
-        cli_main(["predict", str(img), "--out", str(tmp_path / "o"), "--threshold", value])
-    assert "--threshold" in capsys.readouterr().err and not (tmp_path / "o").exists()
+        cli_main(["predict", "--classical", str(img), "--out", str(tmp_path / "o"), "--level", value])
+    assert "--level" in capsys.readouterr().err and not (tmp_path / "o").exists()
 
 
 def test_nan_images_and_thresholds_are_refused(ckpt):
     img = checker_image()
     img[3, 4, 1] = np.nan
-    for seg in (Segmenter(region_size=6.0, fit_iterations=0), Segmenter.from_checkpoint(ckpt)):
+    for seg in (Segmenter.classical(region_size=6.0, fit_iterations=0), Segmenter.from_checkpoint(ckpt)):
         with pytest.raises(ValueError, match="NaN or infinite"):
             seg.segment(img)
-    res = Segmenter(region_size=6.0, fit_iterations=0).segment(checker_image())
+    res = Segmenter.classical(region_size=6.0, fit_iterations=0).segment(checker_image())
     for t in (float("nan"), -0.5, 2.0):
         with pytest.raises(ValueError, match="threshold must be in"):
             res.cut(threshold=t)
@@ -564,11 +564,9 @@ def test_nan_images_and_thresholds_are_refused(ckpt):
 def test_every_cli_option_has_help(capsys):
     import argparse
 
-    from hiseg import view
-    from hiseg.cli import add_predict_arguments
-    from hiseg.metrics import evaluate_cli
+    from hiseg.cli import evaluate, predict, view
 
-    for add in (add_predict_arguments, evaluate_cli.add_arguments, view.add_arguments):
+    for add in (predict.add_arguments, evaluate.add_arguments, view.add_arguments):
         p = argparse.ArgumentParser()
         add(p)
         missing = [a.option_strings or a.dest for a in p._actions if not a.help]

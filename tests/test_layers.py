@@ -16,14 +16,15 @@ PKG = Path(__file__).resolve().parents[1] / "hiseg"
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
 ORDER = ["io", "_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting", "plotting", "clustering",
          "segmentation", "metrics", "data", "models", "callbacks", "lightning",
-         "inference", "predict_ddp", "view", "cli", "cli_train"]
+         "inference", "predict_ddp", "view", "cli_train", "cli"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "pipeline"],
-    "metrics": ["summary", "matching", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
-                "evaluate_cli", "hierarchy"],
+    "metrics": ["summary", "kernels", "matching", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
+                "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "models": ["weights", "boundary_net", "backbone_net", "ensemble"],
+    "cli": ["options", "predict", "view", "evaluate", "train", "__main__"],
 }
 
 

@@ -24,7 +24,7 @@ from scipy.io import savemat
 from scipy.optimize import linear_sum_assignment
 
 from hiseg.io import atomic_write_files
-from hiseg.metrics import bsds, evaluate_cli, predictions, report
+from hiseg.metrics import bsds, predictions, report
 from hiseg.metrics import matching as bd
 from hiseg.metrics import region as rg
 from hiseg.metrics import summary
@@ -66,6 +66,8 @@ def blocks(h, w, rows, cols):
 
 
 def _cli(argv):
+    from hiseg.cli import evaluate as evaluate_cli
+
     p = evaluate_cli.add_arguments(argparse.ArgumentParser())
     return evaluate_cli.run(p.parse_args(argv))
 
@@ -480,7 +482,7 @@ def test_empty_and_missing_folders(tmp_path, tiny_dataset):
 def test_cli_writes_outputs(tiny_dataset, tmp_path, capsys):
     pred_dir, gt_dir = tiny_dataset
     out = tmp_path / "out"
-    rc = _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--thresholds", "3", "--out", str(out),
+    rc = _cli([str(pred_dir), "--gt", str(gt_dir), "--thresholds", "3", "--out", str(out),
                "--workers", "1", "--quiet"])
     assert rc == 0
     text = capsys.readouterr().out
@@ -497,7 +499,7 @@ def test_cli_error_leaves_no_output(tiny_dataset, tmp_path, capsys):
     pred_dir, gt_dir = tiny_dataset
     (pred_dir / "im0.mat").rename(pred_dir / "zzz.mat")
     out = tmp_path / "out"
-    rc = _cli(["--pred", str(pred_dir), "--gt", str(gt_dir), "--out", str(out), "--quiet"])
+    rc = _cli([str(pred_dir), "--gt", str(gt_dir), "--out", str(out), "--quiet"])
     assert rc == 2
     assert "zzz.mat" in capsys.readouterr().err
     assert not out.exists()

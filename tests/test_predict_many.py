@@ -28,14 +28,15 @@ def four_photos(tmp_path):
 
 def predict(capsys, tmp_path, name, *argv):
     out = tmp_path / name
-    rc, err = run(capsys, ["predict", *argv, "--out", str(out), "--no-progress", "--device", "cpu"])
+    classical = [] if "--checkpoint" in argv else ["--classical"]
+    rc, err = run(capsys, ["predict", *classical, *argv, "--out", str(out), "--quiet", "--device", "cpu"])
     return rc, err, snapshot(out)
 
 
 @pytest.mark.parametrize("network", [False, True], ids=["classical-html", "network"])
 def test_workers_write_the_same_bytes_as_one_process(tmp_path, capsys, checkpoint, network):
     d = four_photos(tmp_path)
-    extra = ["--checkpoint", checkpoint, "--threshold", "0.2"] if network else ["--regions", "3", "--html"]
+    extra = ["--checkpoint", checkpoint, "--level", "0.2"] if network else ["--regions", "3", "--html"]
     rc0, err0, one = predict(capsys, tmp_path, "o0", str(d), "--workers", "0", *extra)
     assert rc0 == 0, err0
     assert len(one) == 4 * 5 + (5 if "--html" in extra else 0)
@@ -65,17 +66,17 @@ def test_existing_files_are_refused_before_any_worker_writes(tmp_path, capsys):
     out = tmp_path / "o"
     out.mkdir()
     (out / "c.mat").write_bytes(b"ground truth")
-    rc, err = run(capsys, ["predict", str(d), "--out", str(out), "--workers", "2"])
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(out), "--workers", "2"])
     assert rc == 2 and "c.mat" in err
     assert snapshot(out) == {"c.mat": b"ground truth"}
 
 
 def test_an_error_in_a_worker_names_the_image(tmp_path, capsys, monkeypatch):
-    import hiseg.cli
+    import hiseg.cli.predict
     from _broken_pipeline import DiskFull, FailsOnSmall
 
     d = four_photos(tmp_path)
-    make = hiseg.cli.make_segmenter
+    make = hiseg.cli.predict.make_segmenter
 
     def with_pipeline(cls):  # the workers unpickle the pipeline: the failure happens there
         def patched(args):
@@ -84,11 +85,11 @@ def test_an_error_in_a_worker_names_the_image(tmp_path, capsys, monkeypatch):
             return seg
         return patched
 
-    monkeypatch.setattr(hiseg.cli, "make_segmenter", with_pipeline(FailsOnSmall))
+    monkeypatch.setattr(hiseg.cli.predict, "make_segmenter", with_pipeline(FailsOnSmall))
     with pytest.raises(RuntimeError, match=r"d\.png: RuntimeError: higra gave up"):
-        run(capsys, ["predict", str(d), "--out", str(tmp_path / "o"), "--workers", "2"])
-    monkeypatch.setattr(hiseg.cli, "make_segmenter", with_pipeline(DiskFull))
-    rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o2"), "--workers", "2", "--no-progress"])
+        run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o"), "--workers", "2"])
+    monkeypatch.setattr(hiseg.cli.predict, "make_segmenter", with_pipeline(DiskFull))
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o2"), "--workers", "2", "--quiet"])
     # every image fails; the two workers start with a.png and b.png, and whichever fails first is named
     assert rc == 2 and (f"{d / 'a.png'}: [Errno 28]" in err or f"{d / 'b.png'}: [Errno 28]" in err), err[-500:]
     assert not list((tmp_path / "o2").glob("*.mat")) and not list((tmp_path / "o2").glob(".*tmp*"))
@@ -97,26 +98,33 @@ def test_an_error_in_a_worker_names_the_image(tmp_path, capsys, monkeypatch):
 @pytest.mark.parametrize("value", ["-1", "two", "1.5"])
 def test_a_bad_workers_value_is_named(tmp_path, capsys, value):
     d = four_photos(tmp_path)
-    rc, err = run(capsys, ["predict", str(d), "--out", str(tmp_path / "o"), "--workers", value])
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o"), "--workers", value])
     assert rc == 2 and "argument --workers" in err and not (tmp_path / "o").exists()
 
 
-def test_workers_default_to_one_process_and_help_names_the_cpus(capsys):
+def test_workers_default_to_auto_and_help_names_the_cpus(capsys):
+    """``--workers auto``: one process per usable CPU (at most 8), none for fewer images than
+    it pays to start them for; the help names this machine's count."""
     import os
 
-    from hiseg.cli import default_workers, main
+    from hiseg.cli import main
+    from hiseg.cli.options import default_workers, resolve_workers
+    from hiseg.cli.predict import POOL_MIN_IMAGES
 
     assert default_workers() == max(1, min(8, len(os.sched_getaffinity(0))))
+    assert resolve_workers("auto", POOL_MIN_IMAGES - 1, POOL_MIN_IMAGES) == 1
+    assert resolve_workers("auto", 100, POOL_MIN_IMAGES) == default_workers()
+    assert resolve_workers(4, 2, POOL_MIN_IMAGES) == 2 and resolve_workers(0, 9, 2) == 1
     with pytest.raises(SystemExit):
         main(["predict", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert f"(here: {default_workers()} CPUs) (default: 1)" in text
+    assert f"(here: {default_workers()})" in text and "(default: auto)" in text
 
 
 def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path, capsys, checkpoint):
     from hiseg.inference import Segmenter
     from hiseg.predict_ddp import IMAGE_ERRORS, predict_files
-    from hiseg.view import PER_FILE_ERRORS
+    from hiseg.cli.options import PER_FILE_ERRORS
 
     assert IMAGE_ERRORS == PER_FILE_ERRORS
     d = four_photos(tmp_path)
@@ -169,4 +177,4 @@ def test_predict_ddp_reports_a_bad_image_and_writes_the_others(tmp_path, capfd, 
     assert "1 of 4 image(s) failed" in capfd.readouterr().err
     assert sorted(p.name for p in (tmp_path / "o").glob("*.mat")) == ["a.mat", "c.mat", "d.mat"]
     with pytest.raises(ValueError, match="needs a Segmenter with a network"):
-        predict_files(Segmenter(), files, tmp_path / "o2")
+        predict_files(Segmenter(None), files, tmp_path / "o2")

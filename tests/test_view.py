@@ -56,7 +56,7 @@ def learned():
 @pytest.fixture(scope="module")
 def classical():
     img = blocks_image()
-    return "blocks", img, Segmenter(region_size=6.0, fit_iterations=20).segment(img)
+    return "blocks", img, Segmenter.classical(region_size=6.0, fit_iterations=20).segment(img)
 
 
 def page_data(text):
@@ -134,7 +134,7 @@ def predicted(tmp_path, classical):
     save_png(src / "a.png", img)
     save_png(src / "b.png", img[::-1].copy())
     pred = tmp_path / "pred"
-    seg = Segmenter(region_size=6.0, fit_iterations=20)
+    seg = Segmenter.classical(region_size=6.0, fit_iterations=20)
     for f in sorted(src.iterdir()):
         write_outputs(pred, f.stem, seg.segment(str(f)), img)
     return src, pred
@@ -143,7 +143,7 @@ def predicted(tmp_path, classical):
 def test_view_a_prediction_folder_writes_pages_and_index(tmp_path, predicted):
     src, pred = predicted
     out = tmp_path / "pages"
-    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"]) == 0
+    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--quiet"]) == 0
     assert sorted(p.name for p in out.iterdir()) == ["a.html", "b.html", "index.html"]
     index = (out / "index.html").read_text()
     assert re.findall(r'href="([^"]+)"', index) == ["a.html", "b.html"]
@@ -155,16 +155,17 @@ def test_view_a_prediction_folder_writes_pages_and_index(tmp_path, predicted):
     np.testing.assert_array_equal(levels, np.unique(loadmat(pred / "b.mat")["ucm2"]))
 
 
-def test_predict_html(tmp_path, classical):
+def test_predict_html(tmp_path, capsys, classical):
     _, img, _ = classical
     src = tmp_path / "images"
     src.mkdir()
     save_png(src / "x.png", img)
     save_png(src / "y.png", img[:, ::-1].copy())
     out = tmp_path / "out"
-    assert cli_main(["predict", str(src), "--out", str(out), "--html", "--no-progress"]) == 0
+    assert cli_main(["predict", "--classical", str(src), "--out", str(out), "--html", "--quiet"]) == 0
     assert {"x.html", "y.html", "index.html", "x.mat"} <= {p.name for p in out.iterdir()}
-    assert page_data((out / "x.html").read_text())["source"] == "classical path (no checkpoint)"
+    assert page_data((out / "x.html").read_text())["source"] == "classical path (no network)"
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote 2 image(s) to {out} and index.html (open it)"
 
 
 def refused(capsys, argv, *fragments):
@@ -186,7 +187,7 @@ def test_bad_input_is_refused_or_reported_per_image(tmp_path, predicted, capsys)
             "no ucm2 file for 2 of 2 image(s): a.mat, b.mat", "0 .mat files there")
     # b's UCM belongs to another image: b fails, named, a's page is written, exit status 1
     savemat(pred / "b.mat", {"ucm2": np.zeros((21, 31))})
-    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"]) == 1
+    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--quiet"]) == 1
     err = capsys.readouterr().err
     assert "1 of 2 image(s) failed" in err and "b.mat" in err and "10x15 (HxW) image, but the image is 60x80" in err
     assert sorted(p.name for p in out.iterdir()) == ["a.html"]
@@ -205,11 +206,11 @@ def test_an_output_never_overwrites_an_input(tmp_path, classical, capsys):
     save_png(src / "a.png", img)
     shutil.copy(src / "a.png", src / "b.html")  # an image file named like a page (OpenCV reads it)
     before = (src / "b.html").read_bytes()
-    refused(capsys, ["view", str(src / "a.png"), str(src / "b.html"), "--out", str(src)],
+    refused(capsys, ["view", "--classical", str(src / "a.png"), str(src / "b.html"), "--out", str(src)],
             "would overwrite input files", "b.html")
     assert (src / "b.html").read_bytes() == before and not (src / "a.html").exists()
     save_png(src / "index.png", img)  # its page would be the index page
-    refused(capsys, ["view", str(src / "a.png"), str(src / "index.png"), "--out", str(tmp_path / "o")],
+    refused(capsys, ["view", "--classical", str(src / "a.png"), str(src / "index.png"), "--out", str(tmp_path / "o")],
             "'index'", "index.html")
     assert not (tmp_path / "o").exists()
 
@@ -384,7 +385,7 @@ def test_browser_index_page_leads_to_the_pages(browser, predicted, tmp_path):
     d = browser
     src, pred = predicted
     out = tmp_path / "pages"
-    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--no-progress"]) == 0
+    assert cli_main(["view", str(src), "--ucm", str(pred), "--out", str(out), "--quiet"]) == 0
     d.get((out / "index.html").as_uri())
     cards = d.find_elements("css selector", "a.card")
     assert [c.text for c in cards] == [f"{s} ({np.unique(loadmat(pred / f'{s}.mat')['ucm2']).size} levels)"

@@ -17,8 +17,9 @@ In the order the numbers flow:
 * :mod:`hiseg.metrics.bsds` -- the dataset driver (:func:`evaluate`);
 * :mod:`hiseg.metrics.report` -- tables, ``results.md``, PR curve, JSON, official
   ``eval_*.txt`` files;
-* :mod:`hiseg.metrics.kcut` -- covering of K-region cuts;
-* :mod:`hiseg.metrics.evaluate_cli` -- the ``hiseg evaluate`` command.
+* :mod:`hiseg.metrics.kcut` -- covering of K-region cuts.
+
+The ``hiseg evaluate`` command is :mod:`hiseg.cli.evaluate`.
 
 Submodules are imported lazily (``from hiseg.metrics import evaluate`` works
 without importing matplotlib).
@@ -47,7 +48,7 @@ _LAZY = {
     "dasgupta_cost": ("hierarchy", "dasgupta_cost"),
 }
 
-_SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "evaluate_cli", "hierarchy", "fop",
+_SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "hierarchy", "fop",
                "seism")
 
 __all__ = sorted(_LAZY) + list(_SUBMODULES)

@@ -2,7 +2,7 @@
 
 Usage::
 
-    hiseg evaluate --pred DIR --gt DIR [--thresholds N] [--out DIR] [--workers K]
+    hiseg evaluate DIR --gt DIR [--thresholds N] [-o DIR] [--workers N]
                    [--kind {auto,ucm2,segs,pb,labels}] [--first-label {1,0}]
                    [--no-region] [--no-boundary] [--no-fop]
 
@@ -23,56 +23,49 @@ import sys
 from pathlib import Path
 
 from ..io import atomic_write_files, refuse_overwrite
-from .bsds import evaluate
-from .matching import DEFAULT_MAX_DIST
-from .predictions import KINDS
-from .report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header, results_markdown,
-                     results_to_json)
+from ..metrics.bsds import evaluate
+from ..metrics.matching import DEFAULT_MAX_DIST
+from ..metrics.predictions import KINDS
+from ..metrics.report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header,
+                              results_markdown, results_to_json)
+from .options import (add_out, add_overwrite, add_quiet, add_workers, at_least_one, default_text, default_workers,
+                      option_type)
 
 __all__ = ["add_arguments", "run"]
+
+HELP = "BSDS500 benchmark of predictions against ground truth"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``evaluate`` options to ``parser`` and return it."""
-    parser.add_argument("--pred", required=True, type=Path,
-                        help="folder of predictions: ucm2/segs .mat files or boundary .png files")
-    parser.add_argument("--gt", required=True, type=Path,
+    parser.description = ("Score predictions (ucm2 .mat, segmentation .mat, boundary or label PNGs) against "
+                          "BSDS-format ground truth: boundary ODS/OIS/AP, covering, PRI and VI, as the official "
+                          "BSDS500 benchmark computes them, and Fop as SEISM does.")
+    parser.add_argument("predictions", type=Path, metavar="DIR",
+                        help="folder of predictions: ucm2/segs .mat files (as `hiseg predict` writes) or boundary "
+                             "/ label .png files")
+    parser.add_argument("--gt", required=True, type=Path, metavar="DIR",
                         help="folder of BSDS ground-truth .mat files (matched to predictions by file stem)")
-    parser.add_argument("--thresholds", type=_positive_int("--thresholds"), default=99,
-                        help="number of thresholds for ucm2 / soft boundary maps (default 99)")
+    add_out(parser, "write results.md, results.json, pr_curve.png and eval_*.txt here", required=False)
+    parser.add_argument("--thresholds", type=option_type(int, at_least_one), default=99, metavar="N",
+                        help="number of thresholds for ucm2 / soft boundary maps" + default_text(99))
     parser.add_argument("--kind", choices=KINDS, default="auto",
-                        help="prediction format (default: from the file contents; label PNGs need 'labels')")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="write results.md, results.json, pr_curve.png and eval_*.txt here")
-    parser.add_argument("--workers", type=_positive_int("--workers"), default=None,
-                        help="processes evaluating images in parallel (default: number of CPUs)")
-    parser.add_argument("--max-dist", type=_max_dist, default=DEFAULT_MAX_DIST,
-                        help="boundary matching tolerance as a fraction of the image diagonal, in (0, 1] "
-                             "(default 0.0075)")
+                        help="prediction format; auto: from the file contents (label PNGs need 'labels')"
+                             + default_text("auto"))
+    add_workers(parser, "processes evaluating images in parallel", 2)
+    parser.add_argument("--max-dist", type=_max_dist, default=DEFAULT_MAX_DIST, metavar="D",
+                        help="boundary matching tolerance as a fraction of the image diagonal, in (0, 1]"
+                             + default_text(DEFAULT_MAX_DIST))
     parser.add_argument("--first-label", type=int, choices=(1, 0), default=1,
                         help="first region label of label-image predictions: 1 in the BSDS format (a 0 is then "
-                             "an error), 0 for 0-based images such as hiseg predict's _labels.png (default 1)")
+                             "an error), 0 for 0-based images such as hiseg predict's _labels.png" + default_text(1))
     parser.add_argument("--no-region", action="store_true", help="skip covering / PRI / VI / Fop")
     parser.add_argument("--no-fop", action="store_true",
                         help="skip the precision-recall for objects and parts (Fop)")
     parser.add_argument("--no-boundary", action="store_true", help="skip the boundary benchmark")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace result files that exist already in --out (default: refuse, naming them)")
-    parser.add_argument("--quiet", action="store_true", help="no progress line")
+    add_overwrite(parser, "result files")
+    add_quiet(parser)
     return parser
-
-
-def _positive_int(option: str):
-    def parse(text: str) -> int:
-        try:
-            v = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{option} must be a whole number >= 1, got {text!r}") from None
-        if v < 1:
-            raise argparse.ArgumentTypeError(f"{option} must be >= 1, got {v}")
-        return v
-
-    return parse
 
 
 def _max_dist(text: str) -> float:
@@ -117,24 +110,24 @@ def run(args: argparse.Namespace) -> int:
     """
     if args.out is not None:
         try:  # before the (long) evaluation: never replace a file that exists, unless asked
-            refuse_overwrite([args.out / n for n in OUTPUT_FILES], [], getattr(args, "overwrite", False),
+            refuse_overwrite([args.out / n for n in OUTPUT_FILES], [], args.overwrite,
                              command="hiseg evaluate")
         except ValueError as exc:
             print(f"hiseg evaluate: error: {exc}", file=sys.stderr)
             return 2
     try:
         res = evaluate(
-            args.pred,
+            args.predictions,
             args.gt,
             n_thresholds=args.thresholds,
             kind=args.kind,
-            workers=args.workers,
+            workers=default_workers() if args.workers == "auto" else max(1, args.workers),
             boundary=not args.no_boundary,
             region=not args.no_region,
             max_dist=args.max_dist,
-            progress=_progress(getattr(args, "quiet", False)),
-            fop=not getattr(args, "no_fop", False),
-            first_label=getattr(args, "first_label", 1),
+            progress=_progress(args.quiet),
+            fop=not args.no_fop,
+            first_label=args.first_label,
         )
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"hiseg evaluate: error: {exc}", file=sys.stderr)
@@ -156,13 +149,3 @@ def run(args: argparse.Namespace) -> int:
             return 1
         print(f"wrote {', '.join(sorted(p.name for p in written))} to {args.out}")
     return 0
-
-
-def main(argv=None) -> int:
-    """Stand-alone entry point (``python -m hiseg.metrics.evaluate_cli``)."""
-    parser = add_arguments(argparse.ArgumentParser(prog="hiseg evaluate", description=__doc__.split("\n\n")[0]))
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -1,0 +1,293 @@
+"""The options the ``hiseg`` subcommands share, each defined once (see :mod:`hiseg.cli` for
+the rules), and the steps every image command takes: collect the inputs, choose the worker
+count, build the segmenter and name it, report the images that failed.
+
+Importing this module costs no torch: the segmenter's modules are imported when one is built.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_workers", "add_quiet", "add_overwrite",
+           "add_model", "image_command", "add_regions", "add_level", "add_min_region_size", "EXIT_STATUS",
+           "collect_images", "default_workers", "resolve_workers", "make_segmenter", "model_name", "announce",
+           "PER_FILE_ERRORS", "per_file", "report_failures"]
+
+#: The epilog of the image commands (predict, view).
+EXIT_STATUS = ("Exit status: 0 when every image was written; 1 when some images failed (unreadable, ...): the "
+               "others are written and the failures listed at the end; 2 when nothing ran (a bad option, input "
+               "or checkpoint, or output files that exist already, without --overwrite).")
+
+
+def default_text(value) -> str:
+    """The one way a default is shown in ``--help``: `` (default: VALUE)``."""
+    return f" (default: {value})"
+
+
+def option_type(convert, check=None):
+    """An argparse ``type``: ``convert(text)`` then ``check(value)``; their ValueError becomes
+    argparse's error, which names the option ("argument --tile: ...")."""
+    def parse(text):
+        try:
+            v = convert(text)
+            if check is not None:
+                check(v)
+        except (ValueError, TypeError) as e:
+            raise argparse.ArgumentTypeError(str(e) if "got" in str(e) else f"{e}, got {text!r}") from None
+        return v
+    parse.__name__ = getattr(convert, "__name__", "value")
+    return parse
+
+
+def at_least_one(v: int) -> None:
+    if v < 1:
+        raise ValueError("must be an integer >= 1")
+
+
+# ----------------------------------------------------------------------------- the shared options
+def image_command(p: argparse.ArgumentParser, description: str, out: str) -> None:
+    """What the image commands (predict, view) open with: the description, the exit statuses,
+    the positional inputs and ``-o/--out``."""
+    p.description = description
+    p.epilog = EXIT_STATUS
+    add_inputs(p)
+    add_out(p, out)
+
+
+def add_inputs(p: argparse.ArgumentParser, what: str = "images or folders of images") -> None:
+    """The positional inputs (``INPUT ...``)."""
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help=what)
+
+
+def add_out(p: argparse.ArgumentParser, what: str, required: bool = True) -> None:
+    """``-o/--out DIR``: the folder the command writes into."""
+    p.add_argument("-o", "--out", required=required, metavar="DIR", type=Path,
+                   help=what + ("" if required else default_text("write nothing, print only")))
+
+
+def default_workers() -> int:
+    """The CPUs this process may use, at most 8: what ``--workers auto`` means."""
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, n))
+
+
+def _workers(text: str):
+    if text == "auto":
+        return text
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or an integer >= 0, got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be 'auto' or an integer >= 0 (0 or 1: no worker processes), got {v}")
+    return v
+
+
+def add_workers(p: argparse.ArgumentParser, what: str, min_items: int) -> None:
+    """``--workers N``: processes working on the images in parallel (``auto``: :func:`resolve_workers`
+    with ``min_items``)."""
+    p.add_argument("--workers", type=_workers, default="auto", metavar="N",
+                   help=f"{what}; 0 or 1: none, all in this process; auto: one per usable CPU, at most 8 (here: "
+                        f"{default_workers()}), none for fewer than {min_items} images; the results are the same "
+                        "either way" + default_text("auto"))
+
+
+def resolve_workers(value, n_items: int, min_items: int) -> int:
+    """The worker processes of ``--workers value`` for ``n_items`` images: ``auto`` is
+    :func:`default_workers` (1, i.e. none, below ``min_items`` images); never more than the images."""
+    if value == "auto":
+        value = default_workers() if n_items >= min_items else 1
+    return max(1, min(int(value), n_items))
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress bar and no line naming the model (predict, view); warnings, errors and the closing line stay")
+
+
+def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help=f"replace {what} that exist already in --out (without it, the command refuses before "
+                        "writing anything, naming them)")
+
+
+def _names() -> list[str]:
+    from ..models.weights import Weights
+
+    return Weights.names()
+
+
+def _default_model() -> str:
+    from ..models.weights import DEFAULT_PRETRAINED
+
+    return DEFAULT_PRETRAINED
+
+
+def _check_max_pixels(v):
+    from ..segmentation.pipeline import Pipeline
+
+    Pipeline(max_pixels=v)  # the one rule: 0 or >= 4096
+
+
+def add_model(p: argparse.ArgumentParser, when: str = "") -> None:
+    """``-c/--checkpoint``, ``--classical``, ``--device``, ``--max-pixels``: which hierarchy
+    maker runs, where, at which resolution."""
+    p.add_argument("-c", "--checkpoint", default=None, metavar="CKPT",
+                   help=f"{when}a trained checkpoint (.ckpt) or a shipped model's name ({', '.join(_names())}); "
+                        "'none': the classical path (--classical)" + default_text(_default_model()))
+    p.add_argument("--classical", action="store_true",
+                   help=f"{when}the classical path, the no-network baseline: colour gradient, colour-watershed "
+                        "superpixels, closest ultrametric fit (same as --checkpoint none)")
+    p.add_argument("--device", default="auto", metavar="DEVICE",
+                   help="torch device of the network: auto (CUDA when present, else the CPU), cpu, cuda, cuda:1, mps"
+                        + default_text("auto"))
+    p.add_argument("--max-pixels", type=option_type(int, _check_max_pixels), default=None, metavar="N",
+                   help="working resolution: larger images are processed at N pixels (>= 4096) and their outputs "
+                        "drawn back at full size; 0: no limit" + default_text("the checkpoint's pipeline, 500000"))
+
+
+def add_regions(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--regions", type=option_type(int, at_least_one), default=None, metavar="K", help=what)
+
+
+def _level(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}") from None
+    if not 0.0 <= v <= 1.0:  # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be in [0, 1] (the saliency map's range), got {text!r}")
+    return v
+
+
+def add_level(p: argparse.ArgumentParser, what: str) -> None:
+    """``--level T``: a level of the saliency map, in [0, 1] (``SegmentationResult.cut(threshold=T)``)."""
+    p.add_argument("--level", type=_level, default=None, metavar="T", help=what)
+
+
+def _min_size(text: str):
+    from ..segmentation.saliency import resolve_min_size
+
+    try:
+        v = text if text == "auto" else float(text)
+        resolve_min_size(v, 1, 1)  # the one check of the setting
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"expected 'auto' or a number >= 0, got {text!r} ({e})") from None
+    return v
+
+
+def add_min_region_size(p: argparse.ArgumentParser) -> None:
+    from ..cuts import AUTO_MIN_REGION_FRACTION
+
+    p.add_argument("--min-region-size", type=_min_size, default="auto", metavar="SIZE",
+                   help="with --regions: no region smaller than SIZE pixels (>= 1), SIZE of the image "
+                        f"(< 1), or 'auto' ({AUTO_MIN_REGION_FRACTION:g}/K of the image); 0 for the plain "
+                        "cut. When the hierarchy has fewer than K regions of SIZE, SIZE is halved until it has "
+                        "them, with a warning" + default_text("auto"))
+
+
+# ----------------------------------------------------------------------------- the steps they share
+def collect_images(inputs: Sequence[str]) -> list[Path]:
+    """The image files of ``inputs`` (files and folders), each once: a file given twice, or
+    a file and its folder, is one input. FileNotFoundError for a missing input or a folder
+    without images; ValueError when two files would share an output name."""
+    from ..io import IMAGE_EXTENSIONS
+
+    files, seen = [], set()
+    for x in inputs:
+        p = Path(x)
+        if p.is_dir():
+            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTENSIONS)
+            if not found:
+                raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in folder {p}")
+            files.extend(found)
+        elif p.is_file():
+            files.append(p)
+        else:
+            raise FileNotFoundError(f"input not found: {p}")
+    files = [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+    stems = [f.stem for f in files]
+    dup = sorted({s for s in stems if stems.count(s) > 1})
+    if dup:
+        raise ValueError(f"several inputs share the output name(s) {dup[:5]}: rename them or predict separately")
+    return files
+
+
+def _classical(args) -> bool:
+    spec = getattr(args, "checkpoint", None)
+    none = spec is not None and str(spec).lower() == "none"
+    if getattr(args, "classical", False) and spec is not None and not none:
+        raise ValueError("give --classical (no network) or --checkpoint (a network), not both")
+    return none or getattr(args, "classical", False)
+
+
+def model_name(args) -> str:
+    """What ``--checkpoint`` / ``--classical`` select, as the model line and the pages name it:
+    a shipped model's registered name, a checkpoint's path, or ``classical``."""
+    if _classical(args):
+        return "classical"
+    return str(args.checkpoint) if args.checkpoint is not None else _default_model()
+
+
+def make_segmenter(args):
+    """The Segmenter of ``--checkpoint`` (a path or a shipped model's name; none: the shipped
+    default model; ``--classical``: the classical path) on ``--device``, its pipeline overridden
+    by ``--scales``/``--flip``/``--linkage``/``--max-pixels``. Raises ValueError (a bad device, or
+    a network option on the classical path), FileNotFoundError, CheckpointError."""
+    from ..inference import Segmenter, resolve_device
+
+    device = resolve_device(args.device, "--device")  # before any checkpoint is read
+    scales, flip, linkage = getattr(args, "scales", None), getattr(args, "flip", None), getattr(args, "linkage", None)
+    if _classical(args):
+        given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
+                                ("--linkage", linkage)) if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline; --classical (the no-network "
+                             "baseline: colour gradient, closest fit) has none")
+        seg = Segmenter.classical(device=device)
+        seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
+        return seg
+    seg = Segmenter(model_name(args), device=device)
+    seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage, max_pixels=args.max_pixels)
+    return seg
+
+
+def announce(command: str, seg, args) -> None:
+    """The one line naming the model and the device (unless ``--quiet``)."""
+    if getattr(args, "quiet", False):
+        return
+    what = ("the classical path (no network)" if seg.model is None else
+            f"model {seg.name}" + (" (the shipped default; --classical: the no-network baseline)"
+                                   if args.checkpoint is None else ""))
+    print(f"{command}: {what} on {seg.device}", flush=True)
+
+
+#: Errors that stop one image of a command, not the command: an unreadable or corrupt image,
+#: a UCM of another shape, a cut too large for its file, ... (reported at the end).
+PER_FILE_ERRORS = (ValueError, FileNotFoundError)
+
+
+def per_file(failures: list, name, fn, *args):
+    """``fn(*args)``, or None with ``(name, message)`` added to ``failures`` on a
+    :data:`PER_FILE_ERRORS`: a folder's other images go on."""
+    try:
+        return fn(*args)
+    except PER_FILE_ERRORS as e:
+        failures.append((str(name), str(e)))
+        return None
+
+
+def report_failures(command: str, failures: list, total: int) -> int:
+    """Print the images that failed (after the others were written); the exit status (1 or 0)."""
+    if not failures:
+        return 0
+    done = total - len(failures)
+    print(f"{command}: error: {len(failures)} of {total} image(s) failed; "
+          + (f"the other {done} were written:" if done else "nothing was written:"), file=sys.stderr)
+    for name, msg in failures:
+        print(f"  {name}: {msg}", file=sys.stderr)
+    return 1

@@ -1,0 +1,313 @@
+"""``hiseg predict``: saliency maps (UCM), ucm2 ``.mat`` files and cuts of images, written into ``--out``.
+
+One driver (:func:`run`) with three back-ends, chosen by the options; the files are the same
+byte for byte whichever runs (all go through :func:`hiseg.inference.predict_file`):
+
+* in process (``--workers 0`` or ``1``, or fewer than :data:`POOL_MIN_IMAGES` images with
+  ``--workers auto``): each image in turn, in this process;
+* a worker pool (``--workers N``): the network runs here, one image at a time, while ``N``
+  processes decode the images and make their superpixels, hierarchies and files
+  (:func:`_predict_pool`);
+* Lightning DDP (``--devices N`` > 1 or ``--num-nodes M`` > 1): ``trainer.predict`` over N
+  devices per node (:mod:`hiseg.predict_ddp`; no ``--html``).
+
+The driver does the rest once: collect the inputs, refuse existing outputs before anything is
+loaded or written, build and name the model, report warnings and failed images in input order,
+write the index page, exit 0 / 1 / 2 (:data:`hiseg.cli.options.EXIT_STATUS`).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .options import (add_level, add_min_region_size, add_model, add_overwrite, add_quiet, add_regions, add_workers,
+                      announce, at_least_one, collect_images, default_text, image_command, make_segmenter, model_name,
+                      option_type, per_file, report_failures, resolve_workers)
+
+__all__ = ["add_arguments", "run", "POOL_MIN_IMAGES"]
+
+#: ``--workers auto`` starts worker processes for this many images or more (each takes seconds to start).
+POOL_MIN_IMAGES = 8
+
+HELP = "saliency maps (UCM), ucm2 .mat files and cuts of images"
+
+
+def _scale(v: float) -> None:
+    if not 0.1 <= v <= 4:  # also refuses nan
+        raise ValueError("each scale must be in [0.1, 4] (Pipeline.scales)")
+
+
+def _tile(v: int) -> None:
+    from ..inference import check_tile
+
+    check_tile(v, "TILE")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``hiseg predict``'s options to ``p`` and return it."""
+    image_command(p, "Segment images into hierarchies with the shipped default model (or --checkpoint, or "
+                     "--classical): write each image's saliency map (ultrametric contour map) as 8- and 16-bit "
+                     "PNGs, its BSDS ucm2 .mat file and, with --regions or --level, a label image and a coloured "
+                     "overlay, into --out.", "output folder")
+    add_model(p)
+    add_regions(p, "also write a segmentation with K regions (K >= 1; a hierarchy with fewer regions gives its "
+                   "finest cut, with a warning)")
+    add_level(p, "also write the segmentation at level T of the saliency map, in [0, 1] (regions merged below T)")
+    add_min_region_size(p)
+    p.add_argument("--scales", type=option_type(float, _scale), nargs="+", default=None, metavar="S",
+                   help="multi-scale inference: average the boundary maps at these image scales (each in [0.1, 4], "
+                        "e.g. 0.5 1 1.5; about sum(S^2) times the network's cost)" + default_text("the model's"))
+    p.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
+                   help="also average each scale's map with the map of the mirrored image (about twice the "
+                        "network's cost)" + default_text("the model's"))
+    p.add_argument("--linkage", choices=("average", "single"), default=None,
+                   help="hierarchy of the region adjacency graph" + default_text("the model's"))
+    p.add_argument("--tile", type=option_type(int, _tile), default=512, metavar="TILE",
+                   help="the network runs in tiles of TILE x TILE pixels (bounded memory; >= 64, or 0: one pass)"
+                        + default_text(512))
+    add_workers(p, "worker processes for what runs on the CPU per image (decoding, superpixels, hierarchy, "
+                   "writing), overlapped with the network in this process", POOL_MIN_IMAGES)
+    p.add_argument("--devices", type=option_type(int, at_least_one), default=1, metavar="N",
+                   help="N > 1: run on N devices of --device's kind per node, one process each (Lightning DDP, "
+                        "a distributed sampler: no image twice; no --html)" + default_text(1))
+    p.add_argument("--num-nodes", type=option_type(int, at_least_one), default=1, metavar="M",
+                   help="with Lightning DDP: the number of nodes (launched as Lightning's DDP expects: "
+                        "MASTER_ADDR, NODE_RANK, ...)" + default_text(1))
+    add_overwrite(p, "files (NAME_ucm.png, NAME.mat, ...)")
+    add_quiet(p)
+    p.add_argument("--html", action="store_true",
+                   help="also write NAME.html, an interactive explorer of the hierarchy (self-contained: no server "
+                        "or network), and index.html of thumbnails for several images")
+    return p
+
+
+def run(args) -> int:
+    """``hiseg predict`` with parsed ``args``: the exit status (0, or 1 when some images failed;
+    a bad option or input raises ValueError / FileNotFoundError / CheckpointError before anything
+    is written)."""
+    from .. import view
+    from ..inference import output_paths
+    from ..io import refuse_overwrite
+
+    if args.regions is not None and args.level is not None:
+        raise ValueError("give at most one of --regions and --level")
+    ddp = args.devices > 1 or args.num_nodes > 1
+    if ddp and args.html:
+        raise ValueError("--html writes its pages in one process: not with --devices / --num-nodes")
+    files = collect_images(args.inputs)
+    out = Path(args.out)
+    outputs = [p for f in files for p in output_paths(out, f.stem).values()]
+    if args.html:
+        outputs += view.page_outputs(out, [f.stem for f in files]).values()
+    # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
+    refuse_overwrite(outputs, files, overwrite=args.overwrite, command="hiseg predict")
+    seg = make_segmenter(args)
+    announce("hiseg predict", seg, args)
+    opts = {"out": out, "tile": args.tile, "regions": args.regions, "threshold": args.level,
+            "min_size": args.min_region_size, "html": args.html, "source": source_of(args),
+            "start": view.start_of(args.regions, args.level)}
+    failures, pages = [], []
+
+    def done(f, result):
+        """Report one image's outcome (in input order): its warnings, its page."""
+        if result is None:
+            return
+        page, caught = result
+        for msg in caught:
+            print(f"hiseg predict: warning: {f.name}: {msg}", file=sys.stderr)
+        if args.html:
+            pages.append(page)
+
+    if ddp:
+        if not _predict_ddp(seg, files, opts, args, failures):
+            return 0  # not the first process: rank 0 reports
+    else:
+        _predict_local(seg, files, opts, resolve_workers(args.workers, len(files), POOL_MIN_IMAGES), failures,
+                       done, quiet=args.quiet)
+    written = len(files) - len(failures)
+    if len(pages) > 1:
+        view.write_index_file(out, pages)
+    if written:
+        html = (" and index.html (open it)" if len(pages) > 1 else
+                f" and {files[0].stem}.html (open it)" if pages else "")
+        print(f"wrote {written} image(s) to {out}{html}")
+    return report_failures("hiseg predict", failures, len(files))
+
+
+def source_of(args) -> str:
+    """What made the hierarchies, as a page shows it."""
+    name = model_name(args)
+    return "classical path (no network)" if name == "classical" else f"model {name}"
+
+
+def _predict_local(seg, files: list, opts: dict, workers: int, failures: list, done, quiet: bool) -> None:
+    """The in-process and worker-pool back-ends, under one progress bar."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(files), desc="hiseg predict", unit="img", disable=quiet or len(files) < 2)
+    with bar:
+        if workers <= 1:
+            for f in files:
+                done(f, per_file(failures, f, _predict_one, seg, f, opts))
+                bar.update()
+        else:
+            _predict_pool(seg, files, opts, workers, failures, done, bar.update)
+
+
+def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
+    """The Lightning DDP back-end (:func:`hiseg.predict_ddp.predict_files`); True in the
+    process that reports (global rank 0), with ``failures`` filled."""
+    from pytorch_lightning.utilities.rank_zero import rank_zero_only
+
+    from ..predict_ddp import predict_files
+
+    if seg.model is None:
+        raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
+                         "(use --workers N)")
+    accelerator = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}.get(seg.device.type, "auto")
+    failures += predict_files(seg, files, opts["out"], n_regions=opts["regions"], threshold=opts["threshold"],
+                              min_size=opts["min_size"], tile=opts["tile"], overwrite=True,
+                              trainer_kwargs=dict(accelerator=accelerator, devices=args.devices,
+                                                  num_nodes=args.num_nodes, strategy="ddp"))
+    return rank_zero_only.rank == 0
+
+
+def _predict_one(seg, f: Path, opts: dict, pmap=None):
+    """:func:`hiseg.inference.predict_file` of image ``f`` (``pmap``: its boundary map, computed
+    there when None), plus its page with --html; (page index entry or True, the warnings'
+    messages). The one code of ``hiseg predict``'s images, in this process or a worker."""
+    from .. import view
+    from ..inference import predict_file
+
+    img, res, caught = predict_file(seg, f, opts["out"], opts["tile"], opts["regions"], opts["threshold"],
+                                    opts["min_size"], boundary=pmap)
+    page = view.write_page_file(opts["out"], f.stem, img, res.ucm2, opts["source"], opts["start"]) if opts["html"] else True
+    return page, caught
+
+
+# ----------------------------------------------------------------------------- worker processes
+_WORKER: dict = {}
+
+
+def _worker_init(seg, opts):
+    """A worker's state: the Segmenter (its pipeline) and the options; one thread each (the
+    workers are the parallelism)."""
+    import cv2
+    import torch
+
+    torch.set_num_threads(1)
+    cv2.setNumThreads(1)
+    _WORKER.update(seg=seg, opts=opts)
+
+
+def _in_worker(step, f: Path, *rest):
+    """``step`` of image ``f`` in a worker, its outcome as plain data (any exception comes
+    back as its class name and message, with the worker's traceback, whatever its pickling):
+    ("ok", value), ("fail", message) for the errors that stop one image
+    (:data:`hiseg.view.PER_FILE_ERRORS`), ("error", class name, message)."""
+    import traceback
+
+    from .options import PER_FILE_ERRORS
+
+    try:
+        if step == "decode":
+            from ..io import read_image
+
+            return "ok", _WORKER["seg"].working_image(read_image(f))
+        return "ok", _predict_one(_WORKER["seg"], f, _WORKER["opts"], *rest)
+    except PER_FILE_ERRORS as e:
+        return "fail", str(e)
+    except Exception as e:  # noqa: BLE001 -- reported in the main process, naming the image
+        kind = "OSError" if isinstance(e, OSError) else type(e).__name__
+        return "error", kind, f"{e}\n(in worker process:\n{traceback.format_exc().rstrip()})" if kind != "OSError" else str(e)
+
+
+def _outcome(f: Path, fut, failures: list):
+    """The value of a worker's step on ``f``, or None (``failures`` gets the image's
+    per-image error); an error that stops the run is raised naming the image."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:
+        res = fut.result()
+    except BrokenProcessPool:
+        raise RuntimeError(f"a worker process died (killed? out of memory?) while processing {f} or an image "
+                           "beside it; rerun with --workers 1 to see its error") from None
+    if res[0] == "ok":
+        return res[1]
+    if res[0] == "fail":
+        failures.append((str(f), res[1]))
+        return None
+    if res[1] == "OSError":
+        raise OSError(f"{f}: {res[2]}")
+    raise RuntimeError(f"{f}: {res[1]}: {res[2]}")
+
+
+def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, done, tick) -> None:
+    """``hiseg predict`` with ``workers`` processes: each image is decoded in a worker, its
+    network pass runs here (one image at a time: the same pass as in-process, so the same
+    bytes), and its superpixels, hierarchy and files are made in a worker, while the network
+    goes on with the next images. Outcomes are reported in input order; an error that is not
+    an image's own stops the run (the workers' queued images are cancelled)."""
+    import multiprocessing as mp
+    from collections import deque
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    from ..inference import Segmenter
+    from .options import PER_FILE_ERRORS
+
+    # forkserver (Linux) or spawn: never a plain fork of this process, whose OpenCV / OpenMP
+    # thread pools may hold a lock at fork time (a forked worker hung in cv2.setNumThreads in CI);
+    # the workers import hiseg themselves (a few seconds once), then run one thread each.
+    ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+    cpu_seg = Segmenter(None, device="cpu", pipeline=seg.pipeline)  # the workers' steps need no network
+    network = seg.model is not None
+    window = 2 * workers  # images in flight per stage: bounded memory whatever the folder's size
+    finishing: dict = {}   # index -> future of its last step
+    outcomes: dict = {}    # index -> value (None: failed), until reported in order
+    reported = 0
+
+    def collect(block: bool):
+        nonlocal reported
+        if block and finishing:
+            wait(list(finishing.values()), return_when=FIRST_COMPLETED)
+        for i in [i for i, fu in finishing.items() if fu.done()]:
+            outcomes[i] = _outcome(files[i], finishing.pop(i), failures_of[i])
+            tick()
+        while reported in outcomes:
+            done(files[reported], outcomes.pop(reported))
+            reported += 1
+
+    failures_of = [[] for _ in files]  # per image, merged in input order at the end
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(cpu_seg, opts))
+    try:
+        decoding = deque()
+        queued = 0
+        for i, f in enumerate(files):
+            pmap = None
+            if network:
+                while queued < len(files) and len(decoding) < window:
+                    decoding.append(pool.submit(_in_worker, "decode", files[queued]))
+                    queued += 1
+                work = _outcome(f, decoding.popleft(), failures_of[i])
+                try:
+                    pmap = None if work is None else seg.network_map(work[0], opts["tile"])
+                except PER_FILE_ERRORS as e:
+                    failures_of[i].append((str(f), str(e)))
+                if pmap is None:  # failed here: reported with the others, in order
+                    outcomes[i] = None
+                    tick()
+                    collect(False)
+                    continue
+            finishing[i] = pool.submit(_in_worker, "finish", f, pmap)
+            while len(finishing) > window:
+                collect(True)
+            collect(False)
+        while finishing:
+            collect(True)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
+    for fl in failures_of:
+        failures.extend(fl)

@@ -1,0 +1,91 @@
+"""``hiseg view``: interactive explorer pages of images' hierarchies (the pages themselves are
+:mod:`hiseg.view`'s), computed on the spot or read from ``hiseg predict``'s ucm2 files (``--ucm``)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .options import (add_model, add_overwrite, add_quiet, announce, collect_images, image_command, make_segmenter,
+                      per_file, report_failures)
+from .predict import source_of
+
+__all__ = ["add_arguments", "run"]
+
+HELP = "interactive HTML explorer pages of images' hierarchies"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``hiseg view``'s options to ``p`` and return it."""
+    image_command(p, "Write an interactive explorer page (one self-contained HTML file, no server or "
+                     "network needed) per image: the image, its saliency map (UCM) and a slider over "
+                     "the hierarchy's levels or region counts; click a region for its area and the "
+                     "level at which it merges. With several images, also index.html of thumbnails.",
+                  "output folder of the pages")
+    p.add_argument("--ucm", default=None, metavar="DIR",
+                   help="read each image's hierarchy from DIR/NAME.mat (a BSDS ucm2, as `hiseg predict` "
+                        "writes) instead of segmenting the image")
+    add_model(p, when="without --ucm: ")
+    add_overwrite(p, "pages")
+    add_quiet(p)
+    return p
+
+
+def run(args) -> int:
+    """``hiseg view`` with parsed ``args``: the pages of the input images; the exit status."""
+    from tqdm import tqdm
+
+    from ..io import read_image, refuse_overwrite
+    from ..view import INDEX, check_ucm2, page_outputs, write_pages
+
+    if args.ucm is not None and (args.checkpoint is not None or args.classical):
+        raise ValueError("give --ucm (read the hierarchies) or --checkpoint / --classical (compute them), not both")
+    files = collect_images(args.inputs)
+    out = Path(args.out)
+    inputs = list(files)
+    mats = [None] * len(files)  # with --ucm: each image's ucm2 file
+    if args.ucm is not None:
+        folder = Path(args.ucm)
+        if not folder.is_dir():
+            raise FileNotFoundError(f"--ucm folder not found: {folder}")
+        mats = [folder / f"{f.stem}.mat" for f in files]
+        missing = [m.name for m in mats if not m.is_file()]
+        if missing:
+            have = len(list(folder.glob("*.mat")))
+            raise FileNotFoundError(
+                f"--ucm folder {folder} has no ucm2 file for {len(missing)} of {len(files)} image(s): "
+                f"{', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''} ({have} .mat files there; "
+                "`hiseg predict` writes NAME.mat for image NAME)")
+        inputs += mats
+    elif args.checkpoint and Path(args.checkpoint).exists():
+        inputs.append(Path(args.checkpoint))
+    refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs, overwrite=args.overwrite,
+                     command="hiseg view")
+    seg = None
+    if args.ucm is None:
+        seg = make_segmenter(args)
+        announce("hiseg view", seg, args)
+    source = f"ucm2 from {args.ucm}" if seg is None else source_of(args)
+    failures = []
+
+    def hierarchy(f, mat):
+        from ..metrics.predictions import load_prediction
+
+        img = read_image(f)
+        if seg is None:
+            return img, check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
+        return img, seg.segment(img).ucm2
+
+    def items():
+        for f, mat in zip(files, mats):
+            got = per_file(failures, f, hierarchy, f, mat)
+            if got is not None:
+                yield (f.stem, *got, source)
+
+    bar = None if args.quiet or len(files) < 2 else (lambda it: tqdm(it, total=len(files), desc="hiseg view",
+                                                                      unit="img"))
+    written = write_pages(out, items(), progress=bar)
+    pages = len(files) - len(failures)
+    if pages:
+        print(f"wrote {pages} page(s) to {out}" + (f" and {INDEX} (open it)" if INDEX in {p.name for p in written}
+                                                    else ""))
+    return report_failures("hiseg view", failures, len(files))
