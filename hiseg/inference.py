@@ -24,13 +24,14 @@ import numpy as np
 import torch
 
 from .graph import RegionAdjacencyGraph
-from .io import atomic_write, read_image, to_float_rgb, write_png, write_ucm2_mat
+from .io import (AtomicFiles, display_path, file_complete, read_image, remove_stray_temps, to_float_rgb, write_png,
+                 write_ucm2_mat)
 from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
                                    upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
 
-__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "predict_file", "check_tile", "MIN_TILE", "resolve_device",
-           "MAX_LABELS"]
+__all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "image_outputs", "image_done",
+           "predict_file", "check_tile", "MIN_TILE", "resolve_device", "MAX_LABELS"]
 
 #: The most regions a label image (16-bit PNG, labels 0..65535) holds.
 MAX_LABELS = 65536
@@ -373,14 +374,19 @@ def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
 
 def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndarray,
                   n_regions: Optional[int] = None, threshold: Optional[float] = None,
-                  min_size="auto") -> list[Path]:
-    """Write the files of one image into ``out_dir`` (atomically, one by one).
+                  min_size="auto", overwrite: bool = True) -> list[Path]:
+    """Write the files of one image into ``out_dir``, together (:class:`hiseg.io.AtomicFiles`:
+    each to a temporary file, one at a time, then all moved into place; an error or a
+    Ctrl-C leaves none of them half-written and no temporary file).
 
     ``{stem}_ucm.png`` (8-bit), ``{stem}_ucm16.png`` (16-bit), ``{stem}.mat`` (BSDS
     ``ucm2``, double), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
     (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
-    :meth:`SegmentationResult.cut`). Returns the written paths. A cut of more than
-    :data:`MAX_LABELS` regions does not fit a 16-bit label image: ValueError, nothing written.
+    :meth:`SegmentationResult.cut`). ``stem`` may hold any bytes a file name may (not only
+    UTF-8). Returns the written paths. A cut of more than :data:`MAX_LABELS` regions does
+    not fit a 16-bit label image: ValueError, nothing written. ``overwrite=False``: the
+    files are created exclusively; when one exists, even made by another process meanwhile,
+    FileExistsError names it and none of this image's files is left by this call.
     """
     out = Path(out_dir)
     names = output_paths(out, stem)
@@ -393,20 +399,23 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
                   else result.cut(threshold=threshold))
         k = int(labels.max()) + 1
         if k > MAX_LABELS:
-            raise ValueError(f"{stem}: the cut has {k} regions, more than a 16-bit label image ({names['labels'].name}) "
-                             f"holds ({MAX_LABELS}); choose a higher threshold or fewer regions (nothing of {stem} "
-                             "was written)")
+            shown = display_path(stem)
+            raise ValueError(f"{shown}: the cut has {k} regions, more than a 16-bit label image "
+                             f"({display_path(names['labels'].name)}) holds ({MAX_LABELS}); choose a higher threshold "
+                             f"or fewer regions (nothing of {shown} was written)")
     out.mkdir(parents=True, exist_ok=True)
-    if cut:
-        atomic_write(names["labels"], write_png(labels.astype(np.uint16)))
-        atomic_write(names["overlay"], write_png(_colour_overlay(image, labels)))
-        del labels
-    sal = np.clip(result.saliency, 0, 1).astype(np.float32)
-    atomic_write(names["ucm"], write_png(_quantise(sal, 255, np.uint8)))
-    atomic_write(names["ucm16"], write_png(_quantise(sal, 65535, np.uint16)))
-    del sal
-    atomic_write(names["mat"], lambda tmp: write_ucm2_mat(tmp, result.ucm2))
-    return [names[k] for k in ("ucm", "ucm16", "mat") + (("labels", "overlay") if cut else ())]
+    with AtomicFiles(overwrite) as files:
+        if cut:
+            files.write(names["labels"], write_png(labels.astype(np.uint16)))
+            files.write(names["overlay"], write_png(_colour_overlay(image, labels)))
+            del labels
+        sal = np.clip(result.saliency, 0, 1).astype(np.float32)
+        files.write(names["ucm"], write_png(_quantise(sal, 255, np.uint8)))
+        files.write(names["ucm16"], write_png(_quantise(sal, 65535, np.uint16)))
+        del sal
+        files.write(names["mat"], lambda tmp: write_ucm2_mat(tmp, result.ucm2))
+        files.commit()
+    return image_outputs(out, stem, cut)
 
 
 def output_paths(out_dir, stem: str) -> dict:
@@ -416,20 +425,55 @@ def output_paths(out_dir, stem: str) -> dict:
             "labels": out / f"{stem}_labels.png", "overlay": out / f"{stem}_overlay.png"}
 
 
+def image_outputs(out_dir, stem: str, cut: bool) -> list[Path]:
+    """The files :func:`write_outputs` writes for image ``stem``: the saliency maps and the
+    ``.mat``, and with a cut (``n_regions`` or ``threshold`` given) the labels and overlay."""
+    names = output_paths(out_dir, stem)
+    return [names[k] for k in ("ucm", "ucm16", "mat") + (("labels", "overlay") if cut else ())]
+
+
+def image_done(out_dir, stem: str, cut: bool, also=()) -> bool:
+    """Whether every file of image ``stem`` (:func:`image_outputs`, plus the paths ``also``,
+    e.g. its ``--html`` page) is present and complete (:func:`hiseg.io.file_complete`: a few
+    small reads per file): what ``hiseg predict --resume`` skips. It does not tell which
+    options wrote them: a resumed run is assumed to repeat the interrupted run's options."""
+    return all(file_complete(p) for p in [*image_outputs(out_dir, stem, cut), *also])
+
+
 def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Optional[int] = None,
-                 threshold: Optional[float] = None, min_size="auto", boundary: Optional[np.ndarray] = None):
+                 threshold: Optional[float] = None, min_size="auto", boundary: Optional[np.ndarray] = None,
+                 overwrite: bool = True, resume: bool = False, also=()):
     """``hiseg predict``'s work on one image file: read it, segment it with ``seg`` and
     :func:`write_outputs` its files into ``out_dir``. ``boundary``: its boundary map at the
     working resolution, when the network ran elsewhere (``--workers``, :mod:`hiseg.predict_ddp`);
-    the result is the same as computing it here. Returns (image, result, the warnings'
-    messages): every path that writes ``hiseg predict``'s files goes through here."""
+    the result is the same as computing it here. Every path that writes ``hiseg predict``'s
+    files goes through here.
+
+    ``overwrite=False``: the files are created exclusively (FileExistsError naming one that
+    exists, nothing of this image left: :func:`write_outputs`). ``resume=True``: an image
+    whose files (and the paths ``also``) are all present and complete (:func:`image_done`)
+    is skipped, returning None without reading it; one with some files only (an
+    interrupted run) is done again, its files replaced and the interrupted run's temporary
+    files removed.
+
+    Returns (image, result, the warnings' messages), or None for a skipped image.
+    """
     import warnings
 
     path = Path(path)
+    cut = n_regions is not None or threshold is not None
+    if resume:
+        mine = image_outputs(out_dir, path.stem, cut)
+        if image_done(out_dir, path.stem, cut, also):
+            return None
+        for p in [*mine, *also]:
+            remove_stray_temps(p)
+        overwrite = overwrite or any(os.path.lexists(p) for p in mine)
     img = read_image(path)
     work, out_shape = seg.working_image(img)
     res = seg.finish(work, seg.network_map(work, tile) if boundary is None else boundary, out_shape)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        write_outputs(out_dir, path.stem, res, img, n_regions=n_regions, threshold=threshold, min_size=min_size)
+        write_outputs(out_dir, path.stem, res, img, n_regions=n_regions, threshold=threshold, min_size=min_size,
+                      overwrite=overwrite)
     return img, res, [str(w.message) for w in caught]

@@ -18,14 +18,24 @@ Decoding (:func:`decode_image`): OpenCV (unchanged depth and channels), and
 JPEG taken upright) is applied, as image viewers and browsers show the file: the arrays, and
 every map and cut computed from them, are the upright image.
 
-Writing (:func:`atomic_write`, :func:`atomic_write_files`): through a temporary file in
-the destination folder, renamed into place, with the usual file mode (``0666 & ~umask``):
-a killed run leaves the complete file or none, never a half-written one. A failed write
-(a full disk, a file too large, no permission) raises OSError naming the destination file.
+Writing (:func:`atomic_write`, :func:`atomic_write_files`, :class:`AtomicFiles`): through a
+temporary file in the destination folder, renamed into place, with the usual file mode
+(``0666 & ~umask``): a killed run leaves the complete file or none, never a half-written one.
+A failed write (a full disk, a file too large, no permission) raises OSError naming the
+destination file. ``overwrite=False`` creates the destination exclusively (a hard link of the
+complete temporary file, which fails when the name exists): two runs writing the same name
+at once cannot replace each other's file; the second gets :class:`FileExistsError` naming it.
+:func:`folder_lock` keeps a second run out of a folder for the whole run.
+
+File names: any name the file system allows, also bytes that are not valid UTF-8 (Python
+holds them as surrogate escapes). OpenCV never sees a path: files are decoded and encoded in
+memory (``cv2.imdecode`` / ``cv2.imencode``) and read and written by Python, and messages
+show such a name with ``\\xNN`` escapes (:func:`display_path`).
 """
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import tempfile
 from pathlib import Path
@@ -44,6 +54,11 @@ __all__ = [
     "load_ground_truth",
     "atomic_write",
     "atomic_write_files",
+    "AtomicFiles",
+    "display_path",
+    "folder_lock",
+    "file_complete",
+    "remove_stray_temps",
     "refuse_overwrite",
     "naming_the_file",
     "exif_orientation",
@@ -62,6 +77,17 @@ class DataError(ValueError):
     """A data file exists but cannot be used (unreadable, corrupt, inconsistent shapes)."""
 
 
+def display_path(path) -> str:
+    """``path`` as text that any terminal or UTF-8 file takes: bytes of the name that are
+    not valid UTF-8 (surrogate escapes in a Python str) shown as ``\\xNN``. O(len)."""
+    s = os.fsdecode(path) if isinstance(path, bytes) else str(path)
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
 # ----------------------------------------------------------------------------- reading
 def decode_image(path) -> tuple[np.ndarray, bool]:
     """Decode an image file as it is stored: ``(array, bgr)``.
@@ -74,25 +100,37 @@ def decode_image(path) -> tuple[np.ndarray, bool]:
     FileNotFoundError
         The file does not exist.
     DataError
-        The file cannot be decoded (corrupt, truncated, not an image); the message names it.
+        The file cannot be decoded: empty ("not an image (0 bytes)"), not an image format
+        OpenCV or scikit-image decodes, corrupt or truncated ("not a readable image"); the
+        message names it (:func:`display_path`).
     """
     import cv2
 
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(f"image file not found: {path}")
-    buf = np.fromfile(str(path), dtype=np.uint8)  # works with non-ASCII paths too
-    arr = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION) if buf.size else None
+        raise FileNotFoundError(f"image file not found: {display_path(path)}")
+    with open(path, "rb") as fh:  # Python reads any name; OpenCV decodes the bytes
+        data = fh.read()
+    if not data:
+        raise DataError(f"cannot read image {display_path(path)}: not an image (0 bytes)")
+    arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
     if arr is not None:
         return _orient(arr, path), True
+    bad = (f"cannot read image {display_path(path)}: not a readable image (a format neither OpenCV nor "
+           "scikit-image decodes, or a corrupt or truncated file)")
     try:
+        import io as _io
+        import warnings
+
         from skimage.io import imread
 
-        arr = np.asarray(imread(str(path)))
-    except Exception as e:  # noqa: BLE001 - any decoder failure means "corrupt"
-        raise DataError(f"cannot read image {path}: unreadable or corrupt file ({type(e).__name__}: {e})") from e
-    if arr.size == 0:
-        raise DataError(f"cannot read image {path}: unreadable or corrupt file")
+        with warnings.catch_warnings():  # its plugins' deprecation notices, when they try the bytes
+            warnings.simplefilter("ignore")
+            arr = np.asarray(imread(_io.BytesIO(data)))
+    except Exception as e:  # noqa: BLE001 - any decoder failure means "not readable"; its hints (plugins to install) mislead
+        raise DataError(bad) from e
+    if arr.size == 0 or arr.dtype == object:
+        raise DataError(bad)
     return _orient(arr, path), False
 
 
@@ -194,7 +232,7 @@ def read_image(path) -> np.ndarray:
         The file cannot be decoded; the message names it.
     """
     arr, bgr = decode_image(path)
-    return to_float_rgb(arr, bgr=bgr, name=str(path))
+    return to_float_rgb(arr, bgr=bgr, name=display_path(path))
 
 
 def read_gray_image(path) -> np.ndarray:
@@ -320,13 +358,13 @@ def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "h
     the ``inputs`` files, or (unless ``overwrite``) already exists: a command never replaces
     a file it was not asked to replace. The message names the files."""
     ins = {Path(p).resolve() for p in inputs}
-    hit = sorted(str(p) for p in outputs if Path(p).resolve() in ins)
+    hit = sorted(display_path(p) for p in outputs if Path(p).resolve() in ins)
     if hit:
         raise ValueError(f"output file(s) {hit[:3]} would overwrite input files: choose another --out folder "
                          "(or move the inputs)")
     if overwrite:
         return
-    there = sorted(str(p) for p in outputs if os.path.lexists(p))
+    there = sorted(display_path(p) for p in outputs if os.path.lexists(p))
     if there:
         raise ValueError(f"{len(there)} output file(s) exist already, e.g. {there[:5]}: {command} does not replace "
                          "files; choose another --out folder, or give --overwrite to replace them (nothing was "
@@ -346,40 +384,140 @@ def _discard(tmp) -> None:
         pass
 
 
+def remove_stray_temps(path) -> int:
+    """Remove the temporary files that a killed :func:`atomic_write` of ``path`` left beside
+    it (``.NAME.XXXXXXXX.tmpSUFFIX``; only those). Returns how many; O(files in the folder)."""
+    path = Path(path)
+    head, tail = f".{path.name}.", ".tmp" + path.suffix
+    n = 0
+    with contextlib.suppress(FileNotFoundError):
+        for name in os.listdir(path.parent):
+            if name.startswith(head) and name.endswith(tail) and len(name) == len(head) + 8 + len(tail):
+                _discard(path.parent / name)
+                n += 1
+    return n
+
+
 @contextlib.contextmanager
 def naming_the_file(path):
     """Re-raise an OSError of the block as an OSError that names ``path`` (a full disk's
-    "[Errno 27] File too large" carries no file name, nor does a failed encoder)."""
+    "[Errno 27] File too large" carries no file name, nor does a failed encoder); the
+    errno, and so the class (FileExistsError, ...), is kept."""
     try:
         yield
     except OSError as e:
-        if str(path) in str(e):
+        shown = display_path(path)
+        if shown in str(e):
             raise
-        msg = f"cannot write {path}: {e.strerror or str(e) or type(e).__name__}"
+        what = e.strerror or str(e) or type(e).__name__
+        if e.errno == errno.ENOSPC:
+            what += " (the disk is full)"
+        msg = f"cannot write {shown}: {what}"
         raise (OSError(e.errno, msg) if e.errno is not None else OSError(msg)) from e
 
 
-def atomic_write(path, write: Callable[[str], object]) -> None:
+#: errors of ``os.link`` on a file system without hard links (FAT, some network file systems)
+_NO_LINKS = {errno.EPERM, errno.EXDEV, errno.EMLINK, errno.ENOSYS, getattr(errno, "ENOTSUP", -1),
+             getattr(errno, "EOPNOTSUPP", -1)}
+
+
+def _exists_error(path) -> FileExistsError:
+    return FileExistsError(errno.EEXIST, f"{display_path(path)} exists already (written by another run at the same "
+                                         "time?); it was not replaced")
+
+
+def _commit(tmp: str, path: Path, overwrite: bool) -> None:
+    """Give the complete temporary file ``tmp`` the name ``path``: ``os.replace``, or without
+    ``overwrite`` a hard link, which fails when the name exists (no run replaces another's
+    file, even at the same moment), then ``tmp`` removed. Where the file system has no hard
+    links: a check, then the rename."""
+    if overwrite:
+        os.replace(tmp, path)
+        return
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        raise _exists_error(path) from None
+    except OSError as e:
+        if e.errno not in _NO_LINKS:
+            raise
+        if os.path.lexists(path):
+            raise _exists_error(path) from None
+        os.replace(tmp, path)
+        return
+    _discard(tmp)
+
+
+class AtomicFiles:
+    """Files that appear together, complete: :meth:`write` writes each one to a temporary
+    file beside its destination (one at a time: large contents are never held together),
+    :meth:`commit` then gives them all their names; leaving the ``with`` block by an
+    exception (or a Ctrl-C) removes the temporary files, so nothing is half-written.
+
+    ``overwrite=False``: each name is created exclusively (:func:`_commit`); when one exists
+    already, the files this commit had created are removed again and
+    :class:`FileExistsError` names the file: the image is all another run's or all this one's.
+    """
+
+    def __init__(self, overwrite: bool = True):
+        self.overwrite = overwrite
+        self._temps: list[tuple[Path, str]] = []
+
+    def write(self, path, write: Callable[[str], object]) -> None:
+        """``write(tmp_path)`` writes ``path``'s content to a temporary file (usual mode)."""
+        path = Path(path)
+        with naming_the_file(path):
+            self._temps.append((path, _temp_beside(path)))
+            write(self._temps[-1][1])
+            set_usual_mode(self._temps[-1][1])
+
+    def commit(self) -> list[Path]:
+        """Move every written file into place; returns their paths. Raises OSError naming the
+        file (FileExistsError without ``overwrite`` when one exists)."""
+        done: list[Path] = []
+        try:
+            for dest, tmp in self._temps:
+                with naming_the_file(dest):
+                    _commit(tmp, dest, self.overwrite)
+                done.append(dest)
+        except BaseException:
+            if not self.overwrite:  # exclusive: the names made here are this call's own
+                for dest in done:
+                    _discard(dest)
+            self.discard()
+            raise
+        self._temps = []
+        return done
+
+    def discard(self) -> None:
+        """Remove the temporary files not yet committed."""
+        for _, tmp in self._temps:
+            _discard(tmp)
+        self._temps = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.discard()
+        return False
+
+
+def atomic_write(path, write: Callable[[str], object], overwrite: bool = True) -> None:
     """Write one file: ``write(tmp_path)`` writes the content to a temporary file in the
     same folder, which then gets the usual mode and is renamed to ``path``.
 
     A killed run leaves either the complete file or none (plus at most a stray ``.tmp``
-    file, never under the final name); on error the temporary file is removed.
+    file, never under the final name, :func:`remove_stray_temps`); on error the temporary
+    file is removed. ``overwrite=False``: FileExistsError when ``path`` exists, even when
+    another process creates it meanwhile (:class:`AtomicFiles`).
     """
-    path = Path(path)
-    with naming_the_file(path):
-        tmp = _temp_beside(path)
-    try:
-        with naming_the_file(path):
-            write(tmp)
-            set_usual_mode(tmp)
-            os.replace(tmp, path)
-    except BaseException:
-        _discard(tmp)
-        raise
+    with AtomicFiles(overwrite) as files:
+        files.write(path, write)
+        files.commit()
 
 
-def atomic_write_files(out_dir, files: Mapping[str, bytes | str]) -> list[Path]:
+def atomic_write_files(out_dir, files: Mapping[str, bytes | str], overwrite: bool = True) -> list[Path]:
     """Write several files so that none is left half-written: all go to temporary files
     first, and only when every write succeeded are they renamed into place.
 
@@ -389,6 +527,8 @@ def atomic_write_files(out_dir, files: Mapping[str, bytes | str]) -> list[Path]:
         Destination folder (created if missing).
     files : mapping of str to bytes or str
         File name (relative to ``out_dir``) -> content (str is written as UTF-8).
+    overwrite : bool
+        False: FileExistsError when one of them exists (:class:`AtomicFiles`).
 
     Returns
     -------
@@ -396,33 +536,100 @@ def atomic_write_files(out_dir, files: Mapping[str, bytes | str]) -> list[Path]:
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    temps: list[tuple[Path, str]] = []
-    try:
+    with AtomicFiles(overwrite) as group:
         for name, content in files.items():
-            dest = out_dir / name
             data = content.encode("utf-8") if isinstance(content, str) else bytes(content)
-            with naming_the_file(dest):
-                temps.append((dest, _temp_beside(dest)))
-                with open(temps[-1][1], "wb") as fh:
-                    fh.write(data)
-                set_usual_mode(temps[-1][1])
-        for dest, tmp in temps:
-            with naming_the_file(dest):
-                os.replace(tmp, dest)
-        written, temps = [dest for dest, _ in temps], []
-        return written
+            group.write(out_dir / name, lambda tmp, data=data: Path(tmp).write_bytes(data))
+        return group.commit()
+
+
+@contextlib.contextmanager
+def folder_lock(folder, command: str = "hiseg"):
+    """Hold an exclusive lock on ``folder`` (created if missing) for the block, so that a
+    second run into the same folder refuses at once instead of mixing its files with this
+    one's. The lock is the operating system's (``flock`` on the folder itself: no lock file,
+    released when the process ends, even killed); where there is none (Windows, some network
+    file systems) the block runs unlocked, and :class:`AtomicFiles` still keeps one run from
+    replacing another's files. A folder this call created is removed again when the block
+    leaves it empty.
+
+    Raises
+    ------
+    BlockingIOError
+        Another process holds the lock; the message names the folder and ``command``.
+    """
+    folder = Path(folder)
+    created = not folder.exists()
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = None
+    try:
+        import fcntl
+
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            fd = None
+            raise BlockingIOError(errno.EWOULDBLOCK, f"another {command} is writing into {display_path(folder)} at "
+                                                     "this moment: wait for it to finish, or choose another --out "
+                                                     "folder (nothing was written)") from None
+        except OSError:  # no locks on this file system: unlocked
+            os.close(fd)
+            fd = None
+    except ImportError:  # Windows
+        pass
+    try:
+        yield folder
     finally:
-        for _, tmp in temps:
-            _discard(tmp)
+        if fd is not None:
+            os.close(fd)  # releases the lock
+        if created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only when empty
+
+
+def file_complete(path) -> bool:
+    """Whether ``path`` holds a whole file of its kind, as hiseg writes them (O(1) reads): a
+    PNG that ends with its IEND chunk, a ``.mat`` whose compressed element (written by
+    :func:`write_ucm2_mat`) fills the file to its end, an ``.html`` page that ends with
+    ``</html>``; any other kind: a non-empty file. False for a missing file."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size == 0:
+            return False
+        suffix = path.suffix.lower()
+        with open(path, "rb") as fh:
+            if suffix == ".png":
+                fh.seek(max(0, size - 12))
+                return size >= 57 and fh.read(12) == b"\0\0\0\0IEND\xaeB`\x82"
+            if suffix == ".mat":
+                head = fh.read(136)
+                if len(head) < 136 or not head.startswith(b"MATLAB 5.0"):
+                    return False
+                import struct
+
+                kind, n = struct.unpack("<II", head[128:136])
+                return kind != 15 or 136 + n == size  # other MAT writers: their own layout, taken as whole
+            if suffix in (".html", ".htm"):
+                fh.seek(max(0, size - 64))
+                return fh.read().rstrip().endswith(b"</html>")
+        return True
+    except OSError:
+        return False
 
 
 def write_png(arr: np.ndarray) -> Callable[[str], None]:
     """A writer for :func:`atomic_write`: ``arr`` (uint8 / uint16, gray or BGR) as PNG."""
     import cv2
 
-    def w(tmp):
-        if not cv2.imwrite(tmp, arr):
-            raise OSError(f"could not write PNG {tmp}")
+    def w(tmp):  # encoded in memory, written by Python: any file name (OpenCV's own writer crashes on some)
+        ok, buf = cv2.imencode(".png", arr)
+        if not ok:
+            raise OSError(f"could not encode a PNG of shape {arr.shape}, dtype {arr.dtype}")
+        with open(tmp, "wb") as fh:
+            fh.write(buf.data)
     return w
 
 

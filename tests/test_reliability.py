@@ -2,13 +2,63 @@
 valid UTF-8, an interrupted predict resumed, training data checked at start-up, checkpoints
 written atomically, degenerate clustering inputs, HISEG_WEIGHTS_DIR, unreadable images, a
 very large photograph's memory. Each test failed on the code before the fix."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 from sklearn.exceptions import ConvergenceWarning
 
 from hiseg.clustering import UltrametricClustering
+
+#: a file name that is not valid UTF-8 (as bytes: Python shows it with surrogate escapes)
+BAD_NAME = b"bad\xff\xfename.png"
+
+
+def write_image(folder: Path, name, i: int = 0):
+    """A 48x64 PNG of three coloured blocks (shifted by ``i``) under ``name`` (str or bytes),
+    encoded in memory and written by Python: any file name."""
+    import cv2
+
+    img = np.zeros((48, 64, 3), np.uint8)
+    img[:24, :32] = (200, 30, 30)
+    img[24:, 32:] = (20, 90, 200)
+    img[:24, 32:] = (30, 200, 60)
+    img = np.roll(img, 3 * i, axis=1)
+    path = os.path.join(os.fsencode(folder), os.fsencode(name))
+    with open(path, "wb") as fh:
+        fh.write(cv2.imencode(".png", img)[1].tobytes())
+    return Path(os.fsdecode(path))
+
+
+def photo_folder(tmp_path, names) -> Path:
+    d = tmp_path / "photos"
+    d.mkdir(exist_ok=True)
+    for i, n in enumerate(names):
+        write_image(d, n, i)
+    return d
+
+
+def listing(folder) -> list:
+    """The names in ``folder`` as bytes (any name), sorted."""
+    return sorted(os.listdir(os.fsencode(folder)))
+
+
+def stray_temps(folder) -> list:
+    return [n for n in listing(folder) if b".tmp" in n]
+
+
+def python(code: str, *args, **kw) -> subprocess.Popen:
+    """A Python process running ``code`` (dedented) with ``args`` as sys.argv[1:]."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="0")
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="backslashreplace", **kw)
 
 
 # ----------------------------------------------------------------------------- 10: duplicates
@@ -47,3 +97,151 @@ def test_string_markers_of_a_missing_label_are_unlabelled_like_minus_one(marker)
     one = ["left" if v >= 0 else marker for v in partial]
     with pytest.raises(ValueError, match="labelled part of y has 1 class"):
         UltrametricClustering(2, **kw).fit(X, one)
+
+
+# ----------------------------------------------------------------------------- 2: any file name
+def test_a_file_name_that_is_not_utf8_is_read_and_written_and_the_others_too(tmp_path):
+    # in a child process: the old code crashed inside OpenCV's imwrite (SIGSEGV)
+    d = photo_folder(tmp_path, [b"a.png", b"b.png", BAD_NAME, b"c.png"])
+    out = tmp_path / "out"
+    p = python("""
+        import os, sys
+        from pathlib import Path
+        from hiseg.inference import Segmenter, predict_file
+        from hiseg.segmentation import Pipeline
+        seg = Segmenter(None, pipeline=Pipeline.classical(8.0, 5))  # the classical path, any version
+        for f in sorted(Path(sys.argv[1]).iterdir()):
+            predict_file(seg, f, sys.argv[2], n_regions=3)
+        print("done")
+    """, d, out)
+    so, se = p.communicate(timeout=300)
+    assert p.returncode == 0 and "done" in so, se
+    stems = [b"a", b"b", b"bad\xff\xfename", b"c"]
+    assert listing(out) == sorted(s + k for s in stems for k in (b".mat", b"_labels.png", b"_overlay.png",
+                                                                 b"_ucm.png", b"_ucm16.png"))
+    assert stray_temps(out) == []
+
+
+def test_an_unreadable_file_with_a_non_utf8_name_is_named_safely(tmp_path):
+    from hiseg.io import DataError, read_image
+
+    d = tmp_path / "p"
+    d.mkdir()
+    path = Path(os.fsdecode(os.path.join(os.fsencode(d), b"broken\xff.jpg")))
+    path.write_bytes(b"not an image at all")
+    with pytest.raises(DataError) as e:
+        read_image(path)
+    msg = str(e.value)
+    msg.encode("utf-8")  # printable anywhere: no surrogates
+    assert "broken\\xff.jpg" in msg and "not a readable image" in msg
+
+
+# ----------------------------------------------------------------------------- 13: not an image
+@pytest.mark.parametrize("content, needle", [(b"", "not an image (0 bytes)"),
+                                             (b"hello, I am a text file\n", "not a readable image")])
+def test_an_empty_or_text_file_named_jpg_is_not_an_image_without_a_misleading_hint(tmp_path, content, needle):
+    from hiseg.io import DataError, read_image
+
+    f = tmp_path / "photo.jpg"
+    f.write_bytes(content)
+    with pytest.raises(DataError) as e:
+        read_image(f)
+    assert needle in str(e.value) and str(f) in str(e.value)
+    assert "pip install" not in str(e.value) and "imageio" not in str(e.value)
+
+
+# ----------------------------------------------------------------------------- 1: concurrent runs
+CONCURRENT = """
+    import os, sys, time
+    from pathlib import Path
+    from hiseg.inference import Segmenter, predict_file
+    from hiseg.segmentation import Pipeline
+    folder, out, regions, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+    seg = Segmenter(None, pipeline=Pipeline.classical(8.0, 5))  # the classical path, any version
+    Path(str(go) + f".ready{regions}").touch()
+    while not go.exists():
+        time.sleep(0.005)
+    try:
+        for f in sorted(Path(folder).iterdir()):
+            predict_file(seg, f, out, n_regions=regions, overwrite=False)
+    except FileExistsError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+"""
+
+
+def start_together(procs_args, go: Path, code: str):
+    procs = [python(code, *a, go) for a in procs_args]
+    deadline = time.time() + 120
+    while not all(Path(f"{go}.ready{a[2]}").exists() for a in procs_args):
+        assert time.time() < deadline and all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        time.sleep(0.01)
+    go.touch()
+    return [(p.returncode if p.wait(300) is not None else None, p.communicate()[1]) for p in procs]
+
+
+def test_two_runs_into_one_folder_at_once_never_replace_each_others_files(tmp_path):
+    import cv2
+
+    d = photo_folder(tmp_path, [f"{c}.png" for c in "abcdef"])
+    out = tmp_path / "out"
+    res = start_together([(d, out, 6), (d, out, 3)], tmp_path / "go", CONCURRENT)
+    rcs = [r for r, _ in res]
+    assert rcs.count(0) <= 1, res  # both cannot have written every file
+    for (rc, err) in res:
+        if rc != 0:
+            assert rc == 2 and "exists already" in err and str(out) in err, err
+    # every image's files are one run's: its label image has that run's number of regions
+    for stem in "abcdef":
+        lab = out / f"{stem}_labels.png"
+        if lab.exists():
+            k = int(cv2.imread(str(lab), cv2.IMREAD_UNCHANGED).max()) + 1
+            assert k in (3, 6)
+            if rcs == [0, 2]:
+                assert k == 6
+            if rcs == [2, 0]:
+                assert k == 3
+            assert all((out / f"{stem}{s}").exists() for s in ("_ucm.png", "_ucm16.png", ".mat", "_overlay.png"))
+        else:
+            assert not list(out.glob(f"{stem}[._]*"))
+    assert stray_temps(out) == []
+
+
+# ----------------------------------------------------------------------------- 5: resume
+RUN_KILLED = """
+    import os, signal, sys
+    from pathlib import Path
+    import hiseg.io
+    from hiseg.inference import Segmenter, predict_file
+    from hiseg.segmentation import Pipeline
+    folder, out, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    commit, n = hiseg.io._commit, [0]
+    def dying_commit(tmp, path, overwrite):
+        n[0] += 1
+        if n[0] == kill_at:  # killed between two files of one image: no clean-up at all
+            os.kill(os.getpid(), signal.SIGKILL)
+        commit(tmp, path, overwrite)
+    hiseg.io._commit = dying_commit
+    seg = Segmenter(None, pipeline=Pipeline.classical(8.0, 5))  # the classical path, any version
+    for f in sorted(Path(folder).iterdir()):
+        predict_file(seg, f, out, n_regions=4, overwrite=False, resume=True)
+"""
+
+
+def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path):
+    from hiseg.inference import image_done
+
+    d = photo_folder(tmp_path, [f"{c}.png" for c in "abcd"])
+    out = tmp_path / "out"
+    p = python(RUN_KILLED, d, out, 5 * 2 + 3)  # image c: 2 of its 5 files in place
+    p.communicate(timeout=300)
+    assert p.returncode == -signal.SIGKILL
+    assert [image_done(out, s, True) for s in "abcd"] == [True, True, False, False]
+    assert len(list(out.glob("c*"))) == 2 and stray_temps(out)  # what a kill leaves
+    before = {q.name: q.stat().st_mtime_ns for q in out.iterdir() if q.name[0] in "ab"}
+    p = python(RUN_KILLED, d, out, 0)
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err
+    assert all(image_done(out, s, True) for s in "abcd") and stray_temps(out) == []
+    assert {q.name: q.stat().st_mtime_ns for q in out.iterdir() if q.name[0] in "ab"} == before  # skipped
+    assert len(list(out.iterdir())) == 4 * 5
