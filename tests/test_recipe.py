@@ -9,7 +9,8 @@ import pytest
 import torch
 from _train import ROOT, load_ckpt
 
-from hiseg.data.edges import CROP_DRAWS, BSDS500PixelDataModule, GPUAugmenter, PixelBatch, load_edge_dataset
+from hiseg.data.edges import (CROP_DRAWS, BSDS500PixelDataModule, GPUAugmenter, PixelBatch, PixelStep,
+                              load_edge_dataset, pack_edge_dataset, step_seed)
 
 TESTS = Path(__file__).resolve().parent
 
@@ -142,13 +143,23 @@ def test_pixel_data_module_draws_and_errors(tmp_path):
     assert images.shape == (3, 3, 40, 56) and cons.shape == (3, 40, 56)  # the portrait one transposed
     assert set(np.unique(cons)) <= {0.0, 0.5, 1.0}
     assert load_edge_dataset(data, "train+val")[0].shape[0] == 5
-    dm = BSDS500PixelDataModule(data, crop_size=16, batch_size=4, crops_per_epoch=8, num_workers=0)
+    dm = BSDS500PixelDataModule(data, crop_size=16, batch_size=4, crops_per_epoch=10, num_workers=0)
     dm.setup("fit")
-    a = [dm.train_set[(i, (0, 0))] for i in range(8)]
-    assert all(x.shape == (CROP_DRAWS,) and 0 <= float(x.min()) and float(x.max()) < 1 for x in a)
-    assert torch.equal(dm.train_set[(3, (0, 0))], a[3]) and not torch.equal(dm.train_set[(3, (0, 1))], a[3])
-    batch = dm.on_after_batch_transfer(torch.stack(a[:4]).float(), 0)
+    # one item per step (2 steps of 4 crops), a seed keyed by (seed, epoch, index): no tensor, no worker
+    assert len(dm.train_set) == dm.steps_per_epoch == 2
+    steps = list(dm.train_dataloader())
+    assert len(steps) == 2 and all(isinstance(s, PixelStep) for s in steps)
+    assert {s.seed for s in steps} == {step_seed(0, 0, i) for i in range(2)}
+    assert dm.train_set[(1, (0, 0))] == PixelStep(step_seed(0, 0, 1)) != dm.train_set[(1, (0, 1))]
+    assert len({step_seed(*k) for k in ((0, 0, 1), (0, 1, 0), (1, 0, 0), (0, 0, 0))}) == 4
+    batch = dm.on_after_batch_transfer(steps[0], 0)
     assert isinstance(batch, PixelBatch) and batch.images.shape == (4, 3, 16, 16)
+    torch.testing.assert_close(dm.on_after_batch_transfer(steps[0], 0).images, batch.images, rtol=0, atol=0)
+    assert not torch.equal(dm.on_after_batch_transfer(steps[1], 0).images, batch.images)
+    # the step's draws are the augmenter's device draws of its seed; a tensor of draws is still accepted
+    rnd = dm.augmenter.draws(4, steps[0].seed)
+    assert rnd.shape == (4, CROP_DRAWS) and 0 <= float(rnd.min()) and float(rnd.max()) < 1
+    torch.testing.assert_close(dm.on_after_batch_transfer(rnd, 0).images, batch.images, rtol=0, atol=0)
     for kwargs, msg in (({"crop_size": 8}, "crop_size"), ({"crops_per_epoch": 2}, "crops_per_epoch"),
                         ({"scale_range": (2.0, 1.0)}, "scale_range"), ({"n_angles": 0}, "n_angles")):
         with pytest.raises(ValueError, match=msg):
@@ -156,6 +167,39 @@ def test_pixel_data_module_draws_and_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="BSDS500"):
         BSDS500PixelDataModule(tmp_path / "nowhere").setup("fit")
 
+
+
+def test_packed_edge_dataset_gives_the_folders_arrays(tmp_path):
+    """pack_edge_dataset (what a GPU machine is sent): load_edge_dataset of the file equals that
+    of the folder, split by split and joined; bad paths and files are refused, nothing half-written."""
+    from hiseg.io import DataError
+
+    data = make_bsds(tmp_path / "bsds")
+    packed = pack_edge_dataset(data, ["train", "val"], tmp_path / "edges.npz")
+    for split, limit in (("train", None), ("val", None), ("train+val", None), ("train", 2)):
+        for a, b in zip(load_edge_dataset(packed, split, limit=limit), load_edge_dataset(data, split, limit=limit)):
+            np.testing.assert_array_equal(a, b)
+    dm = BSDS500PixelDataModule(data, train_data=str(packed), crop_size=16, batch_size=4, crops_per_epoch=8)
+    dm.setup("fit")
+    np.testing.assert_array_equal(dm.augmenter.images.numpy(), load_edge_dataset(data, "train")[0])
+    with pytest.raises(ValueError, match="an .npz file"):
+        pack_edge_dataset(data, ["train"], tmp_path / "edges.bin")
+    with pytest.raises(FileNotFoundError, match="'test'"):
+        pack_edge_dataset(data, ["test"], tmp_path / "t.npz")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bsds", "edges.npz"]
+    with pytest.raises(FileNotFoundError, match="split 'test' not in the packed"):
+        load_edge_dataset(packed, "test")
+    np.savez(tmp_path / "other.npz", x=np.zeros(3))
+    with pytest.raises(DataError, match="not a packed edge data set"):
+        load_edge_dataset(tmp_path / "other.npz")
+
+
+def test_packed_edge_dataset_of_bsds500(tmp_path, shared_data):
+    """The same on BSDS500 itself (its JPEGs, 4 to 9 annotators), where the data is at hand."""
+    root = shared_data / "BSDS500"
+    packed = pack_edge_dataset(root, ["train"], tmp_path / "edges.npz", limit=6)
+    for a, b in zip(load_edge_dataset(packed, "train"), load_edge_dataset(root, "train", limit=6)):
+        np.testing.assert_array_equal(a, b)
 
 def _pixel_module():
     from hiseg.lightning import HierarchicalSegmentationModule

@@ -238,9 +238,11 @@ class _GraphDataModule(pl.LightningDataModule):
                       DeprecationWarning, stacklevel=2)
         self._set_superpixels(None)
 
-    #: the training loader's collate function and worker count (None: ``num_workers``)
+    #: the training loader's collate function, worker count (None: ``num_workers``) and items per
+    #: batch (None: ``batch_size``; 1 where one item is a whole step, as the pixel stage's)
     train_collate = staticmethod(collate_graph_batch)
     train_workers: Optional[int] = None
+    train_items_per_batch: Optional[int] = None
 
     def _loader(self, dataset, *, sampler, batch_size: int, drop_last: bool = False,
                 generator: Optional[torch.Generator] = None, cls=DataLoader, collate_fn=collate_graph_batch,
@@ -267,11 +269,12 @@ class _GraphDataModule(pl.LightningDataModule):
         if state is None:  # a new run, or reloaded dataloaders: the trainer's epoch
             state = {"seed": run_seed(), "epoch": self.trainer.current_epoch if self.trainer else 0,
                      "batches_done": 0}
+        per_batch = self.train_items_per_batch or self.batch_size
         self._train_sampler = SeededSampler(ds, state["seed"], state["epoch"],
-                                            state["batches_done"] * self.batch_size, world, rank)
+                                            state["batches_done"] * per_batch, world, rank)
         # the generator seeds the workers: the global torch generator is left alone
-        loader = self._loader(ds, sampler=self._train_sampler, batch_size=self.batch_size,
-                              drop_last=self._train_sampler.num_samples > self.batch_size,
+        loader = self._loader(ds, sampler=self._train_sampler, batch_size=per_batch,
+                              drop_last=self._train_sampler.num_samples > per_batch,
                               generator=torch.Generator().manual_seed(int(state["seed"])), cls=_TrainLoader,
                               collate_fn=self.train_collate, num_workers=self.train_workers)
         loader.datamodule = self
