@@ -258,8 +258,8 @@ def make_segmenter(args):
 
 def announce(command: str, seg, args) -> None:
     """The one line naming the model and the device (unless ``--quiet``)."""
-    if getattr(args, "quiet", False):
-        return
+    if getattr(args, "quiet", False) or os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
+        return  # quiet, or not the first process of a DDP run
     what = ("the classical path (no network)" if seg.model is None else
             f"model {seg.name}" + (" (the shipped default; --classical: the no-network baseline)"
                                    if args.checkpoint is None else ""))
@@ -288,6 +288,8 @@ def report_failures(command: str, failures: list, total: int) -> int:
     done = total - len(failures)
     print(f"{command}: error: {len(failures)} of {total} image(s) failed; "
           + (f"the other {done} were written:" if done else "nothing was written:"), file=sys.stderr)
+    from ..io import display_path
+
     for name, msg in failures:
-        print(f"  {name}: {msg}", file=sys.stderr)
+        print(f"  {display_path(name)}: {msg}", file=sys.stderr)
     return 1

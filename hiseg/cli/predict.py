@@ -75,6 +75,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="with Lightning DDP: the number of nodes (launched as Lightning's DDP expects: "
                         "MASTER_ADDR, NODE_RANK, ...)" + default_text(1))
     add_overwrite(p, "files (NAME_ucm.png, NAME.mat, ...)")
+    p.add_argument("--resume", action="store_true",
+                   help="finish an interrupted run into the same --out: skip the images whose files are all there "
+                        "and complete, do the others again (a partly written image's files are replaced); give the "
+                        "interrupted run's options (not with --overwrite)")
     add_quiet(p)
     p.add_argument("--html", action="store_true",
                    help="also write NAME.html, an interactive explorer of the hierarchy (self-contained: no server "
@@ -86,27 +90,51 @@ def run(args) -> int:
     """``hiseg predict`` with parsed ``args``: the exit status (0, or 1 when some images failed;
     a bad option or input raises ValueError / FileNotFoundError / CheckpointError before anything
     is written)."""
-    from .. import view
-    from ..inference import output_paths
-    from ..io import refuse_overwrite
+    import contextlib
+
+    from ..io import folder_lock
 
     if args.regions is not None and args.level is not None:
         raise ValueError("give at most one of --regions and --level")
+    if args.resume and args.overwrite:
+        raise ValueError("give at most one of --overwrite (do every image again) and --resume (skip the finished ones)")
     ddp = args.devices > 1 or args.num_nodes > 1
     if ddp and args.html:
         raise ValueError("--html writes its pages in one process: not with --devices / --num-nodes")
     files = collect_images(args.inputs)
+    # one run at a time into a folder (DDP's processes share it: their files are created exclusively)
+    with (contextlib.nullcontext() if ddp else folder_lock(args.out, "hiseg predict")):
+        return _run(args, files, ddp)
+
+
+def _run(args, files: list, ddp: bool) -> int:
+    """:func:`run` once the inputs are collected and ``--out`` is this run's."""
+    from .. import view
+    from ..inference import image_done, output_paths
+    from ..io import display_path, refuse_overwrite
+
     out = Path(args.out)
     outputs = [p for f in files for p in output_paths(out, f.stem).values()]
     if args.html:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
-    refuse_overwrite(outputs, files, overwrite=args.overwrite, command="hiseg predict")
+    refuse_overwrite(outputs, files, overwrite=args.overwrite or args.resume, command="hiseg predict")
+    total, skipped, everything = len(files), 0, files
+    if args.resume:
+        cut = args.regions is not None or args.level is not None
+        pages = view.page_outputs(out, [f.stem for f in files]) if args.html else {}
+        files = [f for f in files if not image_done(out, f.stem, cut, [pages[f"{f.stem}.html"]] if pages else [])]
+        skipped = total - len(files)
+        if not args.quiet and skipped:
+            print(f"hiseg predict: --resume: {skipped} of {total} image(s) are complete in {display_path(out)}, "
+                  "skipped", file=sys.stderr)
+        if not files:
+            return 0
     seg = make_segmenter(args)
     announce("hiseg predict", seg, args)
     opts = {"out": out, "tile": args.tile, "regions": args.regions, "threshold": args.level,
             "min_size": args.min_region_size, "html": args.html, "source": source_of(args),
-            "start": view.start_of(args.regions, args.level)}
+            "start": view.start_of(args.regions, args.level), "overwrite": args.overwrite, "resume": args.resume}
     failures, pages = [], []
 
     def done(f, result):
@@ -115,8 +143,8 @@ def run(args) -> int:
             return
         page, caught = result
         for msg in caught:
-            print(f"hiseg predict: warning: {f.name}: {msg}", file=sys.stderr)
-        if args.html:
+            print(f"hiseg predict: warning: {display_path(f.name)}: {msg}", file=sys.stderr)
+        if args.html and page is not None:
             pages.append(page)
 
     if ddp:
@@ -126,13 +154,28 @@ def run(args) -> int:
         _predict_local(seg, files, opts, resolve_workers(args.workers, len(files), POOL_MIN_IMAGES), failures,
                        done, quiet=args.quiet)
     written = len(files) - len(failures)
+    if args.html and skipped and total > 1:  # a resumed run's index: the skipped images' pages too
+        pages = _resumed_index(out, everything, pages)
     if len(pages) > 1:
         view.write_index_file(out, pages)
     if written:
         html = (" and index.html (open it)" if len(pages) > 1 else
-                f" and {files[0].stem}.html (open it)" if pages else "")
-        print(f"wrote {written} image(s) to {out}{html}")
+                f" and {display_path(files[0].stem)}.html (open it)" if pages else "")
+        print(f"wrote {written} image(s) to {display_path(out)}{html}")
     return report_failures("hiseg predict", failures, len(files))
+
+
+def _resumed_index(out: Path, files: list, pages: list) -> list:
+    """The index entries of every image of a resumed run, in input order: this run's
+    ``pages``, and for the images it skipped an entry made from the image and its ``.mat``."""
+    from .. import view
+    from ..inference import output_paths
+    from ..io import loadmat, read_image
+
+    made = {e[0]: e for e in pages}
+    return [made.get(f"{f.stem}.html") or view.index_entry(f.stem, read_image(f),
+                                                           loadmat(output_paths(out, f.stem)["mat"])["ucm2"])
+            for f in files]
 
 
 def source_of(args) -> str:
@@ -158,16 +201,23 @@ def _predict_local(seg, files: list, opts: dict, workers: int, failures: list, d
 def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
     """The Lightning DDP back-end (:func:`hiseg.predict_ddp.predict_files`); True in the
     process that reports (global rank 0), with ``failures`` filled."""
+    import logging
+    import warnings
+
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
     from ..predict_ddp import predict_files
 
+    for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):  # its banners: not the user's business
+        logging.getLogger(name).setLevel(logging.WARNING)
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # Lightning's own torch call
     if seg.model is None:
         raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
                          "(use --workers N)")
     accelerator = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}.get(seg.device.type, "auto")
     failures += predict_files(seg, files, opts["out"], n_regions=opts["regions"], threshold=opts["threshold"],
-                              min_size=opts["min_size"], tile=opts["tile"], overwrite=True,
+                              min_size=opts["min_size"], tile=opts["tile"], overwrite=opts["overwrite"],
+                              resume=opts["resume"],
                               trainer_kwargs=dict(accelerator=accelerator, devices=args.devices,
                                                   num_nodes=args.num_nodes, strategy="ddp"))
     return rank_zero_only.rank == 0
@@ -180,8 +230,12 @@ def _predict_one(seg, f: Path, opts: dict, pmap=None):
     from .. import view
     from ..inference import predict_file
 
-    img, res, caught = predict_file(seg, f, opts["out"], opts["tile"], opts["regions"], opts["threshold"],
-                                    opts["min_size"], boundary=pmap)
+    done = predict_file(seg, f, opts["out"], opts["tile"], opts["regions"], opts["threshold"], opts["min_size"],
+                        boundary=pmap, overwrite=opts.get("overwrite", True), resume=opts.get("resume", False),
+                        also=[view.page_outputs(opts["out"], [f.stem])[f"{f.stem}.html"]] if opts["html"] else ())
+    if done is None:  # --resume: complete already
+        return None, []
+    img, res, caught = done
     page = view.write_page_file(opts["out"], f.stem, img, res.ucm2, opts["source"], opts["start"]) if opts["html"] else True
     return page, caught
 

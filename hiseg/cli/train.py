@@ -16,8 +16,14 @@ HELP = "train a network (python train.py's LightningCLI: fit, validate, test; `h
 
 def run(argv: Sequence[str]) -> int:
     """Run ``python train.py ARGV``'s CLI; its exit status (LightningCLI exits itself on errors)."""
+    import sys
+
     from ..cli_train import main
 
     default = Path.cwd() / "configs" / "synthetic.yaml"
-    main(list(argv), default_config=default if default.is_file() else None)
+    saved, sys.argv = sys.argv, [f"{Path(sys.argv[0]).name} train", *argv]  # LightningCLI reads sys.argv itself
+    try:
+        main(list(argv), default_config=default if default.is_file() else None)
+    finally:
+        sys.argv = saved
     return 0

@@ -1,0 +1,111 @@
+"""One vocabulary across the ``hiseg`` subcommands (issue 31): every subcommand's ``--help`` is
+parsed as a user reads it, and an option that appears in several has the same flags, metavar
+and default text in each; every default is written ``(default: VALUE)``."""
+import re
+
+import pytest
+
+from hiseg.cli import main
+
+SUBCOMMANDS = ("predict", "view", "evaluate")
+#: an option line of argparse's help at an unbounded width: flags (each with its metavar), then the help
+OPTION = re.compile(r"^  ((?:-{1,2}[\w-]+(?: [A-Z_]+(?: \[[A-Z_]+ \.\.\.\])?| \{[^}]*\})?(?:, )?)+)(?:\s{2,}(.*))?$")
+
+
+def help_options(capsys, monkeypatch, sub: str) -> dict:
+    """``{long flag: (flags with metavars, default text or None)}`` of ``hiseg SUB --help``."""
+    monkeypatch.setenv("COLUMNS", "10000")  # one line per option
+    with pytest.raises(SystemExit) as e:
+        main([sub, "--help"])
+    assert e.value.code == 0
+    out = capsys.readouterr().out
+    options = {}
+    lines = out.splitlines()
+    for i, line in enumerate(lines):
+        m = OPTION.match(line)
+        if not m:
+            continue
+        flags, text = m.group(1), m.group(2)
+        if text is None:  # long flags: the help starts on the next line
+            text = lines[i + 1].strip()
+        long = [f.split()[0] for f in flags.split(", ") if f.startswith("--")][-1]
+        defaults = re.findall(r"\(default: ([^()]*(?:\([^()]*\))?[^()]*)\)", text)
+        assert len(defaults) <= 1, f"hiseg {sub} {long}: several defaults in {text!r}"
+        assert "default " not in text.replace("(default: ", ""), f"hiseg {sub} {long}: a default not written " \
+                                                                   f"'(default: VALUE)': {text!r}"
+        options[long] = (flags, defaults[0] if defaults else None)
+    assert "--help" in options, out
+    return options
+
+
+def test_shared_options_have_one_name_metavar_and_default(capsys, monkeypatch):
+    seen = {sub: help_options(capsys, monkeypatch, sub) for sub in SUBCOMMANDS}
+    shared = {o for sub in SUBCOMMANDS for o in seen[sub]
+              if sum(o in seen[s] for s in SUBCOMMANDS) > 1} - {"--help"}
+    assert {"--out", "--workers", "--quiet", "--overwrite", "--checkpoint", "--classical", "--device",
+            "--max-pixels"} <= shared
+    for option in sorted(shared):
+        forms = {sub: seen[sub][option] for sub in SUBCOMMANDS if option in seen[sub]}
+        flags = {f for f, _ in forms.values()}
+        assert len(flags) == 1, f"{option} is written differently: {forms}"
+        defaults = {d for _, d in forms.values() if d is not None}  # a required option shows none
+        assert len(defaults) <= 1, f"{option} has different defaults: {forms}"
+    assert seen["predict"]["--out"][0] == "-o DIR, --out DIR" == seen["evaluate"]["--out"][0]
+    assert seen["predict"]["--workers"] == seen["evaluate"]["--workers"] == ("--workers N", "auto")
+    assert seen["predict"]["--checkpoint"][1] == "bsds500_ensemble" == seen["view"]["--checkpoint"][1]
+
+
+def test_inputs_are_positional_everywhere(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "10000")
+    for sub, usage in (("predict", "INPUT [INPUT ...]"), ("view", "INPUT [INPUT ...]"), ("evaluate", " DIR")):
+        with pytest.raises(SystemExit):
+            main([sub, "--help"])
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.endswith(usage), first
+        assert "--pred " not in first and "--no-progress" not in first and "--threshold " not in first
+
+
+def test_version(capsys):
+    from hiseg import __version__
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"hiseg {__version__}"
+
+
+@pytest.mark.slow
+def test_train_is_train_pys_cli(capsys):
+    """``hiseg train --help`` is LightningCLI's help of ``python train.py``."""
+    with pytest.raises(SystemExit) as e:
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "fit" in out and "validate" in out and "test" in out
+
+
+@pytest.mark.slow
+def test_predict_and_view_use_the_shipped_default_model_and_name_it(tmp_path, capsys):
+    """Without --checkpoint: the shipped default model (as ``Segmenter()`` and
+    ``Segmenter.from_pretrained()``), named with the device on the first line; --classical and
+    --checkpoint none: the no-network baseline."""
+    import cv2
+    import numpy as np
+
+    from hiseg.inference import Segmenter
+    from hiseg.models import Weights
+
+    img = tmp_path / "x.png"
+    cv2.imwrite(str(img), np.kron(np.indices((3, 4)).sum(0) % 2, np.ones((16, 16)))[..., None].repeat(3, -1)
+                .astype(np.uint8) * 200)
+    default = Weights.default().name.lower()
+    assert default == "bsds500_ensemble" == Segmenter().name == Segmenter.from_pretrained().name
+    for sub in ("predict", "view"):
+        assert main([sub, str(img), "-o", str(tmp_path / sub), "--device", "cpu"]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert first.startswith(f"hiseg {sub}: model {default} (the shipped default") and first.endswith("on cpu")
+    for i, opts in enumerate((["--classical"], ["--checkpoint", "none"])):
+        assert main(["predict", str(img), "-o", str(tmp_path / f"c{i}"), "--device", "cpu", *opts]) == 0
+        assert capsys.readouterr().out.splitlines()[0] == "hiseg predict: the classical path (no network) on cpu"
+    assert main(["predict", str(img), "-o", str(tmp_path / "q"), "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"wrote 1 image(s) to {tmp_path / 'q'}"]
+    assert main(["predict", str(img), "-o", str(tmp_path / "n"), "--classical", "-c", "bsds500"]) == 2
+    assert "not both" in capsys.readouterr().err and not (tmp_path / "n").exists()
