@@ -23,7 +23,7 @@ SUB_ORDER = {
     "metrics": ["summary", "kernels", "matching", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
                 "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
-    "models": ["weights", "boundary_net", "backbone_net", "ensemble"],
+    "models": ["weights", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "cli": ["options", "predict", "view", "evaluate", "train", "__main__"],
 }
 

@@ -25,7 +25,7 @@ from hiseg.models import (
 )
 from hiseg.models import Checkpoint, read_checkpoint
 
-ALL = ["compact_boundary_net", "resnet18_boundary_net", "vgg16_boundary_net"]
+ALL = ["compact_boundary_net", "pdc_boundary_net", "resnet18_boundary_net", "vgg16_boundary_net"]
 
 
 @pytest.fixture(autouse=True)
@@ -60,7 +60,7 @@ def no_network(monkeypatch, tmp_path):
 
 
 def test_registry_lists_the_builders():
-    # the three networks, and the ensemble of trained ones (tests/test_ensemble.py)
+    # the four networks, and the ensemble of trained ones (tests/test_ensemble.py)
     assert list_models() == sorted(ALL + ["mean_probability_ensemble"])
     with pytest.raises(ValueError, match="known models"):
         get_model("nope_net")
@@ -106,6 +106,7 @@ def test_gradient_reaches_every_parameter(models, name):
 def test_parameter_counts(models):
     n = {k: sum(p.numel() for p in m.parameters()) for k, m in models.items()}
     assert 50_000 <= n["compact_boundary_net"] <= 200_000
+    assert 500_000 <= n["pdc_boundary_net"] <= 1_000_000  # issue 33: 0.5-1 M at the default width
     assert 14_000_000 <= n["vgg16_boundary_net"] <= 15_500_000  # VGG16 convs: 14.71 M
     assert 10_500_000 <= n["resnet18_boundary_net"] <= 12_000_000  # ResNet18 w/o fc: 11.18 M
     assert 20_000 <= sum(p.numel() for p in compact_boundary_net(width=8).parameters()) < n["compact_boundary_net"]

@@ -6,8 +6,9 @@ boundary logits ``(B, 1, H, W)``; ``torch.sigmoid`` of them is a boundary probab
 
 >>> from hiseg.models import get_model, list_models
 >>> list_models()
-['compact_boundary_net', 'resnet18_boundary_net', 'vgg16_boundary_net']
+['compact_boundary_net', 'mean_probability_ensemble', 'pdc_boundary_net', 'resnet18_boundary_net', 'vgg16_boundary_net']
 >>> net = get_model("compact_boundary_net")          # random init, ~0.08 M parameters
+>>> pdc = get_model("pdc_boundary_net").eval()       # pixel-difference convolutions, ~0.6 M; .fold() for plain convs
 
 Nothing here ever downloads: ImageNet backbones are read from the local torch hub cache
 only (see :mod:`hiseg.models.backbone_net`); checkpoints are read with
@@ -22,6 +23,7 @@ from .backbone_net import (
     vgg16_boundary_net,
 )
 from .boundary_net import BoundaryNetBase, CompactBoundaryNet, compact_boundary_net
+from .pdc_net import PDCBoundaryNet, pdc_boundary_net
 from .weights import (
     ArchitectureMismatchError,
     Checkpoint,
@@ -39,7 +41,8 @@ from .weights import (
 )
 
 __all__ = [
-    "BoundaryNetBase", "CompactBoundaryNet", "compact_boundary_net", "BackboneBoundaryNet", "BACKBONES",
+    "BoundaryNetBase", "CompactBoundaryNet", "compact_boundary_net", "PDCBoundaryNet", "pdc_boundary_net",
+    "BackboneBoundaryNet", "BACKBONES",
     "vgg16_boundary_net", "resnet18_boundary_net", "pretrained_backbone_path", "PretrainedWeightsNotFoundError",
     "Weights", "WeightsEntry", "Checkpoint", "CheckpointError", "ArchitectureMismatchError", "get_model", "list_models",
     "register_model", "load_checkpoint_file", "read_checkpoint", "load_weights", "save_weights", "load_model",

@@ -45,6 +45,7 @@ class ArchitectureMismatchError(CheckpointError):
 # --------------------------------------------------------------------------- builders
 _BUILDERS: dict[str, Callable[..., nn.Module] | str] = {  # "module:function": imported on first use
     "compact_boundary_net": "hiseg.models.boundary_net:compact_boundary_net",
+    "pdc_boundary_net": "hiseg.models.pdc_net:pdc_boundary_net",
     "vgg16_boundary_net": "hiseg.models.backbone_net:vgg16_boundary_net",
     "resnet18_boundary_net": "hiseg.models.backbone_net:resnet18_boundary_net",
     "mean_probability_ensemble": "hiseg.models.ensemble:mean_probability_ensemble",
