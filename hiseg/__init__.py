@@ -1,23 +1,59 @@
 """hiseg: hierarchical clustering and learned hierarchical image segmentation by ultrametric fitting.
 
-Core (no I/O, no Lightning): :mod:`hiseg.graph`, :mod:`hiseg.ultrametric`, :mod:`hiseg.cuts`,
-:mod:`hiseg.losses`, :mod:`hiseg.fitting`.
+>>> from hiseg import Segmenter
+>>> result = Segmenter().segment("photo.jpg")      # the shipped default model (bsds500_ensemble)
+>>> result.cut(n_regions=8)                        # (H, W) labels
+
+The product, importable from here (see ``__all__``):
+
+* images: :class:`Segmenter` (``hiseg predict``), :class:`SegmentationResult`,
+  :class:`Pipeline` (every choice from the image to the hierarchy), :class:`Weights` (the
+  shipped models);
+* samples: :class:`UltrametricClustering` (a scikit-learn estimator);
+* the core (no I/O, no Lightning): graphs (:func:`grid_graph`, :func:`knn_graph`,
+  :func:`region_adjacency_graph`, :func:`batch_graphs`), the differentiable ultrametric layer
+  (:func:`subdominant_ultrametric`, :func:`average_linkage_ultrametric`, ...), hierarchies
+  (:func:`build_hierarchy`, :func:`cut_hierarchy`), fitting (:func:`fit_ultrametric`); the
+  modules :mod:`hiseg.graph`, :mod:`hiseg.ultrametric`, :mod:`hiseg.cuts`, :mod:`hiseg.losses`,
+  :mod:`hiseg.fitting`.
+
+Every name is imported when first used (``import hiseg`` alone costs no torch or higra).
 """
-from . import cuts, graph, losses, ultrametric
-from .graph import (BatchedGraph, EdgeList, RegionAdjacencyGraph, batch_graphs, grid_graph,
-                    knn_graph, region_adjacency_graph)
-from .ultrametric import (AverageLinkageHierarchy, AverageLinkageUltrametric, Hierarchy, SubdominantUltrametric,
-                          average_linkage_ultrametric, build_average_linkage_hierarchy, build_hierarchy,
-                          subdominant_ultrametric, ward_linkage_ultrametric)
+from __future__ import annotations
+
+import importlib
 
 __version__ = "0.1.0"
 
+#: name -> the module that defines it
+_WHERE = {
+    "Segmenter": "inference", "SegmentationResult": "inference",
+    "Pipeline": "segmentation.pipeline",
+    "Weights": "models.weights",
+    "UltrametricClustering": "clustering",
+    "fit_ultrametric": "fitting", "FitResult": "fitting",
+    "cut_hierarchy": "cuts",
+    **{n: "graph" for n in ("EdgeList", "BatchedGraph", "RegionAdjacencyGraph", "batch_graphs", "grid_graph",
+                            "knn_graph", "region_adjacency_graph")},
+    **{n: "ultrametric" for n in ("Hierarchy", "SubdominantUltrametric", "AverageLinkageUltrametric",
+                                  "AverageLinkageHierarchy", "subdominant_ultrametric", "average_linkage_ultrametric",
+                                  "ward_linkage_ultrametric", "build_hierarchy", "build_average_linkage_hierarchy")},
+}
+_MODULES = ("graph", "ultrametric", "cuts", "losses", "fitting", "clustering", "inference", "segmentation", "models",
+            "metrics", "data", "io", "view", "cli")
 
-def __getattr__(name):  # lazy: the estimator pulls in scikit-learn
-    if name in ("fit_ultrametric", "FitResult"):
-        from . import fitting
-        return getattr(fitting, name)
-    if name == "UltrametricClustering":
-        from .clustering import UltrametricClustering
-        return UltrametricClustering
+__all__ = list(_WHERE) + ["__version__"]
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value  # once
+        return value
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'hiseg' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__) | set(_MODULES))

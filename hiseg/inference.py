@@ -54,6 +54,11 @@ class SegmentationResult:
     _ucm2: Optional[np.ndarray] = None
     output_shape: Optional[tuple] = None
 
+    def __repr__(self) -> str:
+        levels = int(np.unique(np.asarray(self.ultrametric)).size)
+        return (f"SegmentationResult(shape={tuple(int(v) for v in self.shape)}, levels={levels}, "
+                f"regions at finest={self.rag.num_regions})")
+
     @property
     def shape(self) -> tuple:
         """(H, W) of the image, of the saliency map and of the cuts."""
@@ -241,7 +246,18 @@ class Segmenter:
         self.pipeline = pipeline
 
     def __repr__(self) -> str:
-        return f"Segmenter(model={self.name!r}, device={str(self.device)!r}, pipeline={self.pipeline!r})"
+        """One line: the model's name, the device and the pipeline's settings that differ from
+        ``Pipeline()``'s (a learned merging head shown as ``merge_head='learned'``)."""
+        import dataclasses
+
+        from .segmentation.pipeline import Pipeline
+
+        base = Pipeline()
+        own = [f"{f.name}={'learned' if f.name == 'merge_head' else getattr(self.pipeline, f.name)!r}"
+               for f in dataclasses.fields(self.pipeline)
+               if f.name in {g.name for g in dataclasses.fields(base)}
+               and getattr(self.pipeline, f.name) != getattr(base, f.name)]
+        return f"Segmenter(model={self.name!r}, device={str(self.device)!r}, pipeline=Pipeline({', '.join(own)}))"
 
     @classmethod
     def classical(cls, region_size: float = 8.0, fit_iterations: int = 50,
