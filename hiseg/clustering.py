@@ -55,20 +55,6 @@ AUTO_SELECT_MAX_POINTS = 20000
 # ``min_size="auto"`` without labels: AUTO_MIN_CLUSTER_FRACTION of an even share (hiseg.cuts)
 
 
-def __getattr__(name):
-    if name == "AUTO_MIN_FRACTION":  # the name of earlier releases
-        import warnings
-
-        warnings.warn("hiseg.clustering.AUTO_MIN_FRACTION is deprecated: use hiseg.cuts.AUTO_MIN_CLUSTER_FRACTION",
-                      DeprecationWarning, stacklevel=2)
-        return AUTO_MIN_CLUSTER_FRACTION
-    if name == "cut_num_clusters":  # deprecated (it warns when called): hiseg.cuts.cut_hierarchy
-        from .cuts import cut_num_clusters
-
-        return cut_num_clusters
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def _labelled_accuracy(labels, y) -> float:
     """Accuracy of the clusters on the labelled samples (``y >= 0``) under the best
     one-to-one matching of clusters to classes."""
@@ -300,9 +286,6 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     random_state : int, RandomState instance or None, default=None
         Seeds the approximate neighbour search (seed 0 when None) and the triplet
         sampling.
-    min_cluster_size : deprecated
-        The name of ``min_size`` in earlier releases: still accepted, with a
-        DeprecationWarning at ``fit``; removed in the next release.
 
     Attributes
     ----------
@@ -338,8 +321,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     init_ : str or array
         The start of the kept fit.
     min_size_ : float
-        The minimum cluster size asked of the cut (samples), before any halving
-        (``min_cluster_size_``: its deprecated name).
+        The minimum cluster size asked of the cut (samples), before any halving.
     loss_history_ : list of float
         Loss value at every iteration.
     n_iter_ : int
@@ -377,7 +359,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                  dissimilarity="auto", n_neighbors=None, knn="auto", connect="auto", init="auto",
                  min_size="auto",
                  lr=None, max_iter=200, positivity="softplus", patience=50,
-                 optimizer="amsgrad", random_state=None, min_cluster_size="deprecated"):
+                 optimizer="amsgrad", random_state=None):
         self.n_clusters = n_clusters
         self.loss = loss
         self.size_weight = size_weight
@@ -398,7 +380,6 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.patience = patience
         self.optimizer = optimizer
         self.random_state = random_state
-        self.min_cluster_size = min_cluster_size
 
     # ------------------------------------------------------------------ validation
     def _check_params(self):
@@ -447,11 +428,10 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"connect must be 'auto', 'mst' or 'components', got {self.connect!r}")
         if isinstance(self.init, str) and self.init not in INITS + ("auto",):
             raise ValueError(f"init must be 'auto', 'input' or 'average', got {self.init!r}")
-        m = self._min_size_setting()
+        m = self.min_size
         if not (m == "auto" if isinstance(m, str) else isinstance(m, numbers.Real) and not isinstance(m, bool)
                 and np.isfinite(m) and m >= 0):
-            name = "min_size" if self._min_size_deprecated() is None else "min_cluster_size"
-            raise ValueError(f"{name} must be 'auto', a number of samples >= 1, a fraction of "
+            raise ValueError(f"min_size must be 'auto', a number of samples >= 1, a fraction of "
                              f"the samples in [0, 1) or 0, got {m!r}")
         if self.positivity not in POSITIVITY:
             raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
@@ -665,28 +645,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         """The graph's neighbour count: ``n_neighbors``, or the default of the dissimilarity."""
         return DEFAULT_NEIGHBORS[dissimilarity] if self.n_neighbors is None else int(self.n_neighbors)
 
-    def _min_size_deprecated(self):
-        """The deprecated ``min_cluster_size`` when it was given, else None."""
-        m = self.min_cluster_size
-        return None if isinstance(m, str) and m == "deprecated" else m
-
-    def _min_size_setting(self):
-        """``min_size``, or the deprecated ``min_cluster_size`` (ValueError when both are given)."""
-        old = self._min_size_deprecated()
-        if old is None:
-            return self.min_size
-        if not (isinstance(self.min_size, str) and self.min_size == "auto"):
-            raise ValueError("give min_size only: min_cluster_size is its deprecated name")
-        return old
-
     def _min_size(self, y, n):
         """The minimum cluster size of the cut (samples)."""
-        if self._min_size_deprecated() is not None:
-            import warnings
-
-            warnings.warn("UltrametricClustering: the parameter 'min_cluster_size' is now called 'min_size'; "
-                          "'min_cluster_size' will be removed in the next release", DeprecationWarning, stacklevel=3)
-        m = self._min_size_setting()
+        m = self.min_size
         if isinstance(m, str) and y is not None and (y >= 0).any():  # "auto" with partial labels
             # half the smallest labelled class share, in samples
             counts = np.bincount(y[y >= 0])
@@ -694,16 +655,6 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             return max(1.0, 0.5 * share * n)
         v = resolve_min_size(m, int(self.n_clusters), n, AUTO_MIN_CLUSTER_FRACTION)
         return max(1.0, v) if isinstance(m, str) else v
-
-    @property
-    def min_cluster_size_(self):
-        """Deprecated name of ``min_size_`` (removed in the next release)."""
-        import warnings
-
-        check_is_fitted(self, "min_size_")
-        warnings.warn("UltrametricClustering.min_cluster_size_ is now called min_size_", DeprecationWarning,
-                      stacklevel=2)
-        return self.min_size_
 
     def _cut(self, h, min_size):
         """Labels of the cut into n_clusters (:func:`hiseg.cuts.cut_hierarchy`: size-aware,

@@ -27,21 +27,19 @@ weight of a leaf           ``leaf_size`` (1 per sample, or a
                            superpixel's pixel count)
 =========================  ====================================  ===========================
 
-The names of earlier releases (``k``, the estimator's ``min_cluster_size``,
-:func:`cut_num_clusters`, ``view.build_page(regions=)``) still work for one release, with a
-DeprecationWarning.
+A cut at a level of an image's saliency map is ``threshold`` in Python
+(``SegmentationResult.cut(threshold=T)``) and ``--level T`` on the command line, where
+``--thresholds N`` (``hiseg evaluate``) is the number of levels the benchmark scores.
 
 Core module: numpy, higra and :mod:`hiseg.graph` only.
 """
 from __future__ import annotations
 
-import functools
 import numbers
-import warnings
 
 import numpy as np
 
-__all__ = ["cut_hierarchy", "kcut_merges", "resolve_min_size", "cut_num_clusters",
+__all__ = ["cut_hierarchy", "kcut_merges", "resolve_min_size",
            "AUTO_MIN_CLUSTER_FRACTION", "AUTO_MIN_REGION_FRACTION"]
 
 # ``min_size="auto"`` is a fraction of an even share (the total size / the number of
@@ -58,24 +56,6 @@ AUTO_MIN_CLUSTER_FRACTION = 0.1
 #: best K-cut covering (.621), 0.05 keeps most of it (.611, plain cut .598) with 40% fewer
 #: regions under 0.5% of the image; 0.1, the samples' default, drops it to .587.
 AUTO_MIN_REGION_FRACTION = 0.05
-
-
-def renamed_parameters(**renames):
-    """Decorator: the keyword ``old`` of ``old="new"`` still works for one release, with a
-    DeprecationWarning, and means ``new`` (a TypeError when both are given)."""
-    def wrap(f):
-        @functools.wraps(f)
-        def inner(*args, **kwargs):
-            for old, new in renames.items():
-                if old in kwargs:
-                    if new in kwargs:
-                        raise TypeError(f"{f.__name__}() got both {new!r} and its deprecated name {old!r}")
-                    warnings.warn(f"{f.__name__}(): the parameter {old!r} is now called {new!r}; {old!r} "
-                                  "will be removed in the next release", DeprecationWarning, stacklevel=2)
-                    kwargs[new] = kwargs.pop(old)
-            return f(*args, **kwargs)
-        return inner
-    return wrap
 
 
 def _binary_parents(parents) -> tuple[np.ndarray, int]:
@@ -124,7 +104,6 @@ def _smaller_child_size(parents: np.ndarray, leaf: np.ndarray) -> np.ndarray:
     return np.minimum(size[child[:, 0]], size[child[:, 1]])
 
 
-@renamed_parameters(k="n_clusters")
 def kcut_merges(parents, n_clusters: int, min_size: float = 0.0, leaf_size=None) -> np.ndarray:
     """Boolean mask (N - 1,) of the merges kept by the cut of a binary hierarchy into ``n_clusters``.
 
@@ -189,7 +168,6 @@ def _first_occurrence_order(rep: np.ndarray) -> np.ndarray:
     return rank[inverse.ravel()]
 
 
-@renamed_parameters(k="n_clusters")
 def cut_hierarchy(hierarchy, n_clusters: int, min_size: float = 0.0, *, leaf_size=None,
                   return_min_size: bool = False):
     """Cluster labels of a binary hierarchy cut into ``n_clusters`` clusters: the one cut of hiseg.
@@ -272,7 +250,6 @@ def cut_hierarchy(hierarchy, n_clusters: int, min_size: float = 0.0, *, leaf_siz
     return (labels, used) if return_min_size else labels
 
 
-@renamed_parameters(k="n_clusters")
 def resolve_min_size(min_size, n_clusters: int, total: float, auto_fraction: float = AUTO_MIN_CLUSTER_FRACTION) -> float:
     """The size of a ``min_size`` setting for a cut into ``n_clusters`` of ``total`` (samples or pixels).
 
@@ -290,9 +267,3 @@ def resolve_min_size(min_size, n_clusters: int, total: float, auto_fraction: flo
         raise ValueError(f"min_size must be >= 0, got {min_size!r}")
     return v * total if v < 1 else v
 
-
-def cut_num_clusters(parents, n_clusters: int) -> np.ndarray:
-    """Deprecated: ``cut_hierarchy(parents, n_clusters)``, the plain cut (removed in the next release)."""
-    warnings.warn("hiseg.cuts.cut_num_clusters is deprecated: use hiseg.cuts.cut_hierarchy(hierarchy, n_clusters) "
-                  "(the same plain cut with min_size=0, and the size-aware one)", DeprecationWarning, stacklevel=2)
-    return cut_hierarchy(parents, n_clusters)

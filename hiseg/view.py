@@ -31,8 +31,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .cuts import renamed_parameters
-from .io import atomic_write, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
+from .io import atomic_write, display_path, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs",
            "write_pages", "write_page_file", "write_index_file", "start_of", "INDEX"]
@@ -106,19 +105,17 @@ def _script_json(obj) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-@renamed_parameters(regions="n_regions")
 def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "", n_regions=None, threshold=None) -> str:
     """The explorer page (HTML text) of one image and its ucm2 (see the module docstring).
 
     ``image``: (H, W[, 3]) float in [0, 1] or integers; ``ucm2``: (2H+1, 2W+1), checked by
     :func:`check_ucm2`. ``source`` (what made the hierarchy) is shown beside the title. The
     page opens at the level ``threshold``, or at the finest level with at most
-    ``n_regions`` regions (default: 12; ``regions``: its deprecated name).
+    ``n_regions`` regions (default: 12).
     """
     return _build_page(image, ucm2, title, source, start_of(n_regions, threshold))[0]
 
 
-@renamed_parameters(regions="n_regions")
 def start_of(n_regions=None, threshold=None) -> dict:
     """Where a page opens: ``{"level": threshold}`` or ``{"regions": n_regions}`` (default 12)."""
     if threshold is not None:
@@ -166,7 +163,7 @@ def build_index(entries: Sequence[tuple], title: str = "hiseg hierarchies") -> s
     from urllib.parse import quote
 
     cards = "\n".join(
-        f'<a class="card" href="{html.escape(quote(name))}"><img alt="{html.escape(caption)}" '
+        f'<a class="card" href="{html.escape(quote(name, errors="surrogateescape"))}"><img alt="{html.escape(caption)}" '
         f'src="data:image/jpeg;base64,{_b64(thumb)}"><span>{html.escape(caption)}</span></a>'
         for name, caption, thumb in entries)
     return f"""<!DOCTYPE html>
@@ -208,9 +205,22 @@ def page_outputs(out, stems: Sequence[str]) -> dict:
 
 
 def _page(stem: str, image, ucm2, source: str, start=None):
-    """(page text, index entry) of one image."""
-    text, levels = _build_page(image, ucm2, stem, source, start)  # one np.unique of the ucm2, not two
-    return text, (f"{stem}.html", f"{stem} ({levels} levels)", thumbnail(image, ucm2))
+    """(page text, index entry) of one image; ``stem`` may hold any bytes a file name may (the
+    page's title and caption show the ones that are not UTF-8 as ``\\xNN``)."""
+    title = display_path(stem)
+    text, levels = _build_page(image, ucm2, title, source, start)  # one np.unique of the ucm2, not two
+    return text, _entry(stem, levels, image, ucm2)
+
+
+def _entry(stem: str, levels: int, image, ucm2) -> tuple:
+    return f"{stem}.html", f"{display_path(stem)} ({levels} levels)", thumbnail(image, ucm2)
+
+
+def index_entry(stem: str, image, ucm2) -> tuple:
+    """The :func:`write_index_file` entry of an image whose page exists already (a resumed
+    ``hiseg predict --html``): (page file name, caption, thumbnail). O(pixels log pixels)."""
+    return _entry(stem, ucm2_ranks(check_ucm2(ucm2, np.shape(image), where=f"ucm2 of {display_path(stem)}"))[0].size,
+                  image, ucm2)
 
 
 def write_page_file(out, stem: str, image, ucm2, source: str = "", start=None) -> tuple:

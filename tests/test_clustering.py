@@ -260,22 +260,13 @@ def test_min_size_falls_back_to_k_clusters(blobs):
     np.testing.assert_array_equal(frac.labels_, est.labels_)
 
 
-def test_min_cluster_size_is_a_deprecated_name_of_min_size(blobs):
-    from sklearn.base import clone
-
+def test_min_size_has_one_name(blobs):
     X, _ = blobs
-    new = UltrametricClustering(3, min_size=40, max_iter=10).fit(X)
-    old = UltrametricClustering(3, min_cluster_size=40, max_iter=10)
-    assert clone(old).get_params()["min_cluster_size"] == 40
-    with pytest.warns(DeprecationWarning, match="'min_cluster_size' is now called 'min_size'"):
-        old.fit(X)
-    np.testing.assert_array_equal(old.labels_, new.labels_)
-    with pytest.warns(DeprecationWarning, match="min_size_"):
-        assert old.min_cluster_size_ == new.min_size_ == 40
-    with pytest.raises(ValueError, match="give min_size only"):
-        UltrametricClustering(3, min_size=5, min_cluster_size=4, max_iter=2).fit(X)
-    with pytest.raises(ValueError, match="min_cluster_size must be"):
-        UltrametricClustering(3, min_cluster_size=-1, max_iter=2).fit(X)
+    assert "min_cluster_size" not in UltrametricClustering().get_params()
+    with pytest.raises(TypeError, match="min_cluster_size"):
+        UltrametricClustering(3, min_cluster_size=40)
+    with pytest.raises(ValueError, match="min_size must be"):
+        UltrametricClustering(3, min_size=-1, max_iter=2).fit(X)
 
 
 @pytest.mark.parametrize("params, msg", [

@@ -1,5 +1,5 @@
 """hiseg.cuts: the one cut of a hierarchy (plain and size-aware) against independent truths
-(scipy's fcluster, a brute force on explicit sets), its callers, and the deprecated names."""
+(scipy's fcluster, a brute force on explicit sets), its callers, and one name per concept."""
 import warnings
 
 import numpy as np
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from _graphs import complete_graph, random_connected_graph
 from hiseg import build_hierarchy
-from hiseg.cuts import (AUTO_MIN_CLUSTER_FRACTION, AUTO_MIN_REGION_FRACTION, cut_hierarchy, cut_num_clusters,
+from hiseg.cuts import (AUTO_MIN_CLUSTER_FRACTION, AUTO_MIN_REGION_FRACTION, cut_hierarchy,
                         kcut_merges, resolve_min_size)
 
 
@@ -199,38 +199,30 @@ def test_resolve_min_size():
 
 
 def test_one_auto_fraction_per_use():
-    """The defaults are defined once, in hiseg.cuts; the old name still answers, with a warning,
-    the value of each module's use."""
+    """The defaults are defined once, in hiseg.cuts; the modules using them hold no other name."""
     import hiseg.clustering as clustering
     import hiseg.segmentation.saliency as saliency
 
     assert (AUTO_MIN_CLUSTER_FRACTION, AUTO_MIN_REGION_FRACTION) == (0.1, 0.05)
-    assert "AUTO_MIN_FRACTION" not in vars(clustering) and "AUTO_MIN_FRACTION" not in vars(saliency)
-    with pytest.warns(DeprecationWarning, match="AUTO_MIN_CLUSTER_FRACTION"):
-        assert clustering.AUTO_MIN_FRACTION == AUTO_MIN_CLUSTER_FRACTION
-    with pytest.warns(DeprecationWarning, match="AUTO_MIN_REGION_FRACTION"):
-        assert saliency.AUTO_MIN_FRACTION == AUTO_MIN_REGION_FRACTION
+    for module in (clustering, saliency):
+        assert not hasattr(module, "AUTO_MIN_FRACTION")
 
 
-def test_deprecated_names_still_work(rng):
+def test_one_name_per_concept(rng):
+    """The names of earlier releases are gone (no second name, no warning): ``k`` is
+    ``n_clusters``, ``cut_num_clusters`` is ``cut_hierarchy``."""
+    import hiseg.clustering as clustering
+    import hiseg.cuts as cuts
+
     g = random_connected_graph(rng, 20, 10)
     h = build_hierarchy(g, torch.from_numpy(rng.random(g.num_edges)))
-    with pytest.warns(DeprecationWarning, match="cut_hierarchy"):
-        np.testing.assert_array_equal(cut_num_clusters(h.parents, 4), cut_hierarchy(h, 4))
-    with pytest.warns(DeprecationWarning, match="cut_num_clusters is deprecated"):
-        from hiseg.clustering import cut_num_clusters as old
-
-        old(h.parents, 2)
-    with pytest.warns(DeprecationWarning, match="'k' is now called 'n_clusters'"):
-        np.testing.assert_array_equal(kcut_merges(h.parents, k=3), kcut_merges(h.parents, 3))
-    with pytest.warns(DeprecationWarning, match="'k' is now called 'n_clusters'"):
-        np.testing.assert_array_equal(cut_hierarchy(h, k=3, min_size=2), cut_hierarchy(h, 3, 2))
-    with pytest.warns(DeprecationWarning):
-        assert resolve_min_size("auto", k=2, total=10) == resolve_min_size("auto", 2, 10)
-    with pytest.raises(TypeError, match="deprecated name 'k'"):
-        cut_hierarchy(h, n_clusters=3, k=3)
+    assert not hasattr(cuts, "cut_num_clusters") and not hasattr(clustering, "cut_num_clusters")
+    for call in (lambda: kcut_merges(h.parents, k=3), lambda: cut_hierarchy(h, k=3),
+                 lambda: resolve_min_size("auto", k=2, total=10)):
+        with pytest.raises(TypeError, match="'k'"):
+            call()
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new names warn about nothing
+        warnings.simplefilter("error")  # the names warn about nothing
         cut_hierarchy(h, n_clusters=3, min_size=2)
         kcut_merges(h.parents, n_clusters=3)
 
@@ -239,5 +231,5 @@ def test_explorer_page_takes_n_regions():
     from hiseg.view import start_of
 
     assert start_of(n_regions=5) == {"regions": 5} and start_of() == {"regions": 12}
-    with pytest.warns(DeprecationWarning, match="'regions' is now called 'n_regions'"):
-        assert start_of(regions=5) == {"regions": 5}
+    with pytest.raises(TypeError, match="'regions'"):
+        start_of(regions=5)

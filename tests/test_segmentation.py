@@ -129,8 +129,8 @@ def test_cut_num_regions_exact(rng):
         assert len(np.unique(cut_num_regions(rag, h, k))) == k
     with pytest.raises(ValueError, match="between 1 and"):
         cut_num_regions(rag, h, rag.num_regions + 1)
-    with pytest.warns(DeprecationWarning, match="'k' is now called 'n_regions'"):
-        np.testing.assert_array_equal(cut_num_regions(rag, h, k=3), cut_num_regions(rag, h, n_regions=3))
+    with pytest.raises(TypeError, match="'k'"):
+        cut_num_regions(rag, h, k=3)
 
 
 def test_ucm2_bad_length(rng):
@@ -238,8 +238,8 @@ def test_size_aware_cut_bad_input(rng):
     with pytest.raises(ValueError, match="ucm2"):
         ucm2_size_aware_cut(np.zeros((4, 5)), 2)
     assert resolve_min_size(0.5, 4, 100) == 50 and resolve_min_size(7, 4, 100) == 7
-    with pytest.warns(DeprecationWarning, match="'k' is now called 'n_regions'"):
-        assert resolve_min_size("auto", k=4, num_pixels=100) == resolve_min_size("auto", 4, 100)
+    with pytest.raises(TypeError, match="'k'"):
+        resolve_min_size("auto", k=4, num_pixels=100)
     from hiseg.cuts import AUTO_MIN_REGION_FRACTION
 
     assert resolve_min_size("auto", 4, 100) == pytest.approx(AUTO_MIN_REGION_FRACTION * 25)
@@ -254,8 +254,8 @@ def test_kcut_functions_take_n_regions(rng):
     ucm2 = ucm2_from_rag(rag, u)
     for f in (ucm2_cut_k, ucm2_size_aware_cut):
         new = f(ucm2, n_regions=3)
-        with pytest.warns(DeprecationWarning, match="'k' is now called 'n_regions'"):
-            np.testing.assert_array_equal(f(ucm2, k=3), new)
+        with pytest.raises(TypeError, match="'k'"):
+            f(ucm2, k=3)
         assert len(np.unique(new)) == 3
 
 

@@ -18,7 +18,6 @@ from typing import Sequence
 
 import numpy as np
 
-from ..cuts import renamed_parameters
 from .region import covering_matches, ucm_to_labels
 
 __all__ = ["median_region_count", "ucm2_cut_k", "ucm2_size_aware_cut", "kcut_counts"]
@@ -30,7 +29,6 @@ def median_region_count(gt_segs: Sequence[np.ndarray]) -> int:
     return max(1, int(round(float(np.median(counts)))))
 
 
-@renamed_parameters(k="n_regions")
 def ucm2_cut_k(ucm2: np.ndarray, n_regions: int) -> np.ndarray:
     """The level of a ucm2 whose region count is closest to ``n_regions`` (finer on ties): labels (H, W).
 
@@ -63,7 +61,6 @@ def ucm2_cut_k(ucm2: np.ndarray, n_regions: int) -> np.ndarray:
     return fine
 
 
-@renamed_parameters(k="n_regions")
 def ucm2_size_aware_cut(ucm2: np.ndarray, n_regions: int, min_size="auto") -> np.ndarray:
     """The size-aware cut with ``n_regions`` regions of any UCM (labels (H, W) from 1), by
     :func:`hiseg.cuts.cut_hierarchy` as hiseg's own hierarchies are cut

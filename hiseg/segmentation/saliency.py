@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..cuts import AUTO_MIN_REGION_FRACTION, cut_hierarchy, renamed_parameters
+from ..cuts import AUTO_MIN_REGION_FRACTION, cut_hierarchy
 from ..cuts import resolve_min_size as _resolve_min_size
 from ..graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..ultrametric import Hierarchy, build_hierarchy
@@ -232,7 +232,6 @@ def _cut_at_threshold_higra(rag: RegionAdjacencyGraph, ultrametric, threshold: f
     return lab.astype(np.int32)[rag.labels]
 
 
-@renamed_parameters(k="n_regions")
 def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, n_regions: int, min_size: float = 0,
                     *, return_min_size: bool = False):
     """Segmentation (H, W) int32 of the hierarchy of a RAG cut into ``n_regions`` regions.
@@ -257,19 +256,9 @@ def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, n_regions: 
     return (image, used) if return_min_size else image
 
 
-@renamed_parameters(k="n_regions")
 def resolve_min_size(min_size, n_regions: int, num_pixels: int) -> float:
     """Pixels of a ``min_size`` setting: a number >= 1 is pixels, a number in [0, 1) a
     fraction of the image, ``"auto"`` :data:`~hiseg.cuts.AUTO_MIN_REGION_FRACTION` /
     ``n_regions`` of the image (:func:`hiseg.cuts.resolve_min_size`)."""
     return _resolve_min_size(min_size, n_regions, num_pixels, AUTO_MIN_REGION_FRACTION)
 
-
-def __getattr__(name):
-    if name == "AUTO_MIN_FRACTION":  # the name of earlier releases
-        import warnings
-
-        warnings.warn("hiseg.segmentation.saliency.AUTO_MIN_FRACTION is deprecated: use "
-                      "hiseg.cuts.AUTO_MIN_REGION_FRACTION", DeprecationWarning, stacklevel=2)
-        return AUTO_MIN_REGION_FRACTION
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
