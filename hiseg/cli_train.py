@@ -279,7 +279,7 @@ def _logs_follow_root_dir(trainer_cfg) -> None:
 
 def _quiet_lightning() -> None:
     """Silence, at their source, the start-up messages that are not the user's business:
-    Lightning's promotional tip and internal deprecation / by-design notices."""
+    Lightning's promotional tip and its internal or by-design notices."""
     import logging
 
     class _NoTip(logging.Filter):
@@ -289,7 +289,7 @@ def _quiet_lightning() -> None:
     for name in ("pytorch_lightning.trainer.connectors.logger_connector.logger_connector",
                  "pytorch_lightning.utilities.rank_zero", "lightning.pytorch.utilities.rank_zero"):
         logging.getLogger(name).addFilter(_NoTip())
-    # Lightning internals calling a deprecated torch API (not hiseg's code)
+    # Lightning internals calling a torch API torch has retired (not hiseg's code)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")
     # hiseg's module moves its GraphBatch itself, by design
     warnings.filterwarnings("ignore", message=r"You have overridden `transfer_batch_to_device`")

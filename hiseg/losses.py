@@ -58,26 +58,13 @@ def _reduce(x: torch.Tensor, reduction: str) -> torch.Tensor:
     raise ValueError(f"reduction must be 'mean', 'sum' or 'none', got {reduction!r}")
 
 
-def closest(ultrametric: torch.Tensor, target: Optional[torch.Tensor] = None, reduction: str = "mean", *,
-            weights: Optional[torch.Tensor] = None) -> torch.Tensor:
+def closest(ultrametric: torch.Tensor, target: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     r"""Closest-ultrametric loss :math:`\frac{1}{|E|}\sum_e (u(e) - t(e))^2`.
 
     ``ultrametric`` and ``target`` are (E,) tensors on the same device (the target: the
     input weights the ultrametric should stay close to, or the annotators' fractions).
     O(E). Raises ValueError on shape mismatch.
-
-    ``weights=`` is the former name of ``target``, accepted for one release with a
-    DeprecationWarning (in :mod:`hiseg.losses` ``weights`` names the optimised tensor).
     """
-    if weights is not None:
-        if target is not None:
-            raise TypeError("closest: give `target` only (`weights` is its deprecated name)")
-        warnings.warn("losses.closest(weights=...) is deprecated: the argument is the target, pass "
-                      "target=... (weights names the optimised tensor in hiseg.losses)", DeprecationWarning,
-                      stacklevel=2)
-        target = weights
-    if target is None:
-        raise TypeError("closest: missing the target")
     if ultrametric.shape != target.shape:
         raise ValueError(f"closest: ultrametric {tuple(ultrametric.shape)} and target "
                          f"{tuple(target.shape)} differ in shape")

@@ -4,12 +4,12 @@
 sampler, no image twice), runs the network on them, and a
 :class:`~pytorch_lightning.callbacks.BasePredictionWriter` (:class:`PredictionFilesWriter`)
 makes their hierarchies and writes the same files as ``hiseg predict``, byte for byte
-(both go through :func:`hiseg.inference.predict_file`)::
+(both go through :func:`hiseg.inference.predict_file`); ``hiseg predict --devices N`` runs it::
 
     from hiseg.inference import Segmenter
     from hiseg.predict_ddp import predict_files
 
-    failures = predict_files(Segmenter.from_pretrained("bsds500"), sorted(Path("photos").glob("*.jpg")),
+    failures = predict_files(Segmenter(), sorted(Path("photos").glob("*.jpg")),
                              "out/", n_regions=12,
                              trainer_kwargs=dict(accelerator="gpu", devices=4, num_nodes=2, strategy="ddp"))
 
@@ -37,7 +37,7 @@ from .io import read_image, refuse_overwrite
 
 __all__ = ["predict_files", "PredictionFilesWriter", "IMAGE_ERRORS"]
 
-#: The errors that stop one image, not the run (``hiseg.view.PER_FILE_ERRORS``, which is a layer above).
+#: The errors that stop one image, not the run (``hiseg.cli.options.PER_FILE_ERRORS``, which is a layer above).
 IMAGE_ERRORS = (ValueError, FileNotFoundError)
 
 
@@ -123,19 +123,11 @@ class PredictionFilesWriter(BasePredictionWriter):
 
 def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Optional[int] = None,
                   threshold: Optional[float] = None, min_size="auto", tile: int = 512, overwrite: bool = False,
-                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0, regions: Optional[int] = None) -> list:
+                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0) -> list:
     """Write ``hiseg predict``'s files of the image ``files`` into ``out`` with
     ``pl.Trainer(**trainer_kwargs).predict`` (e.g. ``devices=4, strategy="ddp"``; default:
     Lightning's ``auto``). ``num_workers``: the DataLoader's image-decoding processes per
-    device. Returns the failed images, ``(file, message)`` (see the module docstring).
-    ``regions`` is the former name of ``n_regions`` (deprecated, one release)."""
-    if regions is not None:
-        import warnings
-
-        if n_regions is not None:
-            raise TypeError("predict_files: give n_regions only (regions is its deprecated name)")
-        warnings.warn("predict_files(regions=...) is deprecated: use n_regions", DeprecationWarning, stacklevel=2)
-        n_regions = regions
+    device. Returns the failed images, ``(file, message)`` (see the module docstring)."""
     if segmenter.model is None:
         raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
                          "runs on the CPU: use `hiseg predict --workers N`")

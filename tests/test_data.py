@@ -450,22 +450,19 @@ def test_items_without_superpixels_and_their_batches():
 
 
 def test_datamodule_superpixel_settings():
-    """The model's pipeline sets the loaders' superpixels (use_pipeline); the former data-module
-    settings still work without a model, deprecated, and must agree with a pipeline."""
-    from hiseg.data import SyntheticDataModule
+    """The model's pipeline sets the loaders' superpixels (use_pipeline); a data module has no
+    superpixel setting of its own."""
+    import inspect
+
+    from hiseg.data import BSDS500DataModule, FolderDataModule, SyntheticDataModule
     from hiseg.data.collate import PipelineSuperpixels
     from hiseg.segmentation import Pipeline
 
+    for cls in (SyntheticDataModule, BSDS500DataModule, FolderDataModule):
+        assert not [p for p in inspect.signature(cls).parameters if p.startswith("superpixel_") and p != "superpixel_cache"]
     kw = dict(n_train=4, n_val=2, size=32, batch_size=2, val_batch_size=2)
-    with pytest.raises(ValueError, match=r"superpixel_method must be one of \('watershed', 'slic', 'none'\)"), \
-            pytest.warns(DeprecationWarning):
-        SyntheticDataModule(**kw, superpixel_method="felzenszwalb")
-    with pytest.warns(DeprecationWarning, match=r"SyntheticDataModule\(superpixel_method\) is deprecated"):
-        dm = SyntheticDataModule(**kw, superpixel_method="none")
-    dm.setup("fit")
-    assert not dm.computes_superpixels and not next(iter(dm.train_dataloader())).has_graph
-    with pytest.warns(DeprecationWarning):
-        assert SyntheticDataModule(**kw, superpixel_size=6.0).superpixel_fn == Superpixels("watershed", 6.0)
+    with pytest.raises(TypeError, match="superpixel_method"):
+        SyntheticDataModule(**kw, superpixel_method="none")
     dm = SyntheticDataModule(**kw)  # the default training pipeline's, cached by default
     assert isinstance(dm.superpixel_fn, PipelineSuperpixels) and dm.superpixel_fn.pipeline.region_size == 8.0
     dm.setup("fit")
@@ -476,19 +473,9 @@ def test_datamodule_superpixel_settings():
     image = batch.images[0].permute(1, 2, 0).numpy()
     np.testing.assert_array_equal(batch.superpixels[0], colour.make_superpixels(image[..., 0], image))
     dm.use_pipeline(Pipeline(superpixels="boundary_watershed"))  # built from the prediction: none
+    assert not dm.computes_superpixels
     assert not next(iter(dm.train_dataloader())).has_graph and not next(iter(dm.val_dataloader())).has_graph
-    with pytest.warns(DeprecationWarning, match="use_pipeline"):
-        SyntheticDataModule(**kw).skip_superpixels()
     assert SyntheticDataModule(**kw, superpixel_cache=False).superpixel_mode == "per_sample"
-    # settings that disagree with the pipeline are refused, naming both values
-    with pytest.warns(DeprecationWarning):
-        none = SyntheticDataModule(**kw, superpixel_method="none", superpixel_size=12.0)
-        sized = SyntheticDataModule(**kw, superpixel_size=12.0)
-    none.use_pipeline(Pipeline(superpixels="all_minima"))  # agrees (the size is not used)
-    with pytest.raises(ValueError, match=r"superpixel_size 12\.0 disagrees .* wants superpixel_size None"):
-        sized.use_pipeline(Pipeline(superpixels="boundary_watershed"))
-    with pytest.raises(ValueError, match=r"superpixel_size 12\.0 disagrees .* wants superpixel_size 6\.0"):
-        sized.use_pipeline(colour)
 
 
 def test_pipeline_superpixels_key_a_disk_cache_by_what_they_depend_on(tmp_path):

@@ -132,8 +132,7 @@ def test_a_model_that_rebuilds_superpixels_switches_the_loaders_off(tmp_path):
 
 def test_the_loaders_compute_the_pipelines_superpixels(tmp_path):
     """An image-based pipeline: the loaders' superpixels are exactly its make_superpixels
-    (8 px for the default pipeline, whatever the data module's former default of 12 px);
-    deprecated data-module settings that disagree with it are refused, naming both values."""
+    (8 px for the default pipeline, whatever the data module's former default of 12 px)."""
     import pytorch_lightning as pl
 
     from hiseg.data import BSDS500DataModule, SyntheticDataModule
@@ -149,17 +148,6 @@ def test_the_loaders_compute_the_pipelines_superpixels(tmp_path):
         image = val.images[b].permute(1, 2, 0).numpy()
         np.testing.assert_array_equal(labels, m.pipeline.make_superpixels(image[..., 0], image))
     assert BSDS500DataModule().superpixel_fn.pipeline.region_size == 8.0  # the default model's
-    for given, match in ((dict(superpixel_size=12.0), r"superpixel_size 12\.0 .* wants superpixel_size 6\.0"),
-                         (dict(superpixel_method="slic"), r"superpixel_method 'slic' .* wants superpixel_method "
-                                                          r"'watershed'")):
-        with pytest.warns(DeprecationWarning, match="superpixel"):
-            old = SyntheticDataModule(n_train=2, n_val=2, size=48, **given)
-        with pytest.raises(ValueError, match=match):
-            old.use_pipeline(m.pipeline)
-    with pytest.warns(DeprecationWarning):
-        agreeing = SyntheticDataModule(n_train=2, n_val=2, size=48, superpixel_size=6.0)
-    agreeing.use_pipeline(m.pipeline)
-    assert agreeing.computes_superpixels
 
 
 def test_color_superpixel_pipeline_needs_loader_superpixels(batch, tmp_path):
@@ -167,13 +155,11 @@ def test_color_superpixel_pipeline_needs_loader_superpixels(batch, tmp_path):
 
     from hiseg.data import SyntheticDataModule
 
+    from hiseg.segmentation import Pipeline
+
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, validate_at_start=False)
-    with pytest.warns(DeprecationWarning):
-        dm = SyntheticDataModule(n_train=2, n_val=2, size=48, batch_size=2, superpixel_method="none")
-    trainer = pl.Trainer(accelerator="cpu", max_steps=1, logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False, default_root_dir=tmp_path)
-    with pytest.raises(ValueError, match="superpixel_method 'none' disagrees .* wants superpixel_method 'watershed'"):
-        trainer.fit(m, dm)
+    dm = SyntheticDataModule(n_train=2, n_val=2, size=48, batch_size=2)
+    dm.use_pipeline(Pipeline(superpixels="boundary_watershed"))  # loaders without superpixels
     dm.setup("validate")
     with pytest.raises(ValueError, match="no superpixels"):
         m.compute_losses(next(iter(dm.val_dataloader())))
@@ -516,7 +502,7 @@ def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
     cli = main(["--config", str(ROOT / "configs" / "folder.yaml"), "--data.init_args.data_root", str(data),
                 "--trainer.max_steps", "20", "--trainer.default_root_dir", str(tmp_path / "mine")],
                default_config=default, run=False)
-    assert not cli.datamodule.hparams.vflip and cli.datamodule.hparams.superpixel_size is None  # the pipeline's
+    assert not cli.datamodule.hparams.vflip and "superpixel_size" not in cli.datamodule.hparams  # the pipeline's
     # max_steps rules alone (Lightning: max_epochs -1 when only max_steps is given)
     assert cli.trainer.max_steps == 20 and cli.trainer.max_epochs in (None, -1)  # no epoch limit
     assert {lg.save_dir for lg in cli.trainer.loggers} == {str(tmp_path / "mine")}

@@ -32,11 +32,6 @@ image are computed once, at full resolution, and augmented with the image
 (:mod:`hiseg.data.cache`; in memory, or on disk under ``cache_dir``); otherwise they are
 computed on every augmented sample. A data module used without a model computes the
 default training pipeline's (:data:`TRAINING_PIPELINE`: colour watershed of 8 px).
-
-Deprecated (for one release): ``superpixel_method`` ("watershed", "slic" or "none"),
-``superpixel_size`` and ``superpixel_compactness``. They are still accepted, with a
-DeprecationWarning; without a model they set the superpixels as before; with one they
-must agree with its pipeline (a ValueError names both values otherwise).
 """
 from __future__ import annotations
 
@@ -52,7 +47,6 @@ from pytorch_lightning.trainer.states import TrainerFn
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from ..segmentation.pipeline import Pipeline
-from ..segmentation.superpixels import Superpixels
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
 from .collate import SegmentationGraphDataset, collate_graph_batch, loader_superpixels
 from .folder import FolderSegmentation
@@ -63,24 +57,9 @@ __all__ = ["SyntheticDataModule", "BSDS500DataModule", "FolderDataModule", "Seed
            "worker_init", "TRAINING_PIPELINE"]
 
 
-#: Deprecated loader superpixels (``superpixel_method``): the methods of
-#: :mod:`hiseg.segmentation.superpixels`, or none.
-SUPERPIXEL_METHODS = ("watershed", "slic", "none")
-
 #: The default pipeline of training (:class:`~hiseg.lightning.HierarchicalSegmentationModule`'s):
 #: the loaders' colour-watershed superpixels, average linkage.
 TRAINING_PIPELINE = {"superpixels": "color_watershed", "linkage": "average"}
-
-_SUPERPIXEL_ARGS = ("superpixel_method", "superpixel_size", "superpixel_compactness")
-
-
-def _deprecated_superpixel_args(owner: str, method, size, compactness) -> None:
-    given = [k for k, v in zip(_SUPERPIXEL_ARGS, (method, size, compactness)) if v is not None]
-    if given:
-        warnings.warn(f"{owner}({', '.join(given)}) is deprecated: the model's pipeline owns the superpixels "
-                      "(model.pipeline: superpixels, region_size); with a model these must agree with it, and "
-                      "they go away in the next release", DeprecationWarning, stacklevel=3)
-
 
 def run_seed() -> int:
     """The run's seed: the one ``seed_everything`` exported (``PL_GLOBAL_SEED``; LightningCLI
@@ -145,10 +124,11 @@ class _TrainLoader(DataLoader):
 class _GraphDataModule(pl.LightningDataModule):
     """Common loader logic (not for direct use)."""
 
-    def _init_common(self, batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                     superpixel_compactness, pin_memory, superpixel_cache=True, cache_dir=None, user_settings=True):
-        if user_settings:  # the deprecated superpixel_* arguments a user gave (not a subclass's fixed ones)
-            _deprecated_superpixel_args(type(self).__name__, superpixel_method, superpixel_size, superpixel_compactness)
+    def _init_common(self, batch_size, val_batch_size, num_workers, pin_memory, superpixel_cache=True, cache_dir=None,
+                     superpixels: bool = True):
+        """The settings every data module shares; ``superpixels=False``: the loaders compute none
+        (a data module whose samples have no graph), else :data:`TRAINING_PIPELINE`'s until a
+        model's pipeline says otherwise (:meth:`use_pipeline`)."""
         if batch_size < 1 or val_batch_size < 1:
             raise ValueError(f"batch sizes must be >= 1, got {batch_size}, {val_batch_size}")
         if num_workers < 0:
@@ -157,27 +137,13 @@ class _GraphDataModule(pl.LightningDataModule):
         self.val_batch_size = int(val_batch_size)
         self.num_workers = int(num_workers)
         self.pin_memory = bool(pin_memory)
-        if superpixel_method is not None and superpixel_method not in SUPERPIXEL_METHODS:
-            raise ValueError(f"superpixel_method must be one of {SUPERPIXEL_METHODS}, got {superpixel_method!r}")
-        # the (deprecated) settings given, compared with the model's pipeline in use_pipeline
-        self._superpixel_args = {k: v for k, v in zip(_SUPERPIXEL_ARGS, (superpixel_method, superpixel_size,
-                                                                        superpixel_compactness)) if v is not None}
         self.superpixel_cache = bool(superpixel_cache)
         self.superpixel_cache_dir = None if cache_dir is None else str(cache_dir)
         self.pipeline: Optional[Pipeline] = None
         self.train_set = self.val_set = self.test_set = None
         self._train_sampler: Optional[SeededSampler] = None
         self._resume: Optional[dict] = None
-        args = self._superpixel_args
-        if args.get("superpixel_method") == "none":
-            fn = None
-        elif args:  # a data module without a model: its own (deprecated) settings
-            fn = Superpixels(method=args.get("superpixel_method", "watershed"),
-                             region_size=float(args.get("superpixel_size", Pipeline().region_size)),
-                             compactness=args.get("superpixel_compactness"))
-        else:
-            fn = loader_superpixels(Pipeline.from_dict(TRAINING_PIPELINE))
-        self._set_superpixels(fn)
+        self._set_superpixels(loader_superpixels(Pipeline.from_dict(TRAINING_PIPELINE)) if superpixels else None)
 
     def _set_superpixels(self, fn) -> None:
         """Compute ``fn``'s superpixels in the loaders (None: none), in the data sets made already."""
@@ -193,30 +159,8 @@ class _GraphDataModule(pl.LightningDataModule):
         ``setup``): its image superpixels (``color_watershed``: exactly
         ``pipeline.make_superpixels``), or none when it builds them from the prediction.
         Loaders made before the call keep their workers' settings.
-
-        Raises ValueError, naming both values, when a deprecated ``superpixel_*`` argument
-        given to the data module disagrees with the pipeline.
         """
         fn = loader_superpixels(pipeline)
-        args = self._superpixel_args
-        if fn is None:
-            implied = {"superpixel_method": "none"}
-            what = f"model.pipeline.superpixels {pipeline.superpixels!r} builds them from the prediction (loaders: none)"
-            if args.get("superpixel_method") == "none":
-                args = {"superpixel_method": "none"}  # a size given with method none is not used
-        else:
-            implied = {"superpixel_method": "watershed", "superpixel_size": float(pipeline.region_size),
-                       "superpixel_compactness": None}
-            what = (f"model.pipeline.superpixels 'color_watershed' with region_size {pipeline.region_size!r} "
-                    "(loaders: watershed of that size)")
-        for k, v in args.items():
-            want = implied.get(k)
-            if k == "superpixel_size" and want is not None:
-                v = float(v)
-            if v != want:
-                raise ValueError(f"the data module's {k} {v!r} disagrees with the model's pipeline, which wants "
-                                 f"{k} {want!r}: {what}; the pipeline owns the superpixels, remove the data "
-                                 f"module's superpixel_* arguments (deprecated) or set model.pipeline")
         self.pipeline = pipeline
         self._set_superpixels(fn)
 
@@ -230,13 +174,6 @@ class _GraphDataModule(pl.LightningDataModule):
     def computes_superpixels(self) -> bool:
         """Whether the loaders compute superpixels."""
         return self.superpixel_mode != "none"
-
-    def skip_superpixels(self) -> None:
-        """Deprecated: :meth:`use_pipeline` with a pipeline that builds the superpixels from
-        the prediction does it. Compute no superpixels and no graph in the loaders."""
-        warnings.warn("skip_superpixels() is deprecated: use_pipeline(pipeline) sets the loaders' superpixels",
-                      DeprecationWarning, stacklevel=2)
-        self._set_superpixels(None)
 
     #: the training loader's collate function, worker count (None: ``num_workers``) and items per
     #: batch (None: ``batch_size``; 1 where one item is a whole step, as the pixel stage's)
@@ -343,8 +280,6 @@ class SyntheticDataModule(_GraphDataModule):
         Annotator boundary jitter (pixels).
     noise, blur : float
         Rendering noise and blur (see :mod:`hiseg.data.synthetic`).
-    superpixel_method, superpixel_size, superpixel_compactness
-        Deprecated (the model's pipeline sets the superpixels: see the module docstring).
     cache_dir : str, optional
         Cache the generated samples (e.g. ``datasets/synthetic_cache``), and the cached
         superpixels (``superpixels-<key>/``).
@@ -358,13 +293,10 @@ class SyntheticDataModule(_GraphDataModule):
                  n_annotators: int = 4, seed: int = 0, batch_size: int = 8, val_batch_size: int = 8,
                  num_workers: int = 0, hflip: bool = True, vflip: bool = True,
                  n_regions: tuple = (24, 48), n_levels: int = 4, jitter: float = 1.0,
-                 noise: float = 0.02, blur: float = 0.8, superpixel_method: Optional[str] = None,
-                 superpixel_size: Optional[float] = None, superpixel_compactness: Optional[float] = None,
-                 cache_dir: Optional[str] = None, pin_memory: bool = False, superpixel_cache: bool = True):
+                 noise: float = 0.02, blur: float = 0.8, cache_dir: Optional[str] = None, pin_memory: bool = False, superpixel_cache: bool = True):
         super().__init__()
         self.save_hyperparameters()
-        self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                          superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
+        self._init_common(batch_size, val_batch_size, num_workers, pin_memory, superpixel_cache, cache_dir)
         self.hflip, self.vflip = bool(hflip), bool(vflip)
         self._raw_kw = dict(size=int(size), n_annotators=int(n_annotators), seed=int(seed),
                             cache_dir=cache_dir, n_regions=tuple(int(x) for x in n_regions),
@@ -414,8 +346,6 @@ class BSDS500DataModule(_GraphDataModule):
     hflip, vflip : bool
     max_val_images : int
         Validate on the first ``max_val_images`` images only (0: all).
-    superpixel_method, superpixel_size, superpixel_compactness
-        Deprecated (the model's pipeline sets the superpixels: see the module docstring).
     pin_memory : bool
     superpixel_cache : bool
         Compute each image's superpixels once and augment them with it (default), or
@@ -433,16 +363,13 @@ class BSDS500DataModule(_GraphDataModule):
     def __init__(self, data_root: str = DEFAULT_BSDS_ROOT, crop_size: int = 320, batch_size: int = 8,
                  val_batch_size: int = 1, num_workers: int = 2, train_split: str = "train",
                  val_split: str = "val", test_split: str = "test", scale_range: tuple = (0.75, 1.25),
-                 hflip: bool = True, vflip: bool = False, max_val_images: int = 0,
-                 superpixel_method: Optional[str] = None, superpixel_size: Optional[float] = None,
-                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False,
+                 hflip: bool = True, vflip: bool = False, max_val_images: int = 0, pin_memory: bool = False,
                  superpixel_cache: bool = True, cache_dir: Optional[str] = None):
         # the arguments shared with FolderDataModule are spelled out in each signature (LightningCLI and
         # save_hyperparameters read each constructor's own): the same lines there, on purpose
         super().__init__()
         self.save_hyperparameters()
-        self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                          superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
+        self._init_common(batch_size, val_batch_size, num_workers, pin_memory, superpixel_cache, cache_dir)
         self.data_root = str(data_root)
         self.train_transform = _train_transform(crop_size, scale_range, hflip, vflip)
         self.train_split, self.val_split, self.test_split = train_split, val_split, test_split
@@ -476,8 +403,8 @@ class FolderDataModule(_GraphDataModule):
         images (a fixed random choice, ``split_seed``) are held out.
     val_fraction : float
     split_seed : int
-    crop_size, batch_size, val_batch_size, num_workers, scale_range, hflip, vflip,
-    superpixel_method, superpixel_size, superpixel_compactness, pin_memory, superpixel_cache, cache_dir
+    crop_size, batch_size, val_batch_size, num_workers, scale_range, hflip, vflip, pin_memory,
+    superpixel_cache, cache_dir
         As in :class:`BSDS500DataModule`.
 
     Raises
@@ -490,13 +417,11 @@ class FolderDataModule(_GraphDataModule):
     def __init__(self, data_root: str, val_root: Optional[str] = None, val_fraction: float = 0.1,
                  split_seed: int = 0, crop_size: int = 320, batch_size: int = 8, val_batch_size: int = 1,
                  num_workers: int = 2, scale_range: tuple = (0.75, 1.25), hflip: bool = True,
-                 vflip: bool = False, superpixel_method: Optional[str] = None, superpixel_size: Optional[float] = None,
-                 superpixel_compactness: Optional[float] = None, pin_memory: bool = False,
+                 vflip: bool = False, pin_memory: bool = False,
                  superpixel_cache: bool = True, cache_dir: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
-        self._init_common(batch_size, val_batch_size, num_workers, superpixel_method, superpixel_size,
-                          superpixel_compactness, pin_memory, superpixel_cache, cache_dir)
+        self._init_common(batch_size, val_batch_size, num_workers, pin_memory, superpixel_cache, cache_dir)
         if not 0.0 <= val_fraction < 1.0:
             raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
         self.data_root, self.val_root = str(data_root), val_root

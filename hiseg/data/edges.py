@@ -381,7 +381,7 @@ class BSDS500PixelDataModule(_GraphDataModule):
                  limit_images: int = 0, train_data: Optional[str] = None):
         super().__init__()
         self.save_hyperparameters()
-        self._init_common(batch_size, val_batch_size, num_workers, "none", 0.0, None, pin_memory, user_settings=False)
+        self._init_common(batch_size, val_batch_size, num_workers, pin_memory, superpixels=False)
         if crop_size < 16:
             raise ValueError(f"crop_size must be >= 16, got {crop_size}")
         if crops_per_epoch < batch_size:
@@ -415,9 +415,6 @@ class BSDS500PixelDataModule(_GraphDataModule):
     def steps_per_epoch(self) -> int:
         """Training steps in one epoch (on one process)."""
         return self.crops_per_epoch // self.batch_size
-
-    def skip_superpixels(self) -> None:  # never computes any
-        return None
 
     def setup(self, stage: Optional[str] = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
