@@ -186,7 +186,10 @@ def _remove_unused_log_dirs() -> None:
 
 
 def fit_summary(trainer, model) -> str:
-    """The closing summary of a fit (see :meth:`HisegCLI.after_fit`)."""
+    """The closing summary of a fit (see :meth:`HisegCLI.after_fit`): the validation boundary F
+    of the starting model (measured before the first step), of the best checkpoint and of the
+    last step, the checkpoints, and the next command. When the best F is not above the
+    starting model's, it says so plainly and recommends no new checkpoint."""
     from pytorch_lightning.callbacks import ModelCheckpoint
 
     lines = ["", "[hiseg] training finished: "
@@ -198,19 +201,25 @@ def fit_summary(trainer, model) -> str:
         if "boundary_f" not in d:
             return "not measured"
         return f"{d['boundary_f']:.4f} (best of {len(VAL_THRESHOLDS)} thresholds {d.get('boundary_f_ods', float('nan')):.4f})"
-    lines.append(f"  validation boundary F before: {f(before)}")
-    lines.append(f"  validation boundary F after:  {f(after)}")
     best = last = None
     for cb in trainer.callbacks:
         if isinstance(cb, ModelCheckpoint) and cb.monitor and cb.best_model_path:
             best = best or (cb.best_model_path, cb.monitor, cb.best_model_score)
         if getattr(cb, "last_model_path", None):
             last = last or cb.last_model_path
-    degenerate = best is not None and (best[2] is None or not float(best[2]) > 0)
+    best_f = None if best is None or best[2] is None else float(best[2])
+    start = getattr(getattr(model, "hparams", None), "init_from", None)
+    lines.append(f"  validation boundary F of the starting model{f' ({start})' if start else ''}: {f(before)}")
+    if best is not None and best[1] == "val/boundary_f":
+        lines.append(f"  validation boundary F of the best checkpoint:   "
+                     + (f"{best_f:.4f}" if best_f is not None else "not measured"))
+    lines.append(f"  validation boundary F at the last step:         {f(after)}")
+    degenerate = best is not None and (best_f is None or not best_f > 0)
+    score = after.get("boundary_f") if best_f is None or best[1] != "val/boundary_f" else best_f
+    worse = "boundary_f" in before and score is not None and not score > before["boundary_f"]
     if best:
-        score = f"{float(best[2]):.4f}" if best[2] is not None else "?"
         note = "  (F 0: not worth using)" if degenerate else ""
-        lines.append(f"  best checkpoint ({best[1]} = {score}): {best[0]}{note}")
+        lines.append(f"  best checkpoint ({best[1]} = {best_f if best_f is None else f'{best_f:.4f}'}): {best[0]}{note}")
     if last:
         lines.append(f"  last checkpoint (resume with --ckpt_path): {last}")
     zero = "boundary_f" in after and not after["boundary_f"] > 0
@@ -225,9 +234,15 @@ def fit_summary(trainer, model) -> str:
             "    - a lower learning rate (--model.lr), or more steps (--trainer.max_steps) on more images;",
             "    - checking the labels: one integer label per region, the same size as each image "
             "(datasets/README.md); a label image of one region has no boundary to learn."]
-    ck = None if degenerate else (best[0] if best else last)
+    elif worse:
+        keep = f"hiseg predict IMAGE --checkpoint {start}" if start else "the starting model"
+        lines += [f"  NOT IMPROVED: this run did not improve on the starting model (validation boundary F "
+                  f"{before['boundary_f']:.4f} before, {score:.4f} at best): keep using it ({keep}); "
+                  "for a better run try a lower learning rate (--model.lr), more steps (--trainer.max_steps) "
+                  "or more images."]
+    ck = None if degenerate or worse else (best[0] if best else last)
     if ck and not zero:
-        lines.append(f"  next: hiseg predict IMAGE --checkpoint {ck} --out predictions/")
+        lines.append(f"  next: hiseg predict IMAGE --checkpoint {ck} -o predictions/")
     return "\n".join(lines)
 
 

@@ -86,7 +86,7 @@ def test_readme_own_data_commands_run_as_written(tmp_path):
                            capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONWARNINGS": "ignore"})
         assert r.returncode == 0, f"{cmd}\n{r.stderr[-3000:]}"
         assert "[hiseg] training finished: " in r.stdout and "2 step(s)" in r.stdout
-        assert "validation boundary F before" in r.stdout
+        assert "validation boundary F of the starting model" in r.stdout
     argv = shlex.split(commands[2])
     r = subprocess.run([str(Path(sys.executable).parent / "hiseg"), *argv[1:]], cwd=tmp_path, capture_output=True,
                        text=True, timeout=600)

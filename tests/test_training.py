@@ -430,13 +430,15 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     for noise in ("Tip:", "litlogger", "args parameter is intended", "ckpt_path=None", "no last checkpoint",
                   "LeafSpec", "transfer_batch_to_device", "(best threshold:"):
         assert noise not in out, noise
-    assert "validation boundary F before:" in out and "validation boundary F after:" in out
-    f_after = float(re.search(r"validation boundary F after: +([0-9.]+)", r.stdout).group(1))
+    assert "validation boundary F of the starting model:" in out and "validation boundary F at the last step:" in out
+    f_after = float(re.search(r"validation boundary F at the last step: +([0-9.]+)", r.stdout).group(1))
     best = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("best checkpoint")]
     last = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("last checkpoint")]
     assert best and last and (tmp_path / last[0]).is_file()
-    if f_after > 0:
-        assert f"next: hiseg predict IMAGE --checkpoint {best[0]}" in r.stdout and "WARNING" not in r.stdout
+    if "NOT IMPROVED" in r.stdout:  # no better than the start: no new checkpoint recommended
+        assert "next:" not in r.stdout
+    elif f_after > 0:
+        assert f"next: hiseg predict IMAGE --checkpoint {best[0]} -o predictions/" in r.stdout and "WARNING" not in r.stdout
     else:
         assert "WARNING: validation boundary F ended at 0" in r.stdout and "configs/folder_finetune.yaml" in r.stdout
         assert best[0].endswith("(F 0: not worth using)") and "next:" not in r.stdout
@@ -455,7 +457,7 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     assert "Path/URL" not in h.stdout and "URLs are refused" in ckpt_help.split("--", 2)[1].replace("\n", " ")
 
 
-def _fake_fit(f_after, best_score, tmp_path):
+def _fake_fit(f_after, best_score, tmp_path, f_before=0.07, init_from=None):
     """(trainer, model) stand-ins for :func:`hiseg.cli_train.fit_summary`."""
     from types import SimpleNamespace
 
@@ -467,8 +469,8 @@ def _fake_fit(f_after, best_score, tmp_path):
     trainer = SimpleNamespace(current_epoch=3, global_step=12, callbacks=[best, last],
                               callback_metrics={"val/boundary_f": torch.tensor(f_after),
                                                 "val/boundary_f_ods": torch.tensor(0.3)})
-    model = SimpleNamespace(initial_validation={"boundary_f": 0.07, "boundary_f_ods": 0.2},
-                            hparams=SimpleNamespace(val_threshold=0.5))
+    model = SimpleNamespace(initial_validation={"boundary_f": f_before, "boundary_f_ods": 0.2},
+                            hparams=SimpleNamespace(val_threshold=0.5, init_from=init_from))
     return trainer, model
 
 
@@ -476,12 +478,33 @@ def test_fit_summary_recommends_no_degenerate_checkpoint(tmp_path):
     from hiseg.cli_train import fit_summary
 
     good = fit_summary(*_fake_fit(0.4, 0.45, tmp_path))
-    assert f"next: hiseg predict IMAGE --checkpoint {tmp_path / 'best.ckpt'}" in good and "WARNING" not in good
+    assert f"next: hiseg predict IMAGE --checkpoint {tmp_path / 'best.ckpt'} -o predictions/" in good
+    assert "WARNING" not in good and "NOT IMPROVED" not in good
+    assert "validation boundary F of the starting model: 0.0700" in good
+    assert "validation boundary F of the best checkpoint:   0.4500" in good
+    assert "validation boundary F at the last step:         0.4000" in good
     # the issue's run: F from .07 to 0, the "best" checkpoint at F 0
     zero = fit_summary(*_fake_fit(0.0, 0.0, tmp_path))
     assert "WARNING: validation boundary F ended at 0 (threshold 0.5)" in zero
     assert "best of 9 thresholds: 0.3000" in zero and "folder_finetune.yaml" in zero and "--model.lr" in zero
     assert "(F 0: not worth using)" in zero and "next:" not in zero
+
+
+def test_fit_summary_says_when_the_run_made_the_starting_model_worse(tmp_path):
+    """Issue 31's own-folder fine-tune: validation F .5646 before, .5309 at best: the summary
+    says so, points back at the starting model and recommends no new checkpoint."""
+    from hiseg.cli_train import fit_summary
+
+    worse = fit_summary(*_fake_fit(0.5309, 0.5309, tmp_path, f_before=0.5646, init_from="bsds500"))
+    assert "validation boundary F of the starting model (bsds500): 0.5646" in worse
+    assert "validation boundary F of the best checkpoint:   0.5309" in worse
+    assert ("NOT IMPROVED: this run did not improve on the starting model (validation boundary F 0.5646 before, "
+            "0.5309 at best): keep using it (hiseg predict IMAGE --checkpoint bsds500)") in worse
+    assert "next:" not in worse
+    same = fit_summary(*_fake_fit(0.5, 0.5646, tmp_path, f_before=0.5646))  # equal is not better
+    assert "NOT IMPROVED" in same and "next:" not in same
+    better = fit_summary(*_fake_fit(0.5, 0.5700, tmp_path, f_before=0.5646, init_from="bsds500"))
+    assert "NOT IMPROVED" not in better and "next: hiseg predict IMAGE --checkpoint" in better
 
 
 def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
