@@ -32,7 +32,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
-from .inference import Segmenter, output_paths, predict_file
+from .inference import Segmenter, image_done, output_paths, predict_file
 from .io import read_image, refuse_overwrite
 
 __all__ = ["predict_files", "PredictionFilesWriter", "IMAGE_ERRORS"]
@@ -87,10 +87,11 @@ class PredictionFilesWriter(BasePredictionWriter):
     ``(file, message)`` of the images that failed, gathered from every process at the end."""
 
     def __init__(self, pipeline, files: Sequence[Path], out, tile: int = 512, n_regions: Optional[int] = None,
-                 threshold: Optional[float] = None, min_size="auto"):
+                 threshold: Optional[float] = None, min_size="auto", overwrite: bool = True, resume: bool = False):
         super().__init__("batch")
         self.seg, self.files, self.out = Segmenter(None, pipeline=pipeline), list(files), Path(out)
-        self.cut = dict(tile=tile, n_regions=n_regions, threshold=threshold, min_size=min_size)
+        self.cut = dict(tile=tile, n_regions=n_regions, threshold=threshold, min_size=min_size, overwrite=overwrite,
+                        resume=resume)
         self.failures: list = []
 
     def write_on_batch_end(self, trainer, pl_module, prediction, batch_indices, batch, batch_idx, dataloader_idx=0):
@@ -98,7 +99,8 @@ class PredictionFilesWriter(BasePredictionWriter):
         f = self.files[i]
         if prediction["error"] is None:
             try:
-                _, _, caught = predict_file(self.seg, f, self.out, boundary=prediction["pmap"], **self.cut)
+                done = predict_file(self.seg, f, self.out, boundary=prediction["pmap"], **self.cut)
+                caught = [] if done is None else done[2]
             except IMAGE_ERRORS as e:
                 prediction = dict(prediction, error=str(e))
             else:
@@ -123,11 +125,16 @@ class PredictionFilesWriter(BasePredictionWriter):
 
 def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Optional[int] = None,
                   threshold: Optional[float] = None, min_size="auto", tile: int = 512, overwrite: bool = False,
-                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0) -> list:
+                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0, resume: bool = False) -> list:
     """Write ``hiseg predict``'s files of the image ``files`` into ``out`` with
     ``pl.Trainer(**trainer_kwargs).predict`` (e.g. ``devices=4, strategy="ddp"``; default:
     Lightning's ``auto``). ``num_workers``: the DataLoader's image-decoding processes per
-    device. Returns the failed images, ``(file, message)`` (see the module docstring)."""
+    device. Without ``overwrite`` the files are created exclusively (an existing one is
+    refused before anything runs, one made meanwhile by another run stops this one with
+    FileExistsError naming it);
+    ``resume``: the images whose files are all present and complete are skipped
+    (:func:`hiseg.inference.image_done`), the others done again. Returns the failed images,
+    ``(file, message)`` (see the module docstring)."""
     if segmenter.model is None:
         raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
                          "runs on the CPU: use `hiseg predict --workers N`")
@@ -135,9 +142,15 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     stems = [f.stem for f in files]
     if len(set(stems)) != len(stems):
         raise ValueError(f"several files share an output name: {sorted({s for s in stems if stems.count(s) > 1})[:5]}")
-    refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite,
+    refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite or resume,
                      command="hiseg.predict_ddp")
-    writer = PredictionFilesWriter(segmenter.pipeline, files, out, tile, n_regions, threshold, min_size)
+    if resume:
+        cut = n_regions is not None or threshold is not None
+        files = [f for f in files if not image_done(out, f.stem, cut)]
+        if not files:
+            return []
+    writer = PredictionFilesWriter(segmenter.pipeline, files, out, tile, n_regions, threshold, min_size, overwrite,
+                                   resume)
     kw = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer = pl.Trainer(callbacks=[writer], **{**kw, **(trainer_kwargs or {})})
     loader = DataLoader(_Images(files, segmenter.pipeline), batch_size=1, collate_fn=_first, num_workers=num_workers)

@@ -245,3 +245,108 @@ def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path)
     assert all(image_done(out, s, True) for s in "abcd") and stray_temps(out) == []
     assert {q.name: q.stat().st_mtime_ns for q in out.iterdir() if q.name[0] in "ab"} == before  # skipped
     assert len(list(out.iterdir())) == 4 * 5
+
+
+# ----------------------------------------------------------------------------- the same through `hiseg predict`
+HISEG = """
+    import sys, time
+    from pathlib import Path
+    from hiseg.cli import main
+    go, argv = Path(sys.argv[1]), sys.argv[2:]
+    Path(str(go) + ".ready" + argv[argv.index("--regions") + 1] if "--regions" in argv else str(go) + ".ready").touch()
+    while not go.exists():
+        time.sleep(0.005)
+    sys.exit(main(argv))
+"""
+
+
+def hiseg(*argv, go=None):
+    """``hiseg ARGV`` in a child process (started at once, or when the file ``go`` appears)."""
+    if go is None:
+        go = Path(argv[-1]).parent / "go-now"
+        go.touch()
+    return python(HISEG, go, *argv)
+
+
+def test_two_hiseg_predicts_into_one_folder_at_once_the_second_is_refused_naming_the_folder(tmp_path):
+    import cv2
+
+    d = photo_folder(tmp_path, [f"{c}.png" for c in "abcdef"])
+    out, go = tmp_path / "out", tmp_path / "go"
+    procs = [hiseg("predict", "--classical", "-q", "--regions", k, str(d), "-o", str(out), go=go) for k in (6, 3)]
+    deadline = time.time() + 120
+    while not all(Path(f"{go}.ready{k}").exists() for k in (6, 3)):
+        assert time.time() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.01)
+    go.touch()
+    res = [(p.wait(300), p.communicate()[1]) for p in procs]
+    assert sorted(r for r, _ in res) == [0, 2], res
+    winner = 6 if res[0][0] == 0 else 3
+    loser_err = res[1][1] if res[0][0] == 0 else res[0][1]
+    assert str(out) in loser_err and ("another hiseg predict is writing into" in loser_err
+                                      or "exist already" in loser_err), loser_err
+    for stem in "abcdef":  # every label image is the winner's
+        assert int(cv2.imread(str(out / f"{stem}_labels.png"), cv2.IMREAD_UNCHANGED).max()) + 1 == winner
+    assert stray_temps(out) == []
+
+
+@pytest.mark.parametrize("workers", ["0", "2"])
+def test_hiseg_predict_writes_every_image_of_a_folder_with_a_non_utf8_name(tmp_path, workers):
+    d = photo_folder(tmp_path, [b"a.png", BAD_NAME, b"b.png"])
+    (Path(os.fsdecode(os.path.join(os.fsencode(d), b"broken\xff.png")))).write_bytes(b"")  # and an unreadable one
+    out = tmp_path / "out"
+    p = hiseg("predict", "--classical", "-q", "--workers", workers, "--regions", "3", "--html", str(d), "-o", str(out))
+    so, se = p.communicate(timeout=300)
+    assert p.returncode == 1, se  # one image failed, the others written
+    assert "broken\\xff.png" in se and "not an image (0 bytes)" in se and "Traceback" not in se
+    assert "wrote 3 image(s)" in so
+    for stem in (b"a", b"b", b"bad\xff\xfename"):
+        assert {stem + s for s in (b".mat", b"_labels.png", b"_overlay.png", b"_ucm.png", b"_ucm16.png",
+                                   b".html")} <= set(listing(out))
+    assert b"index.html" in listing(out) and stray_temps(out) == []
+    assert "bad%FF%FEname.html" in (out / "index.html").read_text(encoding="utf-8")
+
+
+def test_hiseg_view_shows_an_image_with_a_non_utf8_name(tmp_path):
+    d = photo_folder(tmp_path, [BAD_NAME, b"good.png"])
+    out = tmp_path / "pages"
+    p = hiseg("view", "--classical", "-q", str(d), "-o", str(out))
+    so, se = p.communicate(timeout=300)
+    assert p.returncode == 0, se
+    assert listing(out) == [b"bad\xff\xfename.html", b"good.html", b"index.html"]
+    page = Path(os.fsdecode(os.path.join(os.fsencode(out), b"bad\xff\xfename.html"))).read_text(encoding="utf-8")
+    assert "<title>bad\\xff\\xfename" in page
+
+
+def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
+    from hiseg.inference import image_done
+
+    d = photo_folder(tmp_path, [f"{c}.png" for c in "abcdefgh"])
+    out = tmp_path / "out"
+    argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "4", "--html", str(d), "-o", str(out))
+    p = hiseg(*argv)
+    deadline = time.time() + 300
+    while not (out.exists() and len([q for q in out.iterdir() if q.suffix == ".html"]) >= 2):
+        assert time.time() < deadline and p.poll() is None, p.communicate()
+        time.sleep(0.002)
+    p.send_signal(signal.SIGINT)  # Ctrl-C in the middle of the folder
+    _, se = p.communicate(timeout=120)
+    assert p.returncode != 0
+    done = [image_done(out, s, True, [out / f"{s}.html"]) for s in "abcdefgh"]
+    assert 2 <= sum(done) < 8 and stray_temps(out) == []
+    # a plain rerun refuses (the files exist); --resume finishes the job, the finished images untouched
+    p = hiseg(*argv)
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 2 and "--overwrite" in se
+    kept = {q.name: q.stat().st_mtime_ns for q in out.iterdir() if done["abcdefgh".index(q.name[0])]}
+    p = hiseg(*[a for a in argv if a != "-q"], "--resume")
+    so, se = p.communicate(timeout=300)
+    assert p.returncode == 0, se
+    assert f"{sum(done)} of 8 image(s) are complete" in se
+    assert all(image_done(out, s, True, [out / f"{s}.html"]) for s in "abcdefgh")
+    assert {q.name: q.stat().st_mtime_ns for q in out.iterdir() if q.name in kept} == kept
+    assert (out / "index.html").read_text(encoding="utf-8").count('class="card"') == 8
+    # --resume and --overwrite together are refused
+    p = hiseg(*argv, "--resume", "--overwrite")
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 2 and "at most one of --overwrite" in se
