@@ -188,10 +188,14 @@ def _load_named(spec):
     path = Weights.resolve(spec)
     name = str(spec).lower() if path is not spec else str(spec)
     if path is spec:  # a file: a shipped model's own is called by its name
+        import warnings
+
         for w in Weights:
             try:
-                if Path(path).resolve() == w.path().resolve():
-                    name = w.name.lower()
+                with warnings.catch_warnings():  # a $HISEG_WEIGHTS_DIR without the other models: not this load's
+                    warnings.simplefilter("ignore")
+                    if Path(path).resolve() == w.path().resolve():
+                        name = w.name.lower()
             except OSError:  # FileNotFoundError: that model is not here
                 pass
     ck = read_checkpoint(path)  # read once

@@ -350,3 +350,32 @@ def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
     p = hiseg(*argv, "--resume", "--overwrite")
     _, se = p.communicate(timeout=300)
     assert p.returncode == 2 and "at most one of --overwrite" in se
+
+
+# ----------------------------------------------------------------------------- 12: HISEG_WEIGHTS_DIR
+def test_a_missing_weights_dir_is_an_error_naming_the_variable_and_an_empty_one_warns(tmp_path, monkeypatch):
+    from hiseg.models.weights import Weights
+
+    shipped = Weights.BSDS500
+    try:
+        expected = shipped.path()
+    except FileNotFoundError:
+        pytest.skip("the shipped weights are not here")
+    monkeypatch.setenv("HISEG_WEIGHTS_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(FileNotFoundError, match=r"HISEG_WEIGHTS_DIR='.*nowhere' is missing"):
+        shipped.path()
+    (tmp_path / "a_file").write_text("x")
+    monkeypatch.setenv("HISEG_WEIGHTS_DIR", str(tmp_path / "a_file"))
+    with pytest.raises(FileNotFoundError, match="HISEG_WEIGHTS_DIR=.*a file, not a folder"):
+        shipped.path()
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("HISEG_WEIGHTS_DIR", str(tmp_path / "empty"))
+    with pytest.warns(UserWarning, match=r"HISEG_WEIGHTS_DIR=.*empty' holds no hiseg_bsds500.ckpt \(an empty folder\)"):
+        assert shipped.path() == expected
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / shipped.value.file).write_bytes(expected.read_bytes())
+    monkeypatch.setenv("HISEG_WEIGHTS_DIR", str(own))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert shipped.path() == own / shipped.value.file

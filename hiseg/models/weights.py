@@ -159,10 +159,19 @@ class Weights(enum.Enum):
         return spec
 
     def path(self) -> Path:
-        """The checkpoint file; FileNotFoundError saying where it looked when it is absent."""
+        """The checkpoint file; FileNotFoundError saying where it looked when it is absent, or
+        when ``$HISEG_WEIGHTS_DIR`` names no folder. A ``$HISEG_WEIGHTS_DIR`` folder without
+        this model's file (empty, say) warns that the shipped copy is used instead."""
         dirs = weights_dirs()
+        own = _env_weights_dir()
         for d in dirs:
             if (d / self.value.file).is_file():
+                if own is not None and d != own:
+                    import warnings
+
+                    warnings.warn(f"HISEG_WEIGHTS_DIR={str(own)!r} holds no {self.value.file} "
+                                  f"({'an empty folder' if not any(own.iterdir()) else 'other files only'}): using "
+                                  f"the copy in {d}", UserWarning, stacklevel=2)
                 return d / self.value.file
         raise FileNotFoundError(
             f"pretrained model {self.name.lower()!r} ({self.value.file}) not found in {[str(d) for d in dirs]}: "
@@ -173,10 +182,24 @@ class Weights(enum.Enum):
 def weights_dirs() -> list[Path]:
     """Where shipped weights are looked for: ``$HISEG_WEIGHTS_DIR`` (your own copies), the package
     data ``hiseg/weights/`` (a wheel, or ``pip install .``: ``setup.py`` copies ``models/*.ckpt``
-    there), then the repository's ``models/`` (an editable install)."""
-    dirs = [Path(os.environ["HISEG_WEIGHTS_DIR"])] if os.environ.get("HISEG_WEIGHTS_DIR") else []
+    there), then the repository's ``models/`` (an editable install). FileNotFoundError when
+    ``$HISEG_WEIGHTS_DIR`` is set to something that is not a folder."""
+    own = _env_weights_dir()
     pkg = Path(__file__).resolve().parents[1]
-    return dirs + [pkg / "weights", pkg.parent / "models"]
+    return ([own] if own is not None else []) + [pkg / "weights", pkg.parent / "models"]
+
+
+def _env_weights_dir():
+    """``$HISEG_WEIGHTS_DIR`` as a Path (None when unset or empty); FileNotFoundError naming the
+    variable when it is not a folder: a mistyped path would otherwise fall back silently."""
+    value = os.environ.get("HISEG_WEIGHTS_DIR")
+    if not value:
+        return None
+    d = Path(value).expanduser()
+    if not d.is_dir():
+        raise FileNotFoundError(f"HISEG_WEIGHTS_DIR={value!r} is {'a file, not a folder' if d.exists() else 'missing'}:"
+                                " set it to the folder holding your .ckpt copies, or unset it for the shipped ones")
+    return d
 
 
 # --------------------------------------------------------------------------- loading
