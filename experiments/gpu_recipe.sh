@@ -24,22 +24,28 @@
 #   pixel stage, 9000 steps of 32 crops), ARCH (JSON arch_kwargs), BATCH (32), WORKERS (8),
 #   SPLIT (train+val: the shipped model; train: its twin, whose val figures are a measurement),
 #   MERGE (1; 0: stop after the pixel stage, e.g. to run the merging stage on another machine),
-#   TINY=1 (a CPU test of the whole chain in a minute or two: 4 images, tiny crops and network)
+#   TINY=1 (a CPU test of the whole chain in a minute or two: 4 images, tiny crops and network),
+#   CONFIG (configs/bsds500_pixel.yaml; ARCH='' keeps the config's network), PIXEL_SECONDS (60 * PIXEL_MINUTES),
+#   TRAIN_DATA (a hiseg.data.edges.pack_edge_dataset file to train from instead of BSDS's folder),
+#   CURVE (the resumed run's curve so far; default pixel_metrics.csv next to the resumed checkpoint)
 set -euo pipefail
 OUT=$1; RESUME=${2:-}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 BSDS=${BSDS:-.gpu/BSDS500}
 PIXEL_MINUTES=${PIXEL_MINUTES:-5}
+PIXEL_SECONDS=${PIXEL_SECONDS:-$(( 60 * PIXEL_MINUTES ))}
+CONFIG=${CONFIG:-configs/bsds500_pixel.yaml}
+TRAIN_DATA=${TRAIN_DATA:-}
 PIXEL_STEPS=${PIXEL_STEPS:-9000}
-ARCH=${ARCH:-'{"width": 48, "blocks": [1, 2, 2, 3], "side_channels": 16}'}
+ARCH=${ARCH-'{"width": 48, "blocks": [1, 2, 2, 3], "side_channels": 16}'}
 BATCH=${BATCH:-32}
 WORKERS=${WORKERS:-8}
 SPLIT=${SPLIT:-train+val}
 case "$SPLIT" in train|train+val) ;; *) echo "gpu_recipe: SPLIT must be train or train+val, got '$SPLIT'" >&2; exit 2;; esac
 MERGE=${MERGE:-1}
 MERGE_MINUTES=${MERGE_MINUTES:-4}   # what the merging stage needs; it waits for the next command otherwise
-WORK=$(mktemp -d)
+WORK=${WORK:-$(mktemp -d)}  # the runs' folders (a caller may name it, to rescue a checkpoint)
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
 PY=${PY:-python3}
@@ -63,25 +69,28 @@ $PY -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' || P
 # ---------------------------------------------------------------- 1. pixel stage (train+val)
 RESUME_ARGS=()
 [ -n "$RESUME" ] && RESUME_ARGS=(--ckpt_path "$RESUME")
+[ -n "$ARCH" ] && RESUME_ARGS+=(--model.arch_kwargs "$ARCH")
+[ -n "$TRAIN_DATA" ] && RESUME_ARGS+=(--data.init_args.train_data "$TRAIN_DATA")
+CURVE=${CURVE:-${RESUME:+$(dirname "$RESUME")/pixel_metrics.csv}}
 # Lightning's max_time counts the whole run: a resumed run restores the training time already spent
 # (the Timer's state in the checkpoint), so this command's PIXEL_MINUTES come on top of it
 SPENT=0
 [ -n "$RESUME" ] && SPENT=$($PY -c "import sys, torch; c = torch.load(sys.argv[1], map_location='cpu', weights_only=True); \
 print(int(c.get('callbacks', {}).get('Timer', {}).get('time_elapsed', {}).get('train', 0)))" "$RESUME")
-LIMIT=$(( SPENT + 60 * PIXEL_MINUTES ))
+LIMIT=$(( SPENT + PIXEL_SECONDS ))
 MAX_TIME=$(printf '00:%02d:%02d:%02d' $(( LIMIT / 3600 )) $(( LIMIT % 3600 / 60 )) $(( LIMIT % 60 )))
 t0=$(date +%s)
-$PY train.py fit --config configs/bsds500_pixel.yaml \
+$PY train.py fit --config "$CONFIG" \
   --data.init_args.data_root "$BSDS" --data.init_args.train_split "$SPLIT" \
   --data.init_args.batch_size "$BATCH" --data.init_args.num_workers "$WORKERS" \
-  --model.arch_kwargs "$ARCH" --trainer.precision "$PRECISION" \
+  --trainer.precision "$PRECISION" \
   --trainer.max_steps "$PIXEL_STEPS" --trainer.max_time "$MAX_TIME" \
   --trainer.limit_val_batches 10 --trainer.default_root_dir "$WORK/pixel" --trainer.enable_progress_bar false \
   "${EXTRA[@]}" "${RESUME_ARGS[@]}" >> "$OUT/recipe.log" 2>&1 || { log "pixel stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
 last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt | tail -1)
 cp "$last" "$OUT/pixel_last.ckpt"
 # the curve so far: the resumed run's rows after the carried ones (the validation curve of the stage)
-$PY - "$OUT/pixel_metrics.csv" "${RESUME:+$(dirname "$RESUME")/pixel_metrics.csv}" \
+$PY - "$OUT/pixel_metrics.csv" "$CURVE" \
     "$(dirname "$(dirname "$last")")/metrics.csv" <<'PYEOF'
 import csv, sys
 rows, keys = [], []

@@ -1,43 +1,100 @@
 #!/usr/bin/env bash
-# One device command for a session that is lent a GPU (issue 20 first, then issue 24's GPU checks):
-#   1. the GPU recipe's train-only twin resumed from its committed checkpoint (experiments/gpu_recipe.sh,
-#      SPLIT=train MERGE=0; the merging head is fitted on the CPU afterwards: experiments/merge_recipe.py
-#      --splits train), for PIXEL_MINUTES of this command;
-#   2. the CUDA tests, the training-step benchmark, a bf16-mixed fine-tuning run and predict's per-stage table.
-# At most 8 files come back in OUT: pixel_last.ckpt, pixel_metrics.csv, recipe.log, summary.txt, cuda_tests.log,
-# bench_training_cuda.md, bf16.log, predict_cuda.md. The next command resumes with RESUME=OUT/pixel_last.ckpt
-# (copied into the checkout; git-ignored .gpu/ is carried).
-# usage (device run from the repo root, carry [".gpu"], timeout ~590 s; .gpu/ prepared as ../shared/gpu/README.md
-# says, plus .gpu/extra/ with hypothesis, sortedcontainers and attrs wheels for Python 3.12 for the tests):
-#   bash experiments/gpu_session.sh $OUT
-# environment: RESUME (default experiments/state/gpu_twin_pixel_last.ckpt), PIXEL_MINUTES (6), T_RECIPE (410),
-#   T_TESTS (55), T_BENCH (50), T_BF16 (35), T_PRED (30): seconds each part may take; TINY=1 for a CPU check.
+# One device command for a session that is lent a GPU (issue 33 items 2 and 4), resumable:
+#   (a) the pixel-stage benchmark (benchmarks/bench_pixel_stage.py, about 90 s): crops/s of the real step next
+#       to its floor for compact_boundary_net (the shipped width 32) and pdc_boundary_net (width 40);
+#   (b) pdc_boundary_net's pixel stage (configs/bsds500_pdc_pixel.yaml, bf16-mixed, augmentation on the device),
+#       on train first (the twin: its val figures are a measurement), through experiments/gpu_recipe.sh
+#       (CONFIG, SPLIT=train, MERGE=0), resumed from the committed checkpoint, for the time this command has
+#       left, stopped by Lightning's max_time with a final checkpoint (and a LastCheckpoint every 500 steps).
+# At most 8 files come back in OUT: summary.txt, bench.log, pixel_stage.md (the benchmark's rows, to append to
+# benchmarks/results/pixel_stage.md), recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole curve so far).
+#
+# Before the session, here (once per checkout; refills the git-ignored .gpu/, about 22 MiB):
+#   bash experiments/prepare_gpu.sh
+# The session: device `run` calls from the repository root (the working tree, 64 MiB at most, travels with
+# the carried .gpu/; prepare_gpu.sh prints the total):
+#   1. run(command="bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
+#      -> about 9.5 min: the benchmark, then ~7 min of pixel stage.
+#   Then here: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
+#              cp <files_at>/pixel_metrics.csv experiments/state/pdc_pixel_metrics.csv;
+#              append <files_at>/pixel_stage.md's rows to benchmarks/results/pixel_stage.md; commit.
+#   2. if status says >= 3.5 min of device time are left and the machine is warm (call at once):
+#      run(command="BENCH=0 BUDGET_SECONDS=150 bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=170)
+#      -> the pixel stage resumed from the checkpoint just committed; copy and commit the same way; give_back.
+# The next session resumes from experiments/state/pdc_pixel_last.ckpt (RESUME) the same way.
+#
+# environment: RESUME (experiments/state/pdc_pixel_last.ckpt when that file exists; '' starts afresh),
+#   CURVE (the curve so far, experiments/state/pdc_pixel_metrics.csv), BUDGET_SECONDS (570: the whole command;
+#   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
+#   BENCH (1; 0: no benchmark), BENCH_SECONDS (8 per measurement), SPLIT (train; train+val once chosen on val),
+#   ARCH_NAME (pdc_boundary_net), GPU_DIR (.gpu), PY (python3),
+#   TINY=1: a CPU check of the whole chain at a tiny size (BSDS= a BSDS500-layout folder; PIXEL_STEPS_TINY).
 set -u
-OUT=$1
+OUT=${1:?usage: experiments/gpu_session.sh OUT}
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+START=$(date +%s)
+export PYTHONUNBUFFERED=1
 PY=${PY:-python3}
-if ! $PY -c 'import higra, jsonargparse, hypothesis' 2>/dev/null; then
-  $PY -m pip install -q --no-index --no-deps --no-compile --target .gpu/site .gpu/*.whl .gpu/extra/*.whl || exit 1
-  export PYTHONPATH=$PWD/.gpu/site:$PWD
+GPU_DIR=${GPU_DIR:-.gpu}
+TINY=${TINY:-0}
+BUDGET_SECONDS=${BUDGET_SECONDS:-570}
+RESERVE_SECONDS=${RESERVE_SECONDS:-80}
+BENCH=${BENCH:-1}
+BENCH_SECONDS=${BENCH_SECONDS:-8}
+SPLIT=${SPLIT:-train}
+ARCH_NAME=${ARCH_NAME:-pdc_boundary_net}
+STATE=experiments/state/pdc_pixel_last.ckpt
+RESUME=${RESUME-$([ -f "$STATE" ] && echo "$STATE")}
+CURVE=${CURVE-experiments/state/pdc_pixel_metrics.csv}
+log() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
+
+# higra and jsonargparse, which the CUDA machine lacks: prepare_gpu.sh packed them into .gpu/site.tar.xz
+if ! $PY -c 'import higra, jsonargparse' 2>/dev/null; then
+  [ -f "$GPU_DIR/site.tar.xz" ] || { log "no higra/jsonargparse and no $GPU_DIR/site.tar.xz: run experiments/prepare_gpu.sh"; exit 1; }
+  $PY -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
+    "$GPU_DIR/site.tar.xz" "$GPU_DIR/site" || exit 1
+  export PYTHONPATH=$PWD/$GPU_DIR/site:$PWD
 fi
-(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi") \
-  >> "$OUT/summary.txt"
-$PY -c 'import torch; print("torch", torch.__version__)' >> "$OUT/summary.txt"
-RESUME=${RESUME-experiments/state/gpu_twin_pixel_last.ckpt}
-[ "${TINY:-0}" = 1 ] && RESUME=""  # the tiny network cannot resume the twin
-SPLIT=train MERGE=0 PIXEL_MINUTES=${PIXEL_MINUTES:-6} PIXEL_STEPS=${PIXEL_STEPS:-9000} \
-  timeout "${T_RECIPE:-410}" bash experiments/gpu_recipe.sh "$OUT" $RESUME
-echo "recipe rc=$? at $SECONDS s" >> "$OUT/summary.txt"
-timeout "${T_TESTS:-55}" $PY -m pytest -q -p no:cacheprovider -k cuda tests/test_sync.py tests/test_merge_head.py \
-  tests/test_ultrametric.py tests/test_segmentation.py tests/test_fitting.py tests/test_cli_faults.py \
-  > "$OUT/cuda_tests.log" 2>&1
-echo "tests rc=$? at $SECONDS s" >> "$OUT/summary.txt"
-timeout "${T_BENCH:-50}" $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall \
-  > "$OUT/bench_training_cuda.md" 2>&1
-echo "bench_training rc=$? at $SECONDS s" >> "$OUT/summary.txt"
-timeout "${T_BF16:-35}" $PY train.py fit --config configs/synthetic.yaml --trainer.precision bf16-mixed \
-  --trainer.max_steps 30 --trainer.default_root_dir "$(mktemp -d)" --trainer.enable_progress_bar false \
-  > "$OUT/bf16.log" 2>&1
-echo "bf16 synthetic rc=$? at $SECONDS s" >> "$OUT/summary.txt"
-timeout "${T_PRED:-30}" $PY benchmarks/bench_predict.py --device cuda --images .gpu/BSDS500/images/val --n 20 \
-  --table "$OUT/predict_cuda.md" > /dev/null 2>&1
-echo "predict rc=$? at $SECONDS s" >> "$OUT/summary.txt"
+log "gpu_session: $( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU') | head -1); \
+$($PY -c 'import torch; print("torch", torch.__version__)'); git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); \
+RESUME=${RESUME:-none} SPLIT=$SPLIT"
+
+# ---------------------------------------------------------------- (a) the benchmark, both networks
+if [ "$BENCH" = 1 ]; then
+  if [ "$TINY" = 1 ]; then
+    B=(--device cpu --batch 2 --crop 32 --warmup 2 --images 3 --seconds 1)
+    NETS=("compact_boundary_net" '{"width": 8}' "$ARCH_NAME" '{"width": 8, "blocks": [1, 1, 1, 1]}')
+  else
+    B=(--seconds "$BENCH_SECONDS")
+    NETS=("compact_boundary_net" '{"width": 32, "blocks": [2, 2, 3, 3], "side_channels": 16}' "$ARCH_NAME" '{"width": 40}')
+  fi
+  for i in 0 2; do
+    timeout 150 $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch "${NETS[$i]}" --arch-kwargs "${NETS[$((i + 1))]}" \
+      --results "$OUT/pixel_stage.md" >> "$OUT/bench.log" 2>&1
+    log "bench ${NETS[$i]}: rc=$? $(tail -1 "$OUT/pixel_stage.md" 2>/dev/null)"
+  done
+fi
+
+# ---------------------------------------------------------------- (b) the new network's pixel stage
+LEFT=$(( BUDGET_SECONDS - ($(date +%s) - START) - RESERVE_SECONDS ))
+if [ "$LEFT" -lt 30 ] && [ "$TINY" != 1 ]; then
+  log "only ${LEFT} s left for the pixel stage: not started"
+  exit 0
+fi
+[ -n "$RESUME" ] && [ ! -f "$RESUME" ] && { log "RESUME=$RESUME does not exist"; exit 1; }
+DATA=()
+[ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_train.npz")
+[ "$SPLIT" = train+val ] && [ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_trainval.npz")
+WORK=$(mktemp -d)
+log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT})"
+env "${DATA[@]}" WORK="$WORK" CONFIG=configs/bsds500_pdc_pixel.yaml ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
+  PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
+  timeout $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" $RESUME
+rc=$?
+if [ ! -f "$OUT/pixel_last.ckpt" ]; then  # stopped before the recipe copied it: the last periodic checkpoint
+  last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt 2>/dev/null | tail -1)
+  [ -n "$last" ] && cp "$last" "$OUT/pixel_last.ckpt" && cp "$(dirname "$(dirname "$last")")/metrics.csv" \
+    "$OUT/pixel_metrics_this_run.csv" 2>/dev/null
+fi
+log "pixel stage rc=$rc; files: $(ls "$OUT" | tr '\n' ' ')"

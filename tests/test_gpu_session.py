@@ -1,0 +1,87 @@
+"""The GPU session's command (experiments/gpu_session.sh) and the folder it carries
+(experiments/prepare_gpu.sh), end to end on the CPU at a tiny size: the benchmark's rows for
+both networks, then the new network's pixel stage with its checkpoint and curve in OUT (at most
+8 files), and a second run that resumes from the first's checkpoint."""
+import csv
+import io
+import os
+import subprocess
+import sys
+import tarfile
+import zipfile
+
+import numpy as np
+import pytest
+from _train import ROOT, load_ckpt
+from test_recipe import make_bsds
+
+from hiseg.data.edges import load_edge_dataset
+from hiseg.models import list_models
+
+
+def _env(**kw):
+    return dict(os.environ, PY=sys.executable, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", **kw)
+
+
+def _bash(script, *args, env, timeout=900):
+    return subprocess.run(["bash", str(ROOT / "experiments" / script), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_prepare_gpu_fills_the_carried_folder(tmp_path):
+    data = make_bsds(tmp_path / "bsds")
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "higra-0-py3-none-any.whl", "w") as z:
+        z.writestr("higra/__init__.py", "X = 1\n")
+        z.writestr("higra/lib/include/big.hpp", "// headers are left out\n")
+        z.writestr("higra-0.dist-info/METADATA", "Name: higra\n")
+    gpu = tmp_path / "gpu"
+    env = _env(GPU_DIR=str(gpu), WHEELS=str(wheels), BSDS=str(data), VAL_IMAGES="1", LIMIT_MIB="1000")
+    r = _bash("prepare_gpu.sh", env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "a device call sends" in r.stdout
+    with tarfile.open(gpu / "site.tar.xz") as t:
+        assert sorted(t.getnames()) == ["higra-0.dist-info/METADATA", "higra/__init__.py"]
+    for a, b in zip(load_edge_dataset(gpu / "bsds500_train.npz", "train"), load_edge_dataset(data, "train")):
+        np.testing.assert_array_equal(a, b)
+    assert [p.name for p in (gpu / "BSDS500/images/val").iterdir()] == ["val0.jpg"]
+    assert [p.name for p in (gpu / "BSDS500/groundTruth/val").iterdir()] == ["val0.mat"]
+    # kept when present; over the size limit: refused, naming it
+    before = (gpu / "site.tar.xz").stat().st_mtime_ns
+    r = _bash("prepare_gpu.sh", env={**env, "LIMIT_MIB": "0.001"})
+    assert r.returncode != 0 and "over the device tool's" in r.stderr
+    assert (gpu / "site.tar.xz").stat().st_mtime_ns == before
+
+
+def _curve(path):
+    return list(csv.DictReader(io.StringIO(path.read_text())))
+
+
+@pytest.mark.skipif("pdc_boundary_net" not in list_models(), reason="pdc_boundary_net is not registered yet")
+def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
+    data = make_bsds(tmp_path / "bsds")
+    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4")
+    r = _bash("gpu_session.sh", str(tmp_path / "a"), env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    a = tmp_path / "a"
+    names = sorted(p.name for p in a.iterdir())
+    assert len(names) <= 8 and {"summary.txt", "bench.log", "pixel_stage.md", "recipe.log", "pixel_last.ckpt",
+                                "pixel_metrics.csv"} <= set(names), names
+    rows = [ln for ln in (a / "pixel_stage.md").read_text().splitlines() if ln.startswith("| cpu")]
+    assert len(rows) == 2 and "compact_boundary_net" in rows[0] and "pdc_boundary_net" in rows[1]
+    first = load_ckpt(a / "pixel_last.ckpt")
+    assert first["global_step"] == 4 and first["hyper_parameters"]["arch"] == "pdc_boundary_net"
+    curve_a = _curve(a / "pixel_metrics.csv")
+    assert curve_a and any(row.get("val/boundary_f") for row in curve_a)
+    # the next run resumes from the first's checkpoint and continues its curve
+    env.update(RESUME=str(a / "pixel_last.ckpt"), CURVE=str(a / "pixel_metrics.csv"), PIXEL_STEPS_TINY="8",
+               BENCH="0")
+    r = _bash("gpu_session.sh", str(tmp_path / "b"), env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    b = tmp_path / "b"
+    assert f"RESUME={a / 'pixel_last.ckpt'}" in (b / "summary.txt").read_text()
+    assert load_ckpt(b / "pixel_last.ckpt")["global_step"] == 8
+    curve_b = _curve(b / "pixel_metrics.csv")
+    assert curve_b[:len(curve_a)] == curve_a and len(curve_b) > len(curve_a)
+    assert not (b / "pixel_stage.md").exists()  # BENCH=0
