@@ -6,15 +6,17 @@
 #       on train first (the twin: its val figures are a measurement), through experiments/gpu_recipe.sh
 #       (CONFIG, SPLIT=train, MERGE=0), resumed from the committed checkpoint, for the time this command has
 #       left, stopped by Lightning's max_time with a final checkpoint (and a LastCheckpoint every 500 steps).
+#   (a2 of (a)) tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise (~20 s);
 # At most 8 files come back in OUT: summary.txt, bench.log, pixel_stage.md (the benchmark's rows, to append to
-# benchmarks/results/pixel_stage.md), recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole curve so far).
+# benchmarks/results/pixel_stage.md), cuda_sync.log, recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole
+# curve so far), and pixel_metrics_this_run.csv only if the stage was cut before gpu_recipe.sh copied its files.
 #
 # Before the session, here (once per checkout; refills the git-ignored .gpu/, about 22 MiB):
 #   bash experiments/prepare_gpu.sh
 # The session: device `run` calls from the repository root (the working tree, 64 MiB at most, travels with
 # the carried .gpu/; prepare_gpu.sh prints the total):
 #   1. run(command="bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
-#      -> about 9.5 min: the benchmark, then ~7 min of pixel stage.
+#      -> about 9.5 min: the benchmark and the sync check (~2 min), then ~6 min of pixel stage.
 #   Then here: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
 #              cp <files_at>/pixel_metrics.csv experiments/state/pdc_pixel_metrics.csv;
 #              append <files_at>/pixel_stage.md's rows to benchmarks/results/pixel_stage.md; commit.
@@ -74,6 +76,13 @@ if [ "$BENCH" = 1 ]; then
       --results "$OUT/pixel_stage.md" >> "$OUT/bench.log" 2>&1
     log "bench ${NETS[$i]}: rc=$? $(tail -1 "$OUT/pixel_stage.md" 2>/dev/null)"
   done
+fi
+
+# ---------------------------------------------------------------- (a2) no host synchronisation in the step
+# torch's sync debug mode over ten steps of Trainer.fit (tests/test_sync.py; about 20 s; skipped on the CPU)
+if [ "$BENCH" = 1 ] && [ "$TINY" != 1 ]; then
+  timeout 90 $PY -m pytest -q -p no:cacheprovider -k cuda_pixel_stage tests/test_sync.py > "$OUT/cuda_sync.log" 2>&1
+  log "CUDA sync check: rc=$? $(tail -1 "$OUT/cuda_sync.log")"
 fi
 
 # ---------------------------------------------------------------- (b) the new network's pixel stage
