@@ -53,6 +53,10 @@ def test_shared_options_have_one_name_metavar_and_default(capsys, monkeypatch):
     assert seen["predict"]["--out"][0] == "-o DIR, --out DIR" == seen["evaluate"]["--out"][0]
     assert seen["predict"]["--workers"] == seen["evaluate"]["--workers"] == ("--workers N", "auto")
     assert seen["predict"]["--checkpoint"][1] == "bsds500_ensemble" == seen["view"]["--checkpoint"][1]
+    ensemble = help_options(capsys, monkeypatch, "ensemble")  # one file out; the pipeline options are predict's
+    assert ensemble["--out"][0] == "-o FILE, --out FILE"
+    for option in ("--scales", "--no-flip", "--linkage", "--overwrite"):
+        assert ensemble[option][1] == seen["predict"][option][1], option
 
 
 def test_inputs_are_positional_everywhere(capsys, monkeypatch):

@@ -88,23 +88,20 @@ def test_the_shipped_ensemble_is_the_default_and_runs_its_pipeline():
         Segmenter(seg.model.members[0], pipeline=seg.pipeline).segment(np.zeros((32, 32, 3), np.float32))
 
 
-def test_build_ensemble_script_writes_the_members_mean_with_a_headless_pipeline(tmp_path, capsys):
-    """experiments/build_ensemble.py (how the shipped ensemble is made): the members' weights, the
-    first member's pipeline (without a head: one is fitted on the ensemble's maps), the given
-    settings on top; one member or a non-object --pipeline is refused, nothing written."""
-    import sys
-    from pathlib import Path
-
+def test_hiseg_ensemble_writes_the_members_mean_with_a_headless_pipeline(tmp_path, capsys):
+    """``hiseg ensemble`` (how the shipped ensemble is built): the members' weights, the first
+    member's pipeline (without a head: one is trained on the ensemble's maps), the given
+    settings on top; one member, or an existing output without --overwrite, is refused with
+    nothing written."""
+    from hiseg.cli import main
     from hiseg.segmentation import Pipeline
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
-    import build_ensemble
 
     a, b = _members()
     pa = save_weights(a, tmp_path / "a.ckpt", metadata={"pipeline": Pipeline(scales=(1.0,), region_size=6.0).to_dict()})
     pb = save_weights(b, tmp_path / "b.ckpt")
     out = tmp_path / "sub" / "ens.ckpt"
-    build_ensemble.main(["--members", str(pa), str(pb), "--pipeline", '{"scales": [0.5, 1.0]}', "--out", str(out)])
+    assert main(["ensemble", str(pa), str(pb), "--scales", "0.5", "1", "-o", str(out)]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {out}: 2 members")
     ens = load_model(out).eval()
     x = torch.rand(1, 3, 32, 48)
     with torch.no_grad():
@@ -114,9 +111,10 @@ def test_build_ensemble_script_writes_the_members_mean_with_a_headless_pipeline(
     assert meta["pipeline"]["scales"] == [0.5, 1.0] and meta["pipeline"]["region_size"] == 6.0  # first member's
     assert meta["pipeline"]["merge_head"] is None
     assert meta["members"] == [str(pa), str(pb)]
-    for argv, msg in ((["--members", str(pa)], "two or more"), (["--members", str(pa), str(pb), "--pipeline", "[1]"],
-                                                                  "JSON object")):
-        with pytest.raises(SystemExit) as e:
-            build_ensemble.main([*argv, "--out", str(tmp_path / "bad.ckpt")])
-        assert e.value.code == 2 and msg in capsys.readouterr().err
-    assert not (tmp_path / "bad.ckpt").exists()
+    before = out.read_bytes()
+    for argv, msg in (([str(pa)], "two or more members"), ([str(pa), str(pb)], "ens.ckpt")):
+        assert main(["ensemble", *argv, "-o", str(out)]) == 2
+        assert msg in capsys.readouterr().err
+    assert out.read_bytes() == before
+    assert main(["ensemble", str(pa), str(tmp_path / "missing.ckpt"), "-o", str(tmp_path / "bad.ckpt")]) == 2
+    assert "missing.ckpt" in capsys.readouterr().err and not (tmp_path / "bad.ckpt").exists()

@@ -20,11 +20,11 @@ ORDER = ["io", "_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting"
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "pipeline"],
-    "metrics": ["summary", "kernels", "matching", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
+    "metrics": ["summary", "kernels", "matching", "validation", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
                 "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "models": ["weights", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
-    "cli": ["options", "predict", "view", "evaluate", "train", "__main__"],
+    "cli": ["options", "predict", "view", "evaluate", "ensemble", "train", "__main__"],
 }
 
 

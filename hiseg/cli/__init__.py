@@ -1,13 +1,14 @@
-"""The ``hiseg`` command: ``predict``, ``view``, ``evaluate`` and ``train``, one module each
-(:mod:`hiseg.cli.predict`, :mod:`hiseg.cli.view`, :mod:`hiseg.cli.evaluate`,
-:mod:`hiseg.cli.train`), their shared options defined once in :mod:`hiseg.cli.options`.
+"""The ``hiseg`` command: ``predict``, ``view``, ``evaluate``, ``ensemble`` and ``train``, one
+module each (:mod:`hiseg.cli.predict`, :mod:`hiseg.cli.view`, :mod:`hiseg.cli.evaluate`,
+:mod:`hiseg.cli.ensemble`, :mod:`hiseg.cli.train`), their shared options defined once in
+:mod:`hiseg.cli.options`.
 
 The vocabulary, the same in every subcommand (``tests/test_cli_help.py`` checks the help):
 
 * **inputs are positional**: ``hiseg predict INPUT ...``, ``hiseg view INPUT ...`` (images or
   folders of images), ``hiseg evaluate DIR`` (the folder of predictions);
 * ``-o/--out DIR``: the folder a command writes into (required where writing is the point,
-  optional in ``evaluate``); ``--overwrite`` replaces files that exist there, otherwise the
+  optional in ``evaluate``; ``-o FILE`` in ``ensemble``, which writes one file); ``--overwrite`` replaces files that exist there, otherwise the
   command refuses before writing anything, naming them;
 * ``-c/--checkpoint CKPT``: a checkpoint file or a shipped model's name; without it the shipped
   default model (``hiseg.models.Weights.default()``), named on the first line of the output;
@@ -34,7 +35,7 @@ from typing import Optional, Sequence
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = ("predict", "view", "evaluate")
+_SUBCOMMANDS = ("predict", "view", "evaluate", "ensemble")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,9 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hiseg", description=(
         "hiseg: hierarchical image segmentation. `hiseg predict` writes saliency maps (ultrametric "
         "contour maps), ucm2 .mat files and cuts of images; `hiseg view` writes interactive explorer pages "
-        "of their hierarchies; `hiseg evaluate` runs the BSDS500 benchmark; `hiseg train` trains."))
+        "of their hierarchies; `hiseg evaluate` runs the BSDS500 benchmark; `hiseg ensemble` builds an ensemble's "
+        "checkpoint; `hiseg train` trains."))
     parser.add_argument("--version", action="version", version=f"hiseg {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{predict,view,evaluate,train}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{predict,view,evaluate,ensemble,train}")
     for name in _SUBCOMMANDS:
         mod = import_module(f"{__name__}.{name}")
         p = sub.add_parser(name, help=mod.HELP)

@@ -111,7 +111,7 @@ def add_quiet(p: argparse.ArgumentParser) -> None:
 
 def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--overwrite", action="store_true",
-                   help=f"replace {what} that exist already in --out (without it, the command refuses before "
+                   help=f"replace existing {what} in --out (without it, the command refuses before "
                         "writing anything, naming them)")
 
 

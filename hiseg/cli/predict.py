@@ -25,7 +25,7 @@ from .options import (add_level, add_min_region_size, add_model, add_overwrite, 
                       announce, at_least_one, collect_images, default_text, image_command, make_segmenter, model_name,
                       option_type, per_file, report_failures, resolve_workers)
 
-__all__ = ["add_arguments", "run", "POOL_MIN_IMAGES"]
+__all__ = ["add_arguments", "add_pipeline_overrides", "run", "POOL_MIN_IMAGES"]
 
 #: ``--workers auto`` starts worker processes for this many images or more (each takes seconds to start).
 POOL_MIN_IMAGES = 8
@@ -44,6 +44,18 @@ def _tile(v: int) -> None:
     check_tile(v, "TILE")
 
 
+def add_pipeline_overrides(p: argparse.ArgumentParser) -> None:
+    """``--scales``, ``--flip``/``--no-flip``, ``--linkage``: settings over the model's pipeline."""
+    p.add_argument("--scales", type=option_type(float, _scale), nargs="+", default=None, metavar="S",
+                   help="multi-scale inference: average the boundary maps at these image scales (each in [0.1, 4], "
+                        "e.g. 0.5 1 1.5; about sum(S^2) times the network's cost)" + default_text("the model's"))
+    p.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
+                   help="also average each scale's map with the map of the mirrored image (about twice the "
+                        "network's cost)" + default_text("the model's"))
+    p.add_argument("--linkage", choices=("average", "single"), default=None,
+                   help="hierarchy of the region adjacency graph" + default_text("the model's"))
+
+
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``hiseg predict``'s options to ``p`` and return it."""
     image_command(p, "Segment images into hierarchies with the shipped default model (or --checkpoint, or "
@@ -55,14 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    "finest cut, with a warning)")
     add_level(p, "also write the segmentation at level T of the saliency map, in [0, 1] (regions merged below T)")
     add_min_region_size(p)
-    p.add_argument("--scales", type=option_type(float, _scale), nargs="+", default=None, metavar="S",
-                   help="multi-scale inference: average the boundary maps at these image scales (each in [0.1, 4], "
-                        "e.g. 0.5 1 1.5; about sum(S^2) times the network's cost)" + default_text("the model's"))
-    p.add_argument("--flip", action=argparse.BooleanOptionalAction, default=None,
-                   help="also average each scale's map with the map of the mirrored image (about twice the "
-                        "network's cost)" + default_text("the model's"))
-    p.add_argument("--linkage", choices=("average", "single"), default=None,
-                   help="hierarchy of the region adjacency graph" + default_text("the model's"))
+    add_pipeline_overrides(p)
     p.add_argument("--tile", type=option_type(int, _tile), default=512, metavar="TILE",
                    help="the network runs in tiles of TILE x TILE pixels (bounded memory; >= 64, or 0: one pass)"
                         + default_text(512))

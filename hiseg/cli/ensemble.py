@@ -1,0 +1,58 @@
+"""``hiseg ensemble``: the slim checkpoint of a mean-probability ensemble of trained networks
+(how ``models/hiseg_bsds500_ensemble.ckpt`` is built before its merging head is trained:
+``models/README.md``).
+
+The checkpoint holds the members' weights (:class:`hiseg.models.ensemble.MeanProbabilityEnsemble`:
+the mean of their boundary probabilities) and the first member's pipeline without its merging
+head (a head is trained on the ensemble's own maps afterwards), with ``--scales`` / ``--flip`` /
+``--linkage`` on top. It loads wherever a checkpoint does (``hiseg predict -c ENSEMBLE.ckpt``,
+``--model.init_from``).
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .options import add_overwrite
+from .predict import add_pipeline_overrides
+
+__all__ = ["add_arguments", "run", "HELP"]
+
+HELP = "the checkpoint of an ensemble of trained networks (their boundary probabilities averaged)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add ``hiseg ensemble``'s options to ``p`` and return it."""
+    p.description = ("Write the checkpoint of a mean-probability ensemble of two or more trained networks: "
+                     "their weights, and the first member's pipeline without its merging head (train one on "
+                     "the ensemble's maps: configs/bsds500_merge_head.yaml, models/README.md).")
+    p.add_argument("members", nargs="+", metavar="MEMBER",
+                   help="checkpoint files (.ckpt) or shipped models' names, two or more")
+    p.add_argument("-o", "--out", required=True, metavar="FILE", type=Path, help="the ensemble's checkpoint file")
+    add_pipeline_overrides(p)
+    add_overwrite(p, "checkpoint file")
+    return p
+
+
+def run(args) -> int:
+    """``hiseg ensemble`` with parsed ``args``: 0, or ValueError / FileNotFoundError /
+    CheckpointError (fewer than two members, an existing output without --overwrite, an
+    unreadable member) before anything is written."""
+    from ..inference import Segmenter
+    from ..io import refuse_overwrite
+    from ..models import load_model, save_weights
+    from ..models.ensemble import MeanProbabilityEnsemble
+    from ..models.weights import Weights
+    from ..segmentation import Pipeline
+
+    if len(args.members) < 2:
+        raise ValueError(f"an ensemble needs two or more members, got {len(args.members)}")
+    refuse_overwrite([args.out], [Path(m) for m in args.members], overwrite=args.overwrite, command="hiseg ensemble")
+    first = Segmenter(args.members[0])  # its network and pipeline, read once
+    models = [first.model] + [load_model(Weights.resolve(m)) for m in args.members[1:]]
+    pipeline = Pipeline.from_dict({**first.pipeline.to_dict(), "merge_head": None})
+    pipeline = pipeline.with_overrides(scales=args.scales, flip=args.flip, linkage=args.linkage)
+    path = save_weights(MeanProbabilityEnsemble.from_models(models), args.out,
+                        metadata={"pipeline": pipeline.to_dict(), "members": list(args.members)})
+    print(f"wrote {path}: {len(models)} members, pipeline {pipeline.to_dict()}")
+    return 0
