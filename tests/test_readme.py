@@ -108,3 +108,12 @@ def test_readme_own_data_commands_run_as_written(tmp_path):
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "out" / "photo.mat").is_file()
+
+
+@pytest.mark.parametrize("folder", ["experiments", "benchmarks"])
+def test_every_script_is_listed_in_its_folders_index(folder):
+    """experiments/README.md and benchmarks/README.md list every script (one line each)."""
+    index = (ROOT / folder / "README.md").read_text()
+    scripts = sorted(p.name for p in (ROOT / folder).iterdir() if p.suffix in (".py", ".sh"))
+    missing = [s for s in scripts if f"`{s}`" not in index]
+    assert scripts and not missing, f"{folder}/README.md does not list {missing}"
