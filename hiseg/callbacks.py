@@ -20,7 +20,8 @@ from typing import Optional
 
 import pytorch_lightning as pl
 
-__all__ = ["LastCheckpoint", "CSVLogger", "TensorBoardLogger", "LIGHTNING_PRIVATE_MEMBERS"]
+__all__ = ["LastCheckpoint", "CSVLogger", "TensorBoardLogger", "RandomStateCheckpoint", "ValidateAtStart",
+           "FiniteLossGuard", "LIGHTNING_PRIVATE_MEMBERS"]
 
 #: (class, attribute) pairs of Lightning's private API that this module relies on
 LIGHTNING_PRIVATE_MEMBERS = (
@@ -154,3 +155,140 @@ class TensorBoardLogger(pl.loggers.TensorBoardLogger):
 
     def __init__(self, save_dir=None, name: Optional[str] = "lightning_logs", version=None, **kwargs):
         super().__init__("." if save_dir is None else save_dir, name=name, version=version, **kwargs)
+
+
+class RandomStateCheckpoint(pl.Callback):
+    """Exact resume: every checkpoint holds ``checkpoint["hiseg"]``, the run's seed, the torch
+    (CPU and CUDA), numpy and Python global generator states and the loggers' versions
+    (``train.py`` resumes into the same log folders); plain types and tensors only (the
+    checkpoint loads with ``weights_only=True``). The generators are restored when a fit
+    resumes (not when a model is only loaded, nor for validate / test); a checkpoint without
+    them (an older hiseg's) resumes with a warning that the run is not the one interrupted.
+    The LightningModule adds it itself (``configure_callbacks``)."""
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        import random
+
+        import numpy as np
+        import torch
+
+        np_state = np.random.get_state(legacy=False)
+        rng = {"torch": torch.get_rng_state(),
+               "numpy": {"state": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                                   for k, v in np_state["state"].items()},
+                         **{k: v for k, v in np_state.items() if k != "state"}},
+               "python": random.getstate()}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        loggers = [{"class": type(lg).__name__, "name": lg.name, "version": lg.version} for lg in trainer.loggers]
+        checkpoint["hiseg"] = {"seed": pl_module.seed, "rng": rng, "loggers": loggers}
+
+    def on_load_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        import random
+        import warnings
+
+        import numpy as np
+        import torch
+
+        if trainer.state.fn != "fit":
+            return
+        state = checkpoint.get("hiseg")
+        if state is None:
+            warnings.warn("the checkpoint holds no random generator states (written by an older hiseg): the run "
+                          "resumes with this run's seed, and is not exactly the run that was interrupted",
+                          stacklevel=2)
+            return
+        rng = state["rng"]
+        torch.set_rng_state(rng["torch"])
+        np_state = dict(rng["numpy"])
+        np_state["state"] = {k: (np.asarray(v, dtype=np.uint32) if isinstance(v, list) else v)
+                             for k, v in np_state["state"].items()}
+        np.random.set_state(np_state)
+        py = rng["python"]
+        random.setstate((py[0], tuple(py[1]), py[2]))
+        if "cuda" in rng and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+class ValidateAtStart(pl.Callback):
+    """Evaluate the validation set once before the first training step of a fresh run (not a
+    resumed one), so that the run shows its improvement: the module's :meth:`evaluate_batch`
+    over the data module's ``val_dataloader`` (this process's share under DDP), summed by a
+    fresh metric of the module's (``make_metrics``), logged as ``val_start/...`` at step 0
+    and kept in ``pl_module.initial_validation``. Public hooks and calls only."""
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        import torch
+
+        dm = trainer.datamodule
+        if dm is None or trainer.ckpt_path or trainer.global_step > 0:
+            return
+        try:
+            dm.setup("validate")
+            loader = dm.val_dataloader()
+        except Exception:  # pragma: no cover - data modules without validation
+            return
+        was_training = pl_module.training
+        pl_module.eval()
+        metrics = pl_module.make_metrics().to(pl_module.device)
+        with torch.no_grad():
+            for batch_idx, batch in enumerate(loader):
+                batch = pl_module.transfer_batch_to_device(batch, pl_module.device, 0)
+                pl_module.on_validation_batch_start(batch, batch_idx)
+                metrics.update(*pl_module.evaluate_batch(batch), batch.batch_size)
+        pl_module.train(was_training)
+        summ = metrics.compute()
+        if not summ:
+            return
+        pl_module.initial_validation = summ
+        for lg in trainer.loggers:
+            lg.log_metrics({f"val_start/{k}": float(v) for k, v in summ.items()}, step=0)
+        if trainer.is_global_zero:
+            print(f"[hiseg] validation before training: boundary F {summ['boundary_f']:.4f} at threshold "
+                  f"{pl_module.hparams.val_threshold:g} ({summ['boundary_f_ods']:.4f} at the best of the "
+                  f"other thresholds), loss {summ['loss']:.4f}")
+
+
+class FiniteLossGuard(pl.Callback):
+    """Stops a run whose training loss became NaN or infinite, without a host synchronisation
+    per step on a GPU: the first bad step is recorded on the device (:meth:`watch`) and read on
+    the host every ``trainer.log_every_n_steps`` steps (every step on the CPU, where it costs
+    nothing) and before any checkpoint is written, so that no checkpoint ever holds the
+    diverged weights (FloatingPointError naming the step and the last losses). The
+    LightningModule holds one, watches its pixel-stage steps with it and adds it to the
+    trainer (``configure_callbacks``)."""
+
+    def __init__(self):
+        self.first_bad_step = None  # a device tensor: the earliest bad step, or -1
+        self.last_losses: dict = {}
+
+    def watch(self, out: dict, step: int, every: int = 1) -> None:
+        """Record one step's losses (``out["loss"]`` and the terms, tensors); check on the host
+        when ``every`` says so."""
+        import torch
+
+        loss = out["loss"].detach()
+        s = torch.full((), step, dtype=torch.long, device=loss.device)
+        first = s.where(~torch.isfinite(loss), torch.full_like(s, -1))
+        prev = self.first_bad_step
+        self.first_bad_step = first if prev is None else torch.where(prev >= 0, prev, first)
+        self.last_losses = {k: v.detach() for k, v in out.items()}  # for the message: no graph kept
+        if self.due(loss, step, every):
+            self.check()
+
+    @staticmethod
+    def due(loss, step: int, every: int) -> bool:
+        """Whether to read the record now: on the CPU always, else every ``every`` steps."""
+        return loss.device.type == "cpu" or (step + 1) % max(1, int(every)) == 0
+
+    def check(self) -> None:
+        if self.first_bad_step is None:
+            return
+        step = int(self.first_bad_step)  # the one host synchronisation of the guard
+        if step >= 0:
+            values = {k: float(v) for k, v in self.last_losses.items()}
+            raise FloatingPointError(f"non-finite training loss at step {step} (last losses {values}); the last "
+                                     "checkpoint stays loadable; lower the learning rate or check the data")
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        self.check()

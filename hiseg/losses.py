@@ -674,6 +674,10 @@ class LossInputs:
     def __init__(self, **fields):
         self._fields = fields
 
+    def update(self, **fields) -> None:
+        """Add (or replace) fields, e.g. the ultrametric once the tree is built."""
+        self._fields.update(fields)
+
     def __getattr__(self, name):
         fields = self.__dict__.get("_fields", {})
         if name not in fields:
@@ -764,13 +768,22 @@ class Objective:
     def needs(self) -> frozenset:
         return frozenset().union(*(TERMS[n].needs for n in self.active))
 
-    def __call__(self, inputs: LossInputs):
-        parts, total = {}, None
+    def parts(self, inputs: LossInputs, names=None) -> dict:
+        """``{name: value}`` of the active terms ``names`` (default: all of them)."""
+        return {n: TERMS[n].fn(inputs, **self.options[n]) for n in (self.active if names is None else names)}
+
+    def total(self, parts: dict, like: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The weighted sum of the active terms' ``parts``, in the objective's order (0 like
+        ``like`` when no term is active)."""
+        total = None
         for n in self.active:
-            parts[n] = TERMS[n].fn(inputs, **self.options[n])
             term = self.weights[n] * parts[n]
             total = term if total is None else total + term
-        return total, parts
+        return total if total is not None else (like.new_zeros(()) if like is not None else torch.zeros(()))
+
+    def __call__(self, inputs: LossInputs):
+        parts = self.parts(inputs)
+        return self.total(parts), parts
 
 
 register_loss("closest", lambda x: closest(x.ultrametric, x.target), needs=("ultrametric", "target"))

@@ -42,7 +42,7 @@ def test_joint_weights_are_the_pipelines_and_train_both(tmp_path, batch, scales,
                                        closest_weight=1.0, triplet_weight=0.5, pixel_weight=0.0)
     m.eval()
     with torch.no_grad():
-        w, _ = m.edge_weights(batch)
+        w = m.pipeline.graph_weights(batch.rags, m.pipeline.maps(m.model, batch.images), batch.images, head=m.merge_head)
     # independent path: hiseg predict's pipeline, image by image, numpy features
     p = Pipeline.from_dict(pipe)
     for b, rag in enumerate(batch.rags):

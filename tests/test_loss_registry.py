@@ -77,3 +77,32 @@ def test_lazy_inputs_are_computed_once():
     total, parts = losses.Objective("closest")(x)
     losses.Objective("closest")(x)
     assert calls == [1] and float(total) == 1.0 and set(parts) == {"closest"}
+
+
+def test_new_term_trains_the_lightning_module(mean_height, tmp_path):
+    """``model.losses: {mean_height: w}``: the step computes the term (the brute-force mean of
+    its ultrametric), logs it, and a tiny Lightning run trains with it."""
+    import pytorch_lightning as pl
+    from torch.utils.data import DataLoader
+
+    from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+    from hiseg.data.synthetic import SyntheticSegmentation
+    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.segmentation.superpixels import Superpixels
+
+    ds = SegmentationGraphDataset(SyntheticSegmentation(4, size=48, seed=1), None, Superpixels(region_size=6.0))
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, losses={"mean_height": 0.3}, validate_at_start=False,
+                                       pipeline={"superpixels": "color_watershed", "region_size": 6.0})
+    batch = collate_graph_batch([ds[i] for i in range(2)])
+    m.on_train_batch_start(batch, 0)
+    out, u, _, _ = m.compute_losses(batch)
+    assert float(out["mean_height"]) == pytest.approx(float(u.mean()), rel=1e-12)
+    want = 1.0 * out["closest"] + 0.5 * out["triplet"] + 0.1 * out["pixel"] + 0.3 * out["mean_height"]
+    assert float(out["loss"]) == pytest.approx(float(want), rel=1e-6)
+    before = [p.detach().clone() for p in m.model.parameters()]
+    trainer = pl.Trainer(max_steps=2, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, default_root_dir=tmp_path, num_sanity_val_steps=0)
+    trainer.fit(m, DataLoader(ds, batch_size=2, collate_fn=collate_graph_batch))
+    assert trainer.global_step == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, m.model.parameters()))
+    assert "mean_height" in m.make_metrics().loss_keys

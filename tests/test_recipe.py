@@ -217,30 +217,24 @@ def test_pixel_stage_non_finite_loss_on_the_cpu_stops_at_its_step():
         m.training_step(bad, 0)
 
 
-def test_pixel_stage_deferred_finite_guard(monkeypatch):
+def test_pixel_stage_deferred_finite_guard():
     """Where the check is deferred (a GPU: no host synchronisation per step), the first bad
     step is remembered on the device, reported at the next check, and no checkpoint is
-    written after it."""
+    written after it (hiseg.callbacks.FiniteLossGuard, which the module watches its steps with)."""
     m = _pixel_module()
-    steps = iter(range(10))
-    monkeypatch.setattr(type(m), "global_step", property(lambda self: self._fake_step))
-    monkeypatch.setattr(type(m), "_check_finite_now", lambda self, loss: self._fake_step == 4)
+    g = m.finite_guard
+    assert any(c is g for c in m.configure_callbacks())
+    g.due = lambda loss, step, every: step == 4  # as on a GPU with log_every_n_steps 5
     losses = [1.0, 0.5, float("nan"), 0.7, 0.6]  # bad at step 2, checked at step 4
-    ckpt = {}
-    for v in losses[:2]:
-        m._fake_step = next(steps)
-        m._watch_finite({"loss": torch.tensor(v)})
-    m.on_save_checkpoint(ckpt)  # no bad step yet: written
-    assert "hiseg" in ckpt
-    m._fake_step = next(steps)
-    m._watch_finite({"loss": torch.tensor(losses[2])})  # not checked now
+    for step in (0, 1):
+        g.watch({"loss": torch.tensor(losses[step])}, step)
+    g.on_save_checkpoint(None, m, {})  # no bad step yet: written
+    g.watch({"loss": torch.tensor(losses[2])}, 2)  # not checked now
     with pytest.raises(FloatingPointError, match="non-finite training loss at step 2"):
-        m.on_save_checkpoint({})
-    m._fake_step = next(steps)
-    m._watch_finite({"loss": torch.tensor(losses[3])})  # finite again: the first bad step stays
-    m._fake_step = next(steps)
+        g.on_save_checkpoint(None, m, {})
+    g.watch({"loss": torch.tensor(losses[3])}, 3)  # finite again: the first bad step stays
     with pytest.raises(FloatingPointError, match="non-finite training loss at step 2"):
-        m._watch_finite({"loss": torch.tensor(losses[4])})
+        g.watch({"loss": torch.tensor(losses[4])}, 4)
 
 
 def test_pixel_batches_need_a_pixel_stage_model():

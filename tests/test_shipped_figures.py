@@ -2,7 +2,11 @@
 registry's and the pixel stage's) segments the first 5 BSDS500 val images, and its
 hierarchies (regions, ultrametric sums) and benchmark figures (Fb ODS / OIS / AP, covering,
 PRI, VI, Fop at 25 thresholds) must equal the values stored in
-``tests/data/shipped_figures.json`` to 1e-9.
+``tests/data/shipped_figures.json`` to 1e-9 (the sums of the ultrametric to 1e-8: the merging
+heads' smoothed features moved from OpenCV's float32 blur to the one torch implementation in
+float64 when the numpy twin was removed, which moved the heads' weights by at most 1.2e-8 and
+the sums by at most 3.3e-9 relative; the region counts, levels and every benchmark figure
+stayed identical).
 
 The stored values were computed before the training path was rebuilt on the pipeline (issue
 30); regenerate them only for a deliberate change of a shipped model:
@@ -74,7 +78,8 @@ def _close(a, b, where):
     elif isinstance(a, int):
         assert a == b, f"{where}: {a} != stored {b}"
     else:
-        assert abs(a - b) <= 1e-9 * max(1.0, abs(b)), f"{where}: {a!r} != stored {b!r}"
+        tol = 1e-8 if where.endswith(("u_sum", "u_sq")) else 1e-9
+        assert abs(a - b) <= tol * max(1.0, abs(b)), f"{where}: {a!r} != stored {b!r}"
 
 
 @pytest.mark.parametrize("name", ["bsds500", "bsds500_merge", "bsds500_ensemble", "pixel_stage"])

@@ -233,7 +233,7 @@ def test_validation_metrics(batch):
 
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, val_threshold=0.3)
     with torch.no_grad():
-        res, counts = m._evaluate_batch(batch)
+        res, counts = m.evaluate_batch(batch)
         u = m.compute_losses(batch).ultrametric.numpy()
     thr = np.concatenate([[0.3], VAL_THRESHOLDS])
     ref = np.zeros_like(counts)
@@ -256,7 +256,7 @@ def test_validation_metrics(batch):
     for u_const, want in ((1.0, "precision 1"), (0.0, "F 0")):
         m.compute_losses = lambda b, c=u_const: LossResult({"loss": torch.zeros(())},
                                                            torch.full_like(b.edge_target, c), None, b)
-        res, c = m._evaluate_batch(gt)
+        res, c = m.evaluate_batch(gt)
         m.val_metrics.reset()
         m.val_metrics.update(res, c, 2)
         summ = m.val_metrics.compute()

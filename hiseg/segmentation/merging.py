@@ -24,17 +24,18 @@ was trained on), inside the pipeline settings of a checkpoint: it travels with t
 pipeline wherever the pipeline goes. :func:`network_fingerprint` identifies a network by
 its weights, so a head is refused on the maps of another network.
 
-:func:`edge_features` is numpy: gradients stop at the features, so the head is trained on
-frozen maps. :class:`TorchEdgeFeatures` (and :func:`edge_features_torch` for one map)
-computes the same features in torch, differentiable with respect to the boundary map, on
-the map's device (CPU or CUDA), batched over the RAGs of a batch: the building block of
-fine-tuning the network and the head jointly through the ultrametric layer (issue 20,
-item 1). It is not yet wired into :mod:`hiseg.lightning`, whose losses pool the frontier
-mean only. Equal to the numpy features to 1e-12 (3e-7 for the smoothed ones: OpenCV
-blurs in float32); on one 481x321 map with 1857 superpixels (one CPU thread, loaded
-machine) the shipped head's 14 features cost 5 ms once per RAG (indices and the constant
-features) then 13 ms per map, 32 ms with the backward pass, against 12 ms for
-:func:`edge_features`; all 21 features 22 ms per map against 23 ms.
+The features have one implementation, :class:`TorchEdgeFeatures`: differentiable with
+respect to the boundary map, on the map's device (CPU or CUDA), batched over the RAGs of a
+batch; the features of the RAG and the image alone (length, sizes, colour, texture) are
+computed once per RAG on the host. Inference (:meth:`hiseg.segmentation.Pipeline.graph_weights`,
+:func:`edge_features` for one RAG as a numpy array) and training (the Lightning module, the
+head alone with the network frozen, or both jointly) call it. The smoothed statistics
+(``*_s2``, ``*_s4``) smooth in float64 with OpenCV's kernel and border (``cv2.GaussianBlur``,
+which blurs float32 maps in float32, differs by < 3e-7); the shipped heads' weights moved by
+at most 1.2e-8 when their numpy twin (cv2 in float32) was removed, and their benchmark
+figures did not change (``tests/test_shipped_figures.py``). On one 481x321 map with 1857
+superpixels (one CPU thread, loaded machine) the shipped head's 14 features cost 5 ms once
+per RAG (indices and the constant features) then 13 ms per map, 32 ms with the backward pass.
 """
 from __future__ import annotations
 
@@ -45,7 +46,7 @@ import numpy as np
 import torch
 
 from ..graph import RegionAdjacencyGraph, as_edge_list, batch_graphs
-from .pooling import frontier_pixel_pairs
+from .pooling import batch_frontier_pixels
 
 __all__ = ["FEATURES", "MergeHead", "MergeHeadError", "TorchEdgeFeatures", "edge_features", "edge_features_torch",
            "network_fingerprint"]
@@ -57,45 +58,17 @@ class MergeHeadError(ValueError):
 
 # --------------------------------------------------------------------------- features
 class _Ctx:
-    """What the features of one RAG are computed from; each intermediate computed once."""
+    """What the constant features of one RAG (those that do not read the boundary map) are
+    computed from, on the host; each intermediate computed once."""
 
-    def __init__(self, rag: RegionAdjacencyGraph, boundary: np.ndarray, image: Optional[np.ndarray]):
-        self.rag, self.boundary, self.image = rag, np.asarray(boundary, np.float32), image
+    def __init__(self, rag: RegionAdjacencyGraph, image: Optional[np.ndarray]):
+        self.rag, self.image = rag, image
         self._cache: dict = {}
 
     def get(self, key, fn):
         if key not in self._cache:
             self._cache[key] = fn()
         return self._cache[key]
-
-    @property
-    def pairs(self):
-        return self.get("pairs", lambda: frontier_pixel_pairs(self.rag))
-
-    def smoothed(self, sigma: float) -> np.ndarray:
-        def f():
-            if sigma == 0:
-                return self.boundary
-            import cv2
-
-            return cv2.GaussianBlur(self.boundary, (0, 0), sigma)
-        return self.get(("smooth", sigma), f)
-
-    def values(self, sigma: float) -> np.ndarray:
-        """Per frontier pixel-edge, the mean of the (smoothed) map at its two pixels."""
-        def f():
-            pa, pb, _ = self.pairs
-            flat = self.smoothed(sigma).ravel()
-            return 0.5 * (flat[pa].astype(np.float64) + flat[pb])
-        return self.get(("values", sigma), f)
-
-    def sorted_values(self, sigma: float) -> np.ndarray:
-        """:meth:`values` sorted within each edge's run (edges stay in CSR order)."""
-        def f():
-            v = self.values(sigma)
-            e = self.pairs[2]
-            return v[np.lexsort((v, e))]
-        return self.get(("sorted", sigma), f)
 
     @property
     def lengths(self) -> np.ndarray:
@@ -132,29 +105,16 @@ class _Ctx:
         return per_region[g.sources], per_region[g.targets]
 
 
-def _reads_map(spec: tuple):
-    """Marks a feature that reads the boundary map, with what :class:`TorchEdgeFeatures`
-    needs to compute it in torch; the features without the mark are constants of the RAG
-    and the image."""
-    def mark(f):
-        f.torch_spec = spec
-        return f
-    return mark
+class _MapFeature:
+    """A feature that reads the boundary map: what :class:`TorchEdgeFeatures` computes, in
+    torch (``torch_spec``: ``("stat", kind, sigma, q)`` for a statistic of the (smoothed) map
+    along the frontier, ``("interior", "min" | "max")`` for the mean map inside the two regions)."""
 
+    def __init__(self, *spec):
+        self.torch_spec = spec
 
-def _stat(kind: str, sigma: float, q: float = 0.0) -> Callable[[_Ctx], np.ndarray]:
-    @_reads_map(("stat", kind, sigma, q))
-    def f(c: _Ctx) -> np.ndarray:
-        ptr = c.rag.frontier_ptr
-        if kind == "mean":
-            v = c.values(sigma)
-            return np.add.reduceat(v, ptr[:-1]) / c.lengths
-        s = c.sorted_values(sigma)
-        n = np.diff(ptr)
-        if kind == "max":
-            return s[ptr[1:] - 1]
-        return s[ptr[:-1] + np.floor(q * (n - 1) + 0.5).astype(np.int64)]  # nearest rank
-    return f
+    def __repr__(self) -> str:
+        return f"_MapFeature{self.torch_spec}"
 
 
 def _log_length(c: _Ctx) -> np.ndarray:
@@ -186,18 +146,14 @@ def _texture_diff(c: _Ctx) -> np.ndarray:
     return np.abs(a - b) / 100.0
 
 
-def _interior(which: str) -> Callable[[_Ctx], np.ndarray]:
-    """The mean boundary map inside each of the two regions (clutter), min or max."""
-    @_reads_map(("interior", which))
-    def f(c: _Ctx) -> np.ndarray:
-        m = c.region_mean(c.boundary, "interior")[:, 0]
-        a, b = c.ends(m)
-        return np.minimum(a, b) if which == "min" else np.maximum(a, b)
-    return f
+def _stat(kind: str, sigma: float, q: float = 0.0) -> _MapFeature:
+    return _MapFeature("stat", kind, sigma, q)
 
 
-#: name -> function of the feature context; the names a head's ``features`` may use.
-FEATURES: dict[str, Callable[[_Ctx], np.ndarray]] = {
+#: name -> the feature: a :class:`_MapFeature` (reads the boundary map; computed in torch) or a
+#: function of the RAG and the image (constant per RAG, computed once on the host); the names a
+#: head's ``features`` may use.
+FEATURES: dict = {
     "mean": _stat("mean", 0), "max": _stat("max", 0),
     "q10": _stat("q", 0, 0.1), "q25": _stat("q", 0, 0.25), "q50": _stat("q", 0, 0.5), "q75": _stat("q", 0, 0.75),
     "q90": _stat("q", 0, 0.9),
@@ -205,25 +161,32 @@ FEATURES: dict[str, Callable[[_Ctx], np.ndarray]] = {
     "mean_s4": _stat("mean", 4), "q50_s4": _stat("q", 4, 0.5),
     "log_length": _log_length, "log_size_min": _size("min"), "log_size_max": _size("max"),
     "lab_dist": _lab_dist(slice(0, 3)), "l_dist": _lab_dist(slice(0, 1)), "ab_dist": _lab_dist(slice(1, 3)),
-    "texture_diff": _texture_diff, "interior_min": _interior("min"), "interior_max": _interior("max"),
+    "texture_diff": _texture_diff, "interior_min": _MapFeature("interior", "min"),
+    "interior_max": _MapFeature("interior", "max"),
 }
 
 
-def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)) -> np.ndarray:
-    """(E, len(names)) float64 features of every RAG edge (see :data:`FEATURES`).
-
-    ``boundary``: the (H, W) map the superpixels were built from; ``image``: the (H, W, 3)
-    float RGB image in [0, 1] (needed by the colour and texture features). Cost
-    O(H W + P log P) for P frontier pixel pairs; a few ms for 481x321. MergeHeadError for
-    an unknown name.
-    """
+def _check_names(names) -> None:
     unknown = [n for n in names if n not in FEATURES]
     if unknown:
         raise MergeHeadError(f"merge_head.features: unknown feature(s) {unknown}; known: {sorted(FEATURES)}")
-    c = _Ctx(rag, boundary, image)
-    if c.boundary.shape != rag.labels.shape:
-        raise MergeHeadError(f"boundary map {c.boundary.shape} and superpixels {rag.labels.shape} differ in size")
-    return np.stack([FEATURES[n](c) for n in names], 1).astype(np.float64)
+
+
+def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)) -> np.ndarray:
+    """(E, len(names)) float64 features of every RAG edge (see :data:`FEATURES`), without
+    gradient: :class:`TorchEdgeFeatures` of one RAG on the CPU, as a numpy array.
+
+    ``boundary``: the (H, W) map the superpixels were built from; ``image``: the (H, W, 3)
+    float RGB image in [0, 1] (needed by the colour and texture features). Cost
+    O(H W k + P log P) for P frontier pixel pairs and smoothing kernels of k taps; a few ms
+    for 481x321. MergeHeadError for an unknown name or a map of another size.
+    """
+    _check_names(names)
+    b = torch.as_tensor(np.asarray(boundary))
+    if tuple(b.shape) != rag.labels.shape:
+        raise MergeHeadError(f"boundary map {tuple(b.shape)} and superpixels {rag.labels.shape} differ in size")
+    with torch.no_grad():
+        return TorchEdgeFeatures(rag, names, image, shape=rag.labels.shape)(b).numpy()
 
 
 # --------------------------------------------------------------------------- features in torch
@@ -246,14 +209,14 @@ def _gaussian_taps(sigma: float) -> np.ndarray:
 
 
 class TorchEdgeFeatures:
-    """:func:`edge_features` in torch, differentiable with respect to the boundary map: the
+    """The merging head's edge features, in torch, differentiable with respect to the boundary map: the
     building block of fine-tuning the network and a :class:`MergeHead` jointly through the
     ultrametric layer (module docstring).
 
     Everything that depends only on the RAGs and the images is computed once, on the host,
     when the object is made (frontier pixel pairs, the quantiles' ranks, the Gaussian
     kernels and their border indices, region ids of the pixels, and the constant features:
-    lengths, sizes, colour, texture, by :func:`edge_features` itself); a call then maps
+    lengths, sizes, colour, texture); a call then maps
     boundary maps to features with torch operations only, on the maps' device, with no
     host synchronisation.
 
@@ -272,9 +235,7 @@ class TorchEdgeFeatures:
 
     Calling it on a map (H, W) (one RAG) or (B, H, W) returns (E_total, len(names)) features,
     rows in the order of the RAGs' edges, RAG after RAG (``graph``: their
-    :class:`~hiseg.graph.BatchedGraph`, what a ``context`` head reads). Equal to
-    :func:`edge_features` up to float rounding (the numpy path smooths in float32 with
-    OpenCV), differentiable almost everywhere (quantiles and max: the gradient goes to the
+    :class:`~hiseg.graph.BatchedGraph`, what a ``context`` head reads), differentiable almost everywhere (quantiles and max: the gradient goes to the
     order statistic; mean, smoothing, interior means: linear). Cost per call O(B H W k + P log P)
     for kernels of k taps and P frontier pixel pairs.
     """
@@ -290,9 +251,7 @@ class TorchEdgeFeatures:
         if len(images) != len(rags):
             raise MergeHeadError(f"TorchEdgeFeatures: {len(images)} images for {len(rags)} RAGs")
         self.names = list(names)
-        unknown = [n for n in self.names if n not in FEATURES]
-        if unknown:
-            raise MergeHeadError(f"merge_head.features: unknown feature(s) {unknown}; known: {sorted(FEATURES)}")
+        _check_names(self.names)
         sizes = [r.labels.shape for r in rags]
         h, w = shape if shape is not None else (max(s[0] for s in sizes), max(s[1] for s in sizes))
         self.shape, self.batch_size, self.dtype, self.device = (int(h), int(w)), len(rags), dtype, device
@@ -300,17 +259,10 @@ class TorchEdgeFeatures:
             raise MergeHeadError(f"TorchEdgeFeatures: superpixels {sizes} do not fit maps of {self.shape}")
         self.graph = batch_graphs([r.graph for r in rags])
         self.num_edges = int(self.graph.num_edges)
-        specs = {n: getattr(FEATURES[n], "torch_spec", None) for n in self.names}
+        specs = {n: getattr(FEATURES[n], "torch_spec", None) for n in self.names}  # None: a constant
         t: dict = {}  # the index tensors (host numpy here, moved by ``to``)
         # frontier pixel pairs, as flat ids into the (B, H, W) maps, global edge ids
-        pa, pb, pe = [], [], []
-        for b, r in enumerate(rags):
-            a, c, e = frontier_pixel_pairs(r)
-            wb = r.labels.shape[1]
-            pa.append((a // wb) * w + a % wb + b * h * w)
-            pb.append((c // wb) * w + c % wb + b * h * w)
-            pe.append(e + self.graph.edge_ptr[b])
-        t["pix_a"], t["pix_b"], t["edge"] = (np.concatenate(x).astype(np.int64) for x in (pa, pb, pe))
+        t["pix_a"], t["pix_b"], t["edge"] = batch_frontier_pixels(rags, (h, w))
         lengths = np.concatenate([r.frontier_lengths() for r in rags]).astype(np.int64)
         start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
         t["lengths"] = lengths.astype(np.float64)
@@ -349,17 +301,13 @@ class TorchEdgeFeatures:
             cnt = np.bincount(t["region"], minlength=nv + 1)[:nv]
             t["region_size"] = np.maximum(cnt, 1).astype(np.float64)
             t["src"], t["dst"] = self.graph.sources.astype(np.int64), self.graph.targets.astype(np.int64)
-        if consts:  # by the numpy features themselves, on a map of NaN (one that read it would be NaN)
+        if consts:  # the features of the RAG and the image alone, once, on the host
             cols = []
             for r, img in zip(rags, images):
-                cols.append(edge_features(r, np.full(r.labels.shape, np.nan, np.float32), img, consts)
+                c = _Ctx(r, img)
+                cols.append(np.stack([FEATURES[n](c) for n in consts], 1).astype(np.float64)
                             if r.graph.num_edges else np.zeros((0, len(consts))))
-            x = np.concatenate(cols)
-            if np.isnan(x).any():
-                bad = [n for i, n in enumerate(consts) if np.isnan(x[:, i]).any()]
-                raise MergeHeadError(f"TorchEdgeFeatures: feature(s) {bad} read the boundary map but have no "
-                                     f"torch form (mark them with _reads_map), or the image has NaN")
-            t["const"] = x
+            t["const"] = np.concatenate(cols)
         self._host = t
         self.to(device)
 
@@ -442,7 +390,7 @@ class TorchEdgeFeatures:
 def edge_features_torch(rag: RegionAdjacencyGraph, boundary: torch.Tensor, image=None,
                         names: Sequence[str] = ("mean",)) -> torch.Tensor:
     """(E, len(names)) features of one RAG's edges from an (H, W) map tensor, differentiable
-    with respect to it, on its device (float64): :func:`edge_features` in torch. For many
+    with respect to it, on its device (float64). For many
     maps of the same RAGs make one :class:`TorchEdgeFeatures` and call it."""
     boundary = torch.as_tensor(boundary)
     return TorchEdgeFeatures(rag, names, image, shape=tuple(boundary.shape[-2:]), device=boundary.device)(boundary)
@@ -559,7 +507,8 @@ class MergeHead(torch.nn.Module):
     def weights(self, rag: RegionAdjacencyGraph, boundary, image=None) -> torch.Tensor:
         """(E,) float64 edge weights of one RAG (no gradient)."""
         with torch.no_grad():
-            return self(edge_features(rag, boundary, image, self.features), rag.graph if self.context else None)
+            return self(torch.from_numpy(edge_features(rag, boundary, image, self.features)),
+                        rag.graph if self.context else None)
 
     # ------------------------------------------------------------------ storage
     def to_spec(self) -> dict:

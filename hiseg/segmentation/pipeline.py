@@ -64,10 +64,10 @@ import torch
 import torch.nn.functional as F
 
 from ..graph import region_adjacency_graph
-from .merging import MergeHead, MergeHeadError
-from .pooling import rag_frontier_mean
+from .merging import MergeHead, MergeHeadError, TorchEdgeFeatures
+from .pooling import batch_frontier_pixels, frontier_mean
 from ..fitting import fit_ultrametric
-from ..ultrametric import average_linkage_ultrametric, subdominant_ultrametric
+from ..ultrametric import build_average_linkage_hierarchy, build_hierarchy, subdominant_ultrametric, upload_indices
 from .superpixels import Superpixels, all_minima_watershed, boundary_watershed, color_gradient
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
@@ -78,6 +78,10 @@ LINKAGES = ("average", "single", "closest")
 
 class PipelineError(ValueError):
     """Pipeline settings that are missing, unknown or do not fit the input."""
+
+
+DIVERGED = ("non-finite boundary map (NaN or infinite network output): the network diverged; the last "
+            "checkpoint stays loadable; lower the learning rate or check the data")
 
 
 #: Context around each tile of :meth:`Pipeline.boundary_map` (pixels): the shipped networks'
@@ -231,27 +235,78 @@ class Pipeline:
     @torch.no_grad()
     def boundary_map(self, model: Optional[torch.nn.Module], image: np.ndarray, device="cpu",
                      tile: int = 512) -> np.ndarray:
-        """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image,
-        averaged over ``scales`` (and mirrors, with ``flip``); without a model, the image's colour gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the
-        network in tiles with a margin of :data:`TILE_MARGIN` pixels (the shipped networks'
-        receptive field: the tiled map equals the whole-image pass), so
-        memory stays bounded whatever the image size; 0 disables tiling."""
+        """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image:
+        :meth:`maps` of a batch of one, without gradient; without a model, the image's colour
+        gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the network in
+        tiles with a margin of :data:`TILE_MARGIN` pixels (the shipped networks' receptive
+        field: the tiled map equals the whole-image pass), so memory stays bounded whatever
+        the image size; 0 disables tiling."""
         self.check_model(model)
         if model is None:
             return color_gradient(image, self.sigma)
         x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
-        h, w = x.shape[-2:]
+        return self.maps(lambda t: tiled_forward(model, t, tile), x)[0].cpu().numpy()
+
+    # ------------------------------------------------------------------ the batched, differentiable steps
+    def maps(self, forward, images: torch.Tensor, prob: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(B, H, W) float32 boundary maps of a batch of images (B, 3, H, W), differentiable, on
+        the images' device: the mean over ``scales`` of ``sigmoid(forward(image at that scale))``
+        (bilinear there and back), each averaged with its mirror's with ``flip``. ``forward``: the
+        network (any callable of a batch to (B, 1, h, w) logits); ``prob``: the scale-1 map
+        (B, H, W) when the caller already has it (the training step's, reused). Cost: the
+        network on every scale (twice with ``flip``)."""
+        h, w = images.shape[-2:]
         acc = None
         for s in self.scales:
-            xs = x if s == 1.0 else F.interpolate(x, scale_factor=s, mode="bilinear", align_corners=False,
-                                                  recompute_scale_factor=False)
-            p = torch.sigmoid(tiled_forward(model, xs, tile).float())
+            xs = images if s == 1.0 else F.interpolate(images, scale_factor=s, mode="bilinear", align_corners=False,
+                                                      recompute_scale_factor=False)
+            p = prob[:, None] if s == 1.0 and prob is not None else torch.sigmoid(forward(xs).float())
             if self.flip:
-                p = 0.5 * (p + torch.sigmoid(tiled_forward(model, xs.flip(-1), tile).float()).flip(-1))
+                p = 0.5 * (p + torch.sigmoid(forward(xs.flip(-1)).float()).flip(-1))
             if p.shape[-2:] != (h, w):
                 p = F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False)
             acc = p if acc is None else acc + p
-        return (acc / len(self.scales))[0, 0].cpu().numpy()
+        return (acc / len(self.scales))[:, 0]
+
+    def batch_superpixels(self, maps: torch.Tensor, sizes, images=None, map_fn=map) -> list:
+        """The superpixels (:meth:`make_superpixels`) of every map of a batch (B, H, W), image
+        ``b`` being the top-left ``sizes[b]`` of its map, from the detached maps on the host
+        (one copy); ``map_fn``: e.g. a thread pool's ``map`` (the watershed releases the GIL).
+        FloatingPointError for a map holding NaN or infinite values (a diverged network)."""
+        prob = maps.detach().float().cpu().numpy()
+        if not np.isfinite(prob).all():
+            raise FloatingPointError(DIVERGED)
+        crops = [prob[b, :hb, :wb] for b, (hb, wb) in enumerate(sizes)]
+        if self.superpixels == "color_watershed":
+            return list(map_fn(self.make_superpixels, crops, images))
+        return list(map_fn(self.make_superpixels, crops))
+
+    def graph_weights(self, rags, maps: torch.Tensor, images=None, frontier=None, head=None) -> torch.Tensor:
+        """(E_total,) weights of the edges of B RAGs (in batch order) from their maps (B, H, W),
+        differentiable in the maps (and in the head), on the maps' device, in their dtype: the
+        merging head's output on its features (:class:`~hiseg.segmentation.merging.TorchEdgeFeatures`,
+        ``images``: the B (H, W, 3) float images on the host, or a (B, 3, H, W) tensor, for the
+        colour and texture features) or the mean boundary along each frontier
+        (:func:`~hiseg.segmentation.pooling.frontier_mean`). ``frontier``: the batch's
+        ``(pix_a, pix_b, edge, counts)`` index tensors on the maps' device (a
+        :class:`~hiseg.data.collate.GraphBatch` carries them), else made from the RAGs;
+        ``head``: a trained copy of the merging head (the Lightning module's), default the
+        pipeline's own. Cost O(B H W + P) for P frontier pixel pairs (the head's features:
+        :class:`TorchEdgeFeatures`)."""
+        head = self._head if head is None else head
+        if head is not None:
+            if isinstance(images, torch.Tensor):
+                imgs = images.detach().float().cpu().numpy()
+                images = [np.ascontiguousarray(imgs[b, :, :r.labels.shape[0], :r.labels.shape[1]].transpose(1, 2, 0))
+                          for b, r in enumerate(rags)]
+            feats = TorchEdgeFeatures(rags, head.features, images=images, shape=tuple(maps.shape[-2:]),
+                                      device=maps.device)
+            return head(feats(maps), feats.graph if head.context else None).to(maps.dtype)
+        if frontier is None:
+            frontier = [torch.from_numpy(x).to(maps.device) for x in batch_frontier_pixels(rags, maps.shape[-2:])]
+            frontier.append(None)
+        pa, pb, edge, counts = frontier
+        return frontier_mean(maps, pa, pb, edge, sum(r.graph.num_edges for r in rags), counts)
 
     def make_superpixels(self, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> np.ndarray:
         """Superpixel labels (H, W) of a boundary map (and the image, for ``color_watershed``)."""
@@ -268,24 +323,31 @@ class Pipeline:
             raise PipelineError("superpixels='color_watershed' needs the image")
         return Superpixels(region_size=self.region_size)(image)
 
-    def ultrametric(self, graph, weights: torch.Tensor, lengths=None):
-        """(u, hierarchy) of the configured linkage; differentiable in ``weights`` (except
-        ``closest``, a fit)."""
-        if self.linkage == "average":
-            return average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True)
+    def ultrametric(self, graph, weights: torch.Tensor, lengths=None, *, host_weights=None, lca: bool = False):
+        """(u, hierarchy) of the configured linkage (a graph or a batch of graphs); ``u``
+        differentiable in ``weights`` (except ``closest``, a fit), on their device. The tree
+        is built on the host from ``host_weights`` (the weights already copied there, the
+        training step's one device-to-host copy) or from a copy of ``weights``; its gather
+        indices (with ``lca`` the leaf-lca tables the triplet term queries) go to the weights'
+        device in one copy (:func:`hiseg.ultrametric.upload_indices`). ``lengths``: the
+        frontier lengths (average linkage)."""
         if self.linkage == "closest":  # single linkage of the fitted ultrametric
             weights = weights / weights.max().clamp_min(1e-12)
             if self.fit_iterations > 0:
                 weights = fit_ultrametric(graph, weights, max_iter=self.fit_iterations).ultrametric
-        return subdominant_ultrametric(graph, weights, return_hierarchy=True)
+            return subdominant_ultrametric(graph, weights, return_hierarchy=True)
+        w = weights if host_weights is None else host_weights
+        h = build_average_linkage_hierarchy(graph, w, lengths) if self.linkage == "average" else build_hierarchy(graph, w)
+        upload_indices(h, weights.device, lca=lca)
+        return h.ultrametric(weights), h
 
     def edge_weights(self, rag, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> torch.Tensor:
-        """(E,) float64 weights of the RAG's edges: the merge head's output on the edge
-        features (``merge_head``), or the mean boundary along each frontier."""
-        if self._head is None:
-            return rag_frontier_mean(rag, boundary)
+        """(E,) float64 weights of one RAG's edges, without gradient: :meth:`graph_weights` of a
+        batch of one (the merge head's output on the edge features, or the frontier mean)."""
+        b = torch.from_numpy(np.asarray(boundary)).to(torch.float64)[None]
         try:
-            return self._head.weights(rag, boundary, image)
+            with torch.no_grad():
+                return self.graph_weights([rag], b, [image])
         except MergeHeadError as e:
             raise PipelineError(str(e)) from None
 

@@ -6,7 +6,7 @@ import torch
 
 from ..graph import RegionAdjacencyGraph
 
-__all__ = ["frontier_pixel_pairs", "frontier_mean", "rag_frontier_mean"]
+__all__ = ["frontier_pixel_pairs", "batch_frontier_pixels", "frontier_mean", "rag_frontier_mean"]
 
 
 def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -38,6 +38,22 @@ def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndar
     pb = np.where(horiz, pa + 1, fe - n_h + w)
     edge = np.repeat(np.arange(rag.graph.num_edges, dtype=np.int64), np.diff(rag.frontier_ptr))
     return pa, pb, edge
+
+
+def batch_frontier_pixels(rags, shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`frontier_pixel_pairs` of B RAGs as flat ids into (B, H, W) maps of ``shape``
+    (H, W) (RAG ``b`` covers the top-left ``rags[b].labels.shape`` of map ``b``, the layout of
+    a collated batch) and global edge ids (RAG after RAG): three int64 arrays (P,). O(P)."""
+    h, w = (int(x) for x in shape)
+    pa, pb, pe, off = [], [], [], 0
+    for b, r in enumerate(rags):
+        a, c, e = frontier_pixel_pairs(r)
+        wb = r.labels.shape[1]
+        pa.append((a // wb) * w + a % wb + b * h * w)
+        pb.append((c // wb) * w + c % wb + b * h * w)
+        pe.append(e + off)
+        off += r.graph.num_edges
+    return tuple(np.concatenate(x).astype(np.int64) for x in (pa, pb, pe))
 
 
 def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tensor,
