@@ -311,6 +311,16 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         total, parts = self.objective(x)
         return {**parts, "loss": total}
 
+    def rebuild_graphs(self, batch, maps: torch.Tensor):
+        """The batch with the pipeline's superpixels of its (B, H, W) maps (detached, on the
+        host), its RAGs and targets rebuilt from the ground truths, on a process-wide thread
+        pool (``benchmarks/results/training.md``)."""
+        from .data.collate import with_superpixels
+
+        pool = _thread_pool().map
+        return with_superpixels(batch, self.pipeline.batch_superpixels(maps, batch.image_sizes, map_fn=pool),
+                                map_fn=pool)
+
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None) -> LossResult:
         """The losses of a :class:`~hiseg.data.collate.GraphBatch` through the pipeline
         (:class:`LossResult`). ``timings`` (a dict), if given, receives the seconds of:
@@ -326,10 +336,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
         maps = pipe.maps(self.model, batch.images, torch.sigmoid(logits[:, 0].float()))
         if self.rebuilds_superpixels:
-            from .data.collate import with_superpixels
-
-            pool = _thread_pool().map
-            batch = with_superpixels(batch, pipe.batch_superpixels(maps, batch.image_sizes, map_fn=pool), map_fn=pool)
+            batch = self.rebuild_graphs(batch, maps)
         elif not batch.has_graph:
             raise ValueError(_NO_SUPERPIXELS)
         clock("superpixels")

@@ -14,7 +14,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "hiseg"
 
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
-ORDER = ["io", "_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting", "plotting", "clustering",
+ORDER = ["_compat", "io", "_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting", "plotting", "clustering",
          "segmentation", "metrics", "data", "models", "callbacks", "lightning",
          "inference", "predict_ddp", "view", "cli_train", "cli"]
 #: modules inside the sub-packages, bottom first

@@ -1,0 +1,38 @@
+"""The one list of the private members of other packages that hiseg still uses, with why.
+
+Each entry: (module, object path, private attribute, where hiseg uses it, why no public
+call does). ``tests/test_compat.py`` imports each object and fails when the installed (pinned)
+version lacks the attribute, and fails when ``hiseg/`` uses a private member of Lightning,
+argparse or scikit-learn that is not listed here. Nothing here is imported at run time.
+"""
+from __future__ import annotations
+
+__all__ = ["PRIVATE_MEMBERS"]
+
+PRIVATE_MEMBERS = (
+    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_save_last_checkpoint", "hiseg/callbacks.py",
+     "LastCheckpoint writes last.ckpt at every epoch end and every N steps whatever the monitor; the public "
+     "save_last only follows the monitored saves"),
+    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_monitor_candidates", "hiseg/callbacks.py",
+     "the metrics dict that _save_last_checkpoint takes (the same call Lightning makes)"),
+    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_last_global_step_saved", "hiseg/callbacks.py",
+     "on_train_end: whether the final step is already saved (max_steps ending mid-epoch)"),
+    ("pytorch_lightning.loggers.csv_logs", "ExperimentWriter", "_check_log_dir_exists", "hiseg/callbacks.py",
+     "Lightning's deletes metrics.csv when a resumed run logs into its folder: overridden to append"),
+    ("pytorch_lightning.loggers.csv_logs", "ExperimentWriter", "_fs", "hiseg/callbacks.py",
+     "the writer's (and CSVLogger's) filesystem handle: the appending writer reads the existing metrics.csv "
+     "through it, as Lightning's own writer does"),
+    ("pytorch_lightning.loggers", "CSVLogger", "_experiment", "hiseg/callbacks.py",
+     "CSVLogger.experiment is overridden to make the appending writer; Lightning caches it in _experiment"),
+    ("pytorch_lightning.cli", "LightningCLI", "_subcommand_parsers", "hiseg/cli_train.py",
+     "the subcommands' parsers, to give --ckpt_path a help saying what hiseg accepts (no public accessor)"),
+    ("argparse", "ArgumentParser", "_actions", "hiseg/cli_train.py",
+     "argparse has no public list of a parser's actions; used to reword generated help texts"),
+    ("sklearn.base", "BaseEstimator", "_validate_data", "hiseg/clustering.py",
+     "scikit-learn < 1.6 only (validate_data is public from 1.6 and used there): n_features_in_ bookkeeping"),
+)
+#: Not attributes but formats: the loop-state layout that ``hiseg.callbacks._epoch_end_loops``
+#: edits in a saved checkpoint (``fit_loop.epoch_progress``), so that a run resumed from an
+#: epoch-end checkpoint is exactly the uninterrupted run; ``tests/test_resume.py`` checks it.
+PRIVATE_FORMATS = (("pytorch_lightning", "checkpoint['loops']['fit_loop']['epoch_progress']",
+                    "hiseg/callbacks.py"),)
