@@ -177,9 +177,10 @@ def _as_image(image) -> np.ndarray:
     return to_float_rgb(image)
 
 
-def _load_named(spec):
+def _load_named(spec, pipeline=None):
     """(name, network, pipeline) of a shipped model's name, ``"default"`` or a checkpoint file;
-    a file that is a shipped model's is named as that model."""
+    a file that is a shipped model's is named as that model. ``pipeline``: the one to use
+    instead of the checkpoint's (which is then not read: an old checkpoint has none)."""
     from .models.weights import Weights, load_model, read_checkpoint
     from .segmentation.pipeline import Pipeline
 
@@ -199,6 +200,8 @@ def _load_named(spec):
             except OSError:  # FileNotFoundError: that model is not here
                 pass
     ck = read_checkpoint(path)  # read once
+    if pipeline is not None:
+        return name, load_model(ck), pipeline
     stored = ck.metadata.get("pipeline")
     if stored is None:
         stored = ck.hyper_parameters.get("pipeline")
@@ -239,8 +242,7 @@ class Segmenter:
         self.device = resolve_device(device)
         name = None
         if isinstance(model, (str, os.PathLike)):
-            name, model, stored = _load_named(model)
-            pipeline = stored if pipeline is None else pipeline
+            name, model, pipeline = _load_named(model, pipeline)
         self.model = model.to(self.device).eval() if model is not None else None
         self.name = name or ("classical" if model is None else type(model).__name__)
         if pipeline is None:
