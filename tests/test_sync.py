@@ -191,3 +191,65 @@ def test_cuda_step_synchronises_once():
         torch.cuda.set_sync_debug_mode("default")
     ours = [f for f in info.traceback if "hiseg" in str(f.path)]
     assert ours[-1].name == "compute_losses" and ".cpu()" in str(ours[-1].statement)
+
+
+def _pixel_stage(n_images=3):
+    from hiseg.data.edges import BSDS500PixelDataModule
+
+    rng = np.random.default_rng(0)
+    dm = BSDS500PixelDataModule.from_arrays(rng.integers(0, 256, (n_images, 3, 40, 56), dtype=np.uint8),
+                                            rng.random((n_images, 40, 56)).astype(np.float32), crop_size=16,
+                                            batch_size=2, crops_per_epoch=400)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, closest_weight=0, triplet_weight=0,
+                                       pixel_loss="edge", pixel_weight=1.0)
+    return dm, m
+
+
+def test_pixel_stage_step_never_waits_for_the_device(monkeypatch):
+    """The pixel stage's step (hiseg.data.edges: the step's key -> draws, crops and labels on the
+    device; the module's edge loss) copies nothing either way between the finite-loss checks: the
+    host can run ahead of a GPU. (The key is a Python int: Lightning's transfer moves nothing.)"""
+    dm, m = _pixel_stage()
+    dm.setup("fit")
+    step = next(iter(dm.train_dataloader()))
+    monkeypatch.setattr(m.finite_guard, "due", lambda loss, step, every: False)  # a GPU's step between checks
+    counter = SyncCounter([*m.parameters(), *m.buffers(), dm.augmenter.images, dm.augmenter.extra])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # self.log without a trainer
+        with counter:
+            batch = dm.on_after_batch_transfer(step, 0)
+            loss = m.training_step(batch, 0)
+    loss.backward()
+    assert counter.d2h == [] and counter.h2d == [], (counter.d2h, counter.h2d)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_pixel_stage_through_the_trainer_never_synchronises():
+    """On CUDA, through Trainer.fit (bf16-mixed, as the GPU recipe): torch's sync debug mode sees
+    no synchronising call in steps 5 to 14 (no logging or finite check falls there)."""
+    import pytorch_lightning as pl
+
+    dm, m = _pixel_stage()
+    caught = []
+
+    class Watch(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.global_step == 5:
+                torch.cuda.synchronize()
+                torch.cuda.set_sync_debug_mode("warn")
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == 15:
+                torch.cuda.set_sync_debug_mode("default")
+
+    trainer = pl.Trainer(accelerator="cuda", devices=1, precision="bf16-mixed", max_steps=16, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, limit_val_batches=0,
+                         log_every_n_steps=50, callbacks=[Watch()])
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trainer.fit(m, datamodule=dm)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message).lower()]
+    assert not syncs, syncs[:5]
