@@ -21,7 +21,7 @@ from typing import Optional
 import pytorch_lightning as pl
 
 __all__ = ["LastCheckpoint", "CSVLogger", "TensorBoardLogger", "RandomStateCheckpoint", "ValidateAtStart",
-           "FiniteLossGuard", "LIGHTNING_PRIVATE_MEMBERS"]
+           "FiniteLossGuard", "AtomicCheckpointIO", "use_atomic_checkpoints", "LIGHTNING_PRIVATE_MEMBERS"]
 
 #: (class, attribute) pairs of Lightning's private API that this module relies on
 LIGHTNING_PRIVATE_MEMBERS = (
@@ -76,7 +76,8 @@ def _epoch_end_loops(loops: dict, completed: bool = True) -> dict:
 class LastCheckpoint(pl.callbacks.ModelCheckpoint):
     """``last.ckpt``, rewritten at every epoch end (after its validation), every
     ``every_n_train_steps`` training steps (0: never) and when training ends, whatever any
-    monitor: the checkpoint to resume from (``--ckpt_path .../last.ckpt``).
+    monitor: the checkpoint to resume from (``--ckpt_path .../last.ckpt``). Written atomically
+    (:class:`AtomicCheckpointIO`): the previous ``last.ckpt`` stays whole until the new one is.
 
     ``save_last`` on a monitored ``ModelCheckpoint`` only rewrites ``last.ckpt`` when the
     monitored value improves (a 4-epoch run ended at step 24 with ``last.ckpt`` at step 6),
@@ -99,6 +100,10 @@ class LastCheckpoint(pl.callbacks.ModelCheckpoint):
         finally:
             self._epoch_end_save = False
 
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        super().setup(trainer, pl_module, stage)
+        use_atomic_checkpoints(trainer)  # last.ckpt, and every other checkpoint of the run, never partial
+
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         self._save_last_now(trainer, epoch_end=True)
 
@@ -115,6 +120,53 @@ class LastCheckpoint(pl.callbacks.ModelCheckpoint):
     def on_train_end(self, trainer, pl_module) -> None:
         if self._last_global_step_saved != trainer.global_step:  # e.g. max_steps mid-epoch
             self._save_last_now(trainer)
+
+
+class AtomicCheckpointIO(pl.plugins.io.TorchCheckpointIO):
+    """Lightning's ``TorchCheckpointIO``, except that a local checkpoint is written to a
+    temporary file in its own folder, flushed to the disk (``fsync``) and only then renamed to
+    its name (:func:`hiseg.io.atomic_write`): no checkpoint on disk (``last.ckpt``, ``best-…``)
+    is ever partial, even when the disk fills up or the run is killed during the write, and an
+    existing ``last.ckpt`` stays whole until its successor is. A failed write raises OSError
+    naming the checkpoint file ("the disk is full" for ENOSPC); its temporary file is removed.
+    Remote paths (``s3://``, ...) go to Lightning's own writer.
+
+    ``train.py`` uses it by default (``trainer.plugins``), and :class:`LastCheckpoint` puts it
+    on a trainer that has Lightning's plain writer, so every checkpoint of such a run goes
+    through it. Cost: the checkpoint serialised in memory (as Lightning's writer does), one
+    ``fsync`` per checkpoint.
+    """
+
+    def save_checkpoint(self, checkpoint: dict, path, storage_options=None) -> None:
+        import io
+        import os
+        import re
+
+        if storage_options is not None or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", str(path)):
+            return super().save_checkpoint(checkpoint, path, storage_options)
+        import torch
+
+        from .io import atomic_write, naming_the_file
+
+        buf = io.BytesIO()  # serialised first (as Lightning does): a failed write is a plain OSError
+        torch.save(checkpoint, buf)
+
+        def write(tmp):
+            with open(tmp, "wb") as fh:
+                fh.write(buf.getbuffer())
+                fh.flush()
+                os.fsync(fh.fileno())
+        with naming_the_file(path):
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        atomic_write(path, write)
+
+
+def use_atomic_checkpoints(trainer) -> None:
+    """Give ``trainer`` an :class:`AtomicCheckpointIO` when it has Lightning's plain
+    ``TorchCheckpointIO`` (a user's own ``CheckpointIO`` is kept)."""
+    strategy = trainer.strategy
+    if type(strategy.checkpoint_io) is pl.plugins.io.TorchCheckpointIO:
+        strategy.checkpoint_io = AtomicCheckpointIO()
 
 
 class _AppendingCSVWriter(pl.loggers.csv_logs.ExperimentWriter):

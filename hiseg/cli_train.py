@@ -9,6 +9,7 @@ versions) the checkpoint was written from.
 """
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 import warnings
@@ -96,7 +97,11 @@ class HisegCLI(LightningCLI):
                     action.help = CKPT_PATH_HELP[sub]
 
     def _remember_new_log_dirs(self) -> None:
-        """The log folders this run will create (see :func:`_remove_unused_log_dirs`)."""
+        """The log folders this run will create (see :func:`_remove_unused_log_dirs`); every
+        checkpoint of the run written atomically (:class:`hiseg.callbacks.AtomicCheckpointIO`)."""
+        from .callbacks import use_atomic_checkpoints
+
+        use_atomic_checkpoints(self.trainer)
         global _NEW_LOG_DIRS
         _NEW_LOG_DIRS = (self.trainer, _new_dirs([lg.log_dir for lg in self.trainer.loggers if lg.log_dir]))
 
@@ -148,6 +153,9 @@ def _refuse_slim_checkpoint(path, checkpoint, sub: str) -> None:
     raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no training state: a slim "
                           f"weights file); --ckpt_path {what}. {_SLIM_HINT[0].upper()}{_SLIM_HINT[1:]}.")
 
+
+#: errors of a write that the disk refused (full, over quota, a file too large): one line, no traceback
+_DISK_ERRORS = tuple(getattr(errno, n) for n in ("ENOSPC", "EDQUOT", "EFBIG") if hasattr(errno, n))
 
 # (trainer, folders) of the running subcommand: the log folders it creates, removed again when
 # it fails before its first training step (nothing half-made is left behind)
@@ -366,6 +374,14 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     except (CheckpointError, FileNotFoundError, NoDataError) as e:
         _remove_unused_log_dirs()
         raise SystemExit(f"train.py: error: {e}") from e
+    except OSError as e:
+        _remove_unused_log_dirs()
+        if e.errno in _DISK_ERRORS:  # a full disk, a quota, a file too large: the file is named, no traceback
+            msg = e.strerror or str(e)
+            if e.filename and str(e.filename) not in msg:
+                msg = f"cannot write {e.filename}: {msg}"
+            raise SystemExit(f"train.py: error: {msg}") from e
+        raise
     except BaseException:
         _remove_unused_log_dirs()
         raise

@@ -379,3 +379,76 @@ def test_a_missing_weights_dir_is_an_error_naming_the_variable_and_an_empty_one_
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert shipped.path() == own / shipped.value.file
+
+
+# ----------------------------------------------------------------------------- 9: a full disk while training
+FULL_DISK = '''
+import builtins, errno, os
+
+_DISK, _BYTES = os.environ["FAKE_DISK"], int(os.environ["FAKE_DISK_BYTES"])
+_open, _used = builtins.open, [0]
+
+
+class _Filling:
+    """A file on a disk that fills up after _BYTES bytes of checkpoints: the write that
+    crosses it writes what fits, then fails with ENOSPC (as a real full disk does)."""
+
+    def __init__(self, f):
+        self._f = f
+
+    def write(self, b):
+        room = _BYTES - _used[0]
+        if len(b) > room:
+            self._f.write(bytes(memoryview(b)[:max(room, 0)]))
+            self._f.flush()
+            _used[0] = _BYTES
+            raise OSError(errno.ENOSPC, "No space left on device")
+        _used[0] += len(b)
+        return self._f.write(b)
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f.close()
+
+
+def _filling_open(file, mode="r", *args, **kwargs):
+    f = _open(file, mode, *args, **kwargs)
+    if isinstance(file, (str, bytes, os.PathLike)) and "b" in mode and any(c in mode for c in "wax"):
+        p = os.path.abspath(os.fsdecode(file))
+        if p.startswith(_DISK) and ("ckpt" in os.path.basename(p) or os.sep + "tmpdir" + os.sep in p):
+            return _Filling(f)
+    return f
+
+
+builtins.open = _filling_open
+'''
+
+
+def test_a_full_disk_while_training_leaves_no_partial_checkpoint_and_says_so(tmp_path, monkeypatch):
+    import torch
+    from _train import run_train
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(FULL_DISK)
+    run = tmp_path / "run"
+    (run / "tmpdir").mkdir(parents=True)
+    # a checkpoint of the tiny run is ~430 kB: the third one fills the disk halfway
+    monkeypatch.setenv("FAKE_DISK", str(run))
+    monkeypatch.setenv("FAKE_DISK_BYTES", str(1_075_000))
+    monkeypatch.setenv("TMPDIR", str(run / "tmpdir"))
+    r = run_train(run, "--trainer.max_steps", "4", pythonpath=site)
+    assert r.returncode != 0
+    err = r.stderr.strip().splitlines()
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    assert err[-1].startswith("train.py: error: cannot write ") and ".ckpt: No space left on device (the disk is " \
+        "full)" in err[-1], err[-3:]
+    ckpts = [p for p in run.rglob("*") if p.is_file() and "ckpt" in p.name and "tmpdir" not in p.parts]
+    assert ckpts and all(p.suffix == ".ckpt" and not p.name.startswith(".") for p in ckpts), ckpts
+    for p in ckpts:  # every checkpoint left is whole
+        assert torch.load(p, map_location="cpu", weights_only=True)["global_step"] > 0
