@@ -16,6 +16,15 @@ wall-clock time (process start and model loading included) and the CPU seconds o
 process and its workers, with the ratio to the first N, and whether every file equals the
 first N's byte for byte; a markdown table, also written to ``--table``
 (default here: benchmarks/results/predict.md).
+
+``--archs``: instead, the whole predict path per image (network + superpixels + hierarchy,
+``Segmenter.segment`` without writing) of each boundary architecture at scale 1 and at the
+default test-time scales 0.5+1, untrained weights: the network rows are each architecture's own
+(eval mode, so a ``pdc_boundary_net`` runs its folded kernels, and ``.fold()`` rows run the
+plain-convolution copy); superpixels + hierarchy are measured on the shipped ``bsds500`` network's
+maps (a trained map: an untrained one has other minima, hence other superpixels), the same for
+every row. Ratios are against ``compact_boundary_net`` in the bsds500 shape at the same scales,
+measured in the same run; written to ``--table`` (default benchmarks/results/predict_archs.md).
 """
 import argparse
 import os
@@ -108,6 +117,75 @@ def throughput(args):
     Path(args.table).write_text(text)
 
 
+#: (label, builder, kwargs, fold) of ``--archs``; the first row is the floor of the ratios
+ARCHS = [("compact_boundary_net (bsds500's shape)", "compact_boundary_net",
+          dict(width=32, blocks=[2, 2, 3, 3], side_channels=16), False),
+         ("pdc_boundary_net width 40 (default), eval mode", "pdc_boundary_net", {}, False),
+         ("pdc_boundary_net width 40 (default), .fold()", "pdc_boundary_net", {}, True),
+         ("pdc_boundary_net width 32, .fold()", "pdc_boundary_net", dict(width=32), True),
+         ("pdc_boundary_net width 16 (the CPU pilot's), .fold()", "pdc_boundary_net", dict(width=16), True)]
+
+
+def compare_archs(args):
+    """Seconds per image of the whole predict path for each of :data:`ARCHS` (see the docstring)."""
+    from hiseg.models import get_model
+
+    torch.manual_seed(0)
+    ims = images(args)
+    try:
+        ref = Segmenter.from_pretrained("bsds500")
+        ref_what = "the shipped bsds500 network's maps"
+    except FileNotFoundError:
+        ref = Segmenter(get_model(*ARCHS[0][1:3]))
+        ref_what = "an untrained compact_boundary_net's maps (bsds500 not found)"
+    base = dict(ref.pipeline.to_dict(), merge_head=None)
+
+    def median_of(fn):
+        fn(ims[0][1])  # warm-up
+        wall, cpu = [], []
+        for _, im in ims:
+            c, t = time.process_time(), time.perf_counter()
+            fn(im)
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        return float(np.min(wall)), float(np.median(cpu))
+
+    rows = []
+    for scales in ([1.0], [0.5, 1.0]):
+        pipe = dict(base, scales=scales)
+        ref_seg = Segmenter(ref.model, pipeline=pipe)
+        maps = {id(im): ref_seg.network_map(im) for _, im in ims}
+        post, post_cpu = median_of(lambda im: ref_seg.finish(im, maps[id(im)]))
+        for label, name, kw, fold in ARCHS:
+            net = get_model(name, **kw).eval()
+            n_params = sum(p.numel() for p in net.parameters())
+            seg = Segmenter(net.fold() if fold else net, pipeline=pipe)
+            t, c = median_of(seg.network_map)
+            rows.append((label, n_params, "+".join(f"{x:g}" for x in scales), t, c, post, post_cpu))
+    lines = [f"# hiseg predict per image by boundary architecture, {len(ims)} images "
+             f"{ims[0][1].shape[1]}x{ims[0][1].shape[0]}, CPU, torch threads {args.threads}\n",
+             f"Seconds per image: wall, the best over the images (the least disturbed by other jobs); CPU, the "
+             f"median. Network: each architecture, untrained (the cost does not depend on the "
+             f"weights). Superpixels + hierarchy (boundary watershed, average linkage, no merging head): on "
+             f"{ref_what} at the same scales, the same for every row. Ratios against the first row at the same "
+             f"scales, measured in the same run. **The machine has {os.cpu_count()} cores, shared with other jobs "
+             f"(load average {os.getloadavg()[0]:.1f} at the end)**: wall figures are what that load allowed; "
+             f"CPU seconds (all threads) are the work. Command: `python benchmarks/bench_predict.py --archs "
+             f"--n {args.n} --threads {args.threads}`.\n",
+             "| network | parameters | scales | network s | superpixels + hierarchy s | total s | total ratio "
+             "| network CPU s | total CPU s | total CPU ratio |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    floor = {r[2]: r for r in rows if r[0] == ARCHS[0][0]}
+    for label, n_params, sc, t, c, post, post_cpu in rows:
+        f = floor[sc]
+        lines.append(f"| {label} | {n_params:,} | {sc} | {t:.3f} | {post:.3f} | {t + post:.3f} | "
+                     f"{(t + post) / (f[3] + f[5]):.2f} | {c:.3f} | {c + post_cpu:.3f} | "
+                     f"{(c + post_cpu) / (f[4] + f[6]):.2f} |")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.table).write_text(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from hiseg.models.weights import Weights
@@ -126,7 +204,15 @@ def main():
                     help="throughput of `hiseg predict --workers N` for these N (see above)")
     ap.add_argument("--table", default=None, help="also write the table here (--workers mode: default "
                     "benchmarks/results/predict.md)")
+    ap.add_argument("--archs", action="store_true", help="the whole predict path per image of each boundary "
+                    "architecture at scales 1 and 0.5+1 (see above)")
     args = ap.parse_args()
+    if args.archs:
+        torch.set_num_threads(args.threads)
+        if args.images is None and BSDS_VAL.is_dir():
+            args.images = str(BSDS_VAL)
+        args.table = args.table or str(ROOT / "benchmarks" / "results" / "predict_archs.md")
+        return compare_archs(args)
     if args.workers:
         args.table = args.table or str(ROOT / "benchmarks" / "results" / "predict.md")
         return throughput(args)
