@@ -1,6 +1,6 @@
 """Boundary benchmark of BSDS500, per image: thinning, pixel matching, counts.
 
-This module reimplements, in numpy/scipy, the behaviour of the official
+This module reimplements, in numpy and compiled kernels, the behaviour of the official
 BSDS500 boundary benchmark (``evaluation_bdry_image`` / ``correspondPixels`` /
 ``collect_eval_bdry``):
 
@@ -24,22 +24,26 @@ The official code builds a sparse bipartite graph with randomly wired outlier
 nodes and solves it with the CSA algorithm, so its ties are broken at random
 (about 1e-3 wobble in precision between runs). Here the same objective (integer
 costs ``rint(100 * distance)``, outlier cost ``ceil(100 * outlierCost)``) is
-solved *exactly* with :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching`
-(LAPJVsp) on the graph restricted to candidate pairs within ``maxDist``; every
-pixel is given a private outlier node and the outlier-outlier edges mirror the
-real edges, which keeps a perfect matching feasible with ``2 E + n`` edges
-instead of a dense problem. Ties are broken deterministically.
+solved *exactly* by LAPJVsp on the graph restricted to candidate pairs within
+``maxDist``; every pixel is given a private outlier node and the outlier-outlier
+edges mirror the real edges, which keeps a perfect matching feasible with
+``2 E + n`` edges instead of a dense problem. Ties are broken deterministically,
+as :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching` breaks them on
+that graph (hiseg used it until the compiled kernels of :mod:`hiseg.metrics.kernels`:
+one LAPJVsp per connected component of the candidate graph, the same pairs,
+``tests/test_metrics_kernels.py``).
 
 Thinning
 --------
-:func:`skimage.morphology.thin` implements the two-subiteration parallel
-thinning (Guo & Hall 1989, as described by Lam, Lee & Suen 1992, p. 879) that
-MATLAB's ``bwmorph(..., 'thin', Inf)`` documents; it was added to
-scikit-image to replicate that MATLAB function (scikit-image PR #2294), pads
-with zeros outside the image and iterates to convergence, like ``bwmorph``.
-Checked against the official outputs: the ``segs`` references (``test_3``,
-``test_4``), whose ``seg2bdry`` maps have 2x2 blobs at junctions and must be
-thinned, are reproduced within the same ~1e-3 tie-breaking noise as the
+MATLAB's ``bwmorph(..., 'thin', Inf)`` documents the two-subiteration parallel
+thinning of Guo & Hall (1989, as described by Lam, Lee & Suen 1992, p. 879);
+:func:`skimage.morphology.thin` implements it (added to scikit-image to replicate
+that MATLAB function, scikit-image PR #2294), pads with zeros outside the image
+and iterates to convergence, like ``bwmorph``; :func:`hiseg.metrics.kernels.thin`
+is a compiled version that visits only foreground pixels, equal to
+scikit-image's. Checked against the official outputs: the ``segs`` references
+(``test_3``, ``test_4``), whose ``seg2bdry`` maps have 2x2 blobs at junctions and
+must be thinned, are reproduced within the same ~1e-3 tie-breaking noise as the
 already-thin ucm2 maps (``test_1``). The input is never modified.
 """
 
@@ -49,8 +53,6 @@ from dataclasses import dataclass, field
 from typing import Iterable, Sequence
 
 import numpy as np
-from scipy.sparse import csr_matrix
-from scipy.sparse.csgraph import connected_components, min_weight_full_bipartite_matching
 
 __all__ = [
     "DEFAULT_MAX_DIST",
@@ -96,8 +98,8 @@ def thin_boundaries(bmap: np.ndarray) -> np.ndarray:
     """Thin a binary boundary map to one-pixel width.
 
     Equivalent of MATLAB ``bwmorph(bmap, 'thin', Inf)`` (same Guo-Hall
-    two-subiteration lookup tables, zero padding, iterate until stable); uses
-    :func:`skimage.morphology.thin`.
+    two-subiteration lookup tables, zero padding, iterate until stable); the
+    compiled :func:`hiseg.metrics.kernels.thin`, equal to :func:`skimage.morphology.thin`.
 
     Parameters
     ----------
@@ -107,15 +109,14 @@ def thin_boundaries(bmap: np.ndarray) -> np.ndarray:
     Returns
     -------
     numpy.ndarray of bool, shape (H, W)
-        Cost O(H W) per thinning pass (a handful of passes for boundary maps).
+        Cost O(H W) to list the foreground, then O(foreground) per thinning pass (a
+        handful of passes for boundary maps).
     """
-    from skimage.morphology import thin
+    from .kernels import thin
 
     bmap = np.asarray(bmap)
     if bmap.ndim != 2:
         raise ValueError(f"boundary map must be 2-D, got shape {bmap.shape}")
-    if not bmap.any():
-        return np.zeros(bmap.shape, dtype=bool)
     return thin(bmap != 0)
 
 
@@ -160,174 +161,6 @@ def seg_to_boundaries(seg: np.ndarray) -> np.ndarray:
 # ----------------------------------------------------------------------------
 # assignment
 # ----------------------------------------------------------------------------
-#: Connected components of the candidate graph with at least this many nodes
-#: are solved (and cached) on their own; smaller ones are solved together.
-_BIG_COMPONENT = 256
-
-
-def _solve_lap(ci: np.ndarray, cj: np.ndarray, ew: np.ndarray, a: int, b: int, ow: int):
-    """Exact min-cost assignment with outliers on a compact candidate graph.
-
-    Parameters
-    ----------
-    ci, cj : numpy.ndarray of int
-        Candidate pairs, indices in ``[0, a)`` and ``[0, b)``; every node has
-        at least one candidate.
-    ew : numpy.ndarray of int
-        Pair costs (non-negative, ``< ow``).
-    a, b : int
-        Number of nodes on each side.
-    ow : int
-        Cost of leaving a node unmatched.
-
-    Returns
-    -------
-    (numpy.ndarray, numpy.ndarray)
-        Matched node indices on each side, minimising ``sum(pair costs) + ow *
-        (#unmatched nodes)``.
-
-    Notes
-    -----
-    The graph solved has, on the left, the ``a`` side-1 nodes followed by one
-    outlier per side-2 node, and on the right the ``b`` side-2 nodes followed
-    by one outlier per side-1 node. Node ``i`` may go to its own outlier (cost
-    ``ow``), and outlier ``j`` may go to outlier ``i`` whenever ``(i, j)`` is
-    a candidate (cost ``ow``): any partial matching then extends to a perfect
-    one (its own pairs mirrored among the outliers), and a perfect matching
-    with ``k`` real pairs costs ``sum + ow * (a + b - k)`` -- the official
-    objective up to a constant. Weights are shifted by +1 (LAPJVsp needs
-    non-zero entries), which adds the same constant to every perfect
-    matching. Cost: LAPJVsp on ``2 (a + b)`` nodes and ``2 E + a + b`` edges.
-    """
-    ar_a = np.arange(a, dtype=np.int64)
-    ar_b = np.arange(b, dtype=np.int64)
-    rows = np.concatenate([ci, ar_a, a + ar_b, a + cj])
-    cols = np.concatenate([cj, b + ar_a, ar_b, b + ci])
-    ne = ci.size
-    wts = np.empty(rows.size, dtype=np.float64)
-    wts[:ne] = ew
-    wts[:ne] += 1.0
-    wts[ne:] = ow + 1.0
-    graph = csr_matrix((wts, (rows, cols)), shape=(a + b, a + b))
-    r, c = min_weight_full_bipartite_matching(graph)
-    real = (r < a) & (c < b)
-    return r[real], c[real]
-
-
-def _assign(
-    ei: np.ndarray,
-    ej: np.ndarray,
-    ew: np.ndarray,
-    n1: int,
-    n2: int,
-    ow: int,
-    keys1: np.ndarray | None = None,
-    cache: dict | None = None,
-):
-    """Exact min-cost assignment with outliers on a sparse candidate graph.
-
-    Parameters
-    ----------
-    ei, ej : numpy.ndarray of int
-        Candidate pairs (index into side 1, index into side 2).
-    ew : numpy.ndarray of int
-        Pair costs (non-negative, ``< ow``).
-    n1, n2 : int
-        Number of nodes on each side.
-    ow : int
-        Cost of leaving a node unmatched.
-    keys1 : numpy.ndarray of int, optional
-        Stable, strictly increasing identifiers of the side-1 nodes (their
-        flat pixel positions), used with ``cache``.
-    cache : dict, optional
-        Solutions of large connected components keyed by their node sets
-        (side-1 ``keys1`` and side-2 indices). A component seen before (same
-        nodes, hence same candidate pairs and costs) is not solved again.
-        Only valid while side 2 and the costs do not change.
-
-    Returns
-    -------
-    (numpy.ndarray, numpy.ndarray)
-        Matched indices on side 1 and side 2 (same length). The matching
-        minimises ``sum(cost of pairs) + ow * (#unmatched nodes)``.
-
-    Notes
-    -----
-    Only nodes with at least one candidate take part. The problem separates
-    over the connected components of the candidate graph: components of at
-    least ``_BIG_COMPONENT`` nodes are solved one by one (and cached), the
-    others together, each by :func:`_solve_lap`.
-    """
-    empty = np.zeros(0, dtype=np.int64)
-    if ei.size == 0:
-        return empty, empty
-    used1 = np.zeros(n1, dtype=bool)
-    used1[ei] = True
-    used2 = np.zeros(n2, dtype=bool)
-    used2[ej] = True
-    idx1 = np.flatnonzero(used1)
-    idx2 = np.flatnonzero(used2)
-    a, b = idx1.size, idx2.size
-    ci = (np.cumsum(used1) - 1)[ei]
-    cj = (np.cumsum(used2) - 1)[ej]
-    if a + b < 2 * _BIG_COMPONENT:
-        r, c = _solve_lap(ci, cj, ew, a, b, ow)
-        return idx1[r], idx2[c]
-    adj = csr_matrix((np.ones(ci.size, dtype=np.int8), (ci, a + cj)), shape=(a + b, a + b))
-    ncomp, lab = connected_components(adj, directed=False)
-    sizes = np.bincount(lab, minlength=ncomp)
-    big = np.flatnonzero(sizes >= _BIG_COMPONENT)
-    if big.size == 0 or (big.size == 1 and ncomp == 1 and cache is None):
-        r, c = _solve_lap(ci, cj, ew, a, b, ow)
-        return idx1[r], idx2[c]
-    lab1, lab2 = lab[:a], lab[a:]
-    elab = lab1[ci]
-    out1, out2 = [], []
-    is_big = np.zeros(ncomp, dtype=bool)
-    is_big[big] = True
-    # components solved one at a time (sorted views of nodes and edges)
-    e_order = np.argsort(elab, kind="stable")
-    e_bounds = np.searchsorted(elab[e_order], np.arange(ncomp + 1))
-    n1_order = np.argsort(lab1, kind="stable")
-    n1_bounds = np.searchsorted(lab1[n1_order], np.arange(ncomp + 1))
-    n2_order = np.argsort(lab2, kind="stable")
-    n2_bounds = np.searchsorted(lab2[n2_order], np.arange(ncomp + 1))
-    for comp in big:
-        nodes1 = n1_order[n1_bounds[comp] : n1_bounds[comp + 1]]
-        nodes2 = n2_order[n2_bounds[comp] : n2_bounds[comp + 1]]
-        key = None
-        if cache is not None and keys1 is not None:
-            key = (keys1[idx1[nodes1]].tobytes(), idx2[nodes2].tobytes())
-            hit = cache.get(key)
-            if hit is not None:
-                out1.append(np.searchsorted(keys1, hit[0]))
-                out2.append(hit[1])
-                continue
-        edges = e_order[e_bounds[comp] : e_bounds[comp + 1]]
-        loc1 = np.empty(a, dtype=np.int64)
-        loc1[nodes1] = np.arange(nodes1.size)
-        loc2 = np.empty(b, dtype=np.int64)
-        loc2[nodes2] = np.arange(nodes2.size)
-        r, c = _solve_lap(loc1[ci[edges]], loc2[cj[edges]], ew[edges], nodes1.size, nodes2.size, ow)
-        m1, m2 = idx1[nodes1[r]], idx2[nodes2[c]]
-        if key is not None:
-            cache[key] = (keys1[m1], m2)
-        out1.append(m1)
-        out2.append(m2)
-    small_e = ~is_big[elab]
-    if small_e.any():
-        small1 = np.flatnonzero(~is_big[lab1])
-        small2 = np.flatnonzero(~is_big[lab2])
-        loc1 = np.empty(a, dtype=np.int64)
-        loc1[small1] = np.arange(small1.size)
-        loc2 = np.empty(b, dtype=np.int64)
-        loc2[small2] = np.arange(small2.size)
-        r, c = _solve_lap(loc1[ci[small_e]], loc2[cj[small_e]], ew[small_e], small1.size, small2.size, ow)
-        out1.append(idx1[small1[r]])
-        out2.append(idx2[small2[c]])
-    return np.concatenate(out1), np.concatenate(out2)
-
-
 def _check_map(x, name):
     x = np.asarray(x)
     if x.ndim != 2:
@@ -335,23 +168,14 @@ def _check_map(x, name):
     return x != 0
 
 
-@dataclass
-class _GTCandidates:
-    """Pre-computed candidate neighbourhood of one annotator's boundary map."""
-
-    n: int  # number of annotator boundary pixels
-    lin: np.ndarray  # flat image index of a candidate position
-    gt: np.ndarray  # annotator pixel index of that candidate
-    cost: np.ndarray  # fixed-point distance cost
-    cache: dict = field(default_factory=dict)  # component solutions
-
-
 class BoundaryMatcher:
     """Matches boundary maps of one image against all of its annotators.
 
-    The candidate positions within the tolerance of every annotator pixel are
-    computed once, so that matching a new predicted map only costs a gather,
-    a compaction and one sparse assignment per annotator.
+    The positions within the tolerance of every annotator pixel are listed once
+    (:func:`hiseg.metrics.kernels.neighbourhoods`), so that matching a predicted map
+    costs, per annotator, a gather over those lists and one exact assignment per
+    connected component of the candidate graph (:func:`hiseg.metrics.kernels.match_map`,
+    compiled).
 
     Parameters
     ----------
@@ -363,11 +187,8 @@ class BoundaryMatcher:
     outlier_cost : float, default 100
         Cost of an unmatched pixel in units of the tolerance.
     cache : bool, default True
-        Remember the solution of every large connected component of the
-        candidate graph, so that a component that reappears unchanged in a
-        later map (typically at the next threshold) is not solved again.
-        Memory grows with the number of distinct components seen; call
-        :meth:`clear_cache` to release it.
+        Kept for compatibility; the assignment is now cheap enough that no solution is
+        remembered between maps (the counts never depended on it).
 
     Raises
     ------
@@ -393,32 +214,23 @@ class BoundaryMatcher:
         if outlier_cost <= 1:
             raise ValueError("outlier_cost must be > 1 (in units of max_dist)")
         self.shape = shape
-        h, w = shape
         self.max_dist_px = max_distance_pixels(shape, max_dist)
         self.outlier_px = outlier_cost * self.max_dist_px
         self.outlier_weight = int(np.ceil(self.outlier_px * _MULTIPLIER))
+        from .kernels import neighbourhoods
+
         dy, dx, cost = _offsets(self.max_dist_px)
         self.gt_sizes = [int(g.sum()) for g in gts]
-        self._cands: list[_GTCandidates] = []
-        for g in gts:
-            y, x = np.nonzero(g)
-            yy = y[None, :] + dy[:, None]
-            xx = x[None, :] + dx[:, None]
-            ok = (yy >= 0) & (yy < h) & (xx >= 0) & (xx < w)
-            lin = (yy * w + xx)[ok]
-            gid = np.broadcast_to(np.arange(y.size, dtype=np.int64)[None, :], yy.shape)[ok]
-            cst = np.broadcast_to(cost[:, None], yy.shape)[ok]
-            self._cands.append(_GTCandidates(int(y.size), lin.astype(np.int64), gid.copy(), cst.copy()))
-        self._ids = np.full(h * w, -1, dtype=np.int64)
+        # per annotator pixel, the positions within the tolerance and their costs
+        self._hoods = [neighbourhoods(np.flatnonzero(g).astype(np.int64), *shape, dy, dx, cost) for g in gts]
+        self._ids = np.full(gts[0].size, -1, dtype=np.int64)
 
     def clear_cache(self) -> None:
-        """Forget the cached component solutions."""
-        for cand in self._cands:
-            cand.cache.clear()
+        """Nothing to forget (kept for compatibility)."""
 
     @property
     def n_annotators(self) -> int:
-        return len(self._cands)
+        return len(self._hoods)
 
     def match(self, pred: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
         """Optimal correspondence of a predicted map with every annotator.
@@ -433,13 +245,15 @@ class BoundaryMatcher:
         list of (numpy.ndarray, numpy.ndarray)
             Per annotator, the indices (into ``np.flatnonzero(pred)`` and into
             the annotator's ``np.flatnonzero(gt)``) of the pixels paired by
-            the optimal assignment.
+            the optimal assignment, in increasing order of the first.
 
         Raises
         ------
         ValueError
             If ``pred`` is not 2-D or its shape differs from the annotators'.
         """
+        from .kernels import match_map
+
         pred = _check_map(pred, "predicted boundary map")
         if pred.shape != self.shape:
             raise ValueError(f"predicted map shape {pred.shape} != ground-truth shape {self.shape}")
@@ -447,18 +261,14 @@ class BoundaryMatcher:
         ids = self._ids
         ids[plin] = np.arange(plin.size, dtype=np.int64)
         try:
-            edges = []
-            for cand in self._cands:
-                pi = ids[cand.lin]
-                keep = pi >= 0
-                edges.append((pi[keep], cand.gt[keep], cand.cost[keep]))
+            out = []
+            for hood in self._hoods:
+                mp, mg = match_map(ids, plin.size, *hood, self.outlier_weight)
+                order = np.argsort(mp)
+                out.append((mp[order], mg[order]))
         finally:
             ids[plin] = -1
-        return [
-            _assign(ei, ej, ew, plin.size, cand.n, self.outlier_weight,
-                    keys1=plin, cache=cand.cache if self.use_cache else None)
-            for (ei, ej, ew), cand in zip(edges, self._cands)
-        ]
+        return out
 
     def counts(self, pred: np.ndarray) -> tuple[int, int, int, int]:
         """Benchmark counts of one (thinned) predicted map.

@@ -1,0 +1,653 @@
+"""Compiled kernels of the boundary benchmark (numba): thinning and the pixel assignment.
+
+:mod:`hiseg.metrics.matching` calls these; nothing here reads files or knows about
+thresholds. Two kernels:
+
+* :func:`thin` -- MATLAB's ``bwmorph(BW, 'thin', Inf)``: the two-subiteration parallel
+  thinning of Guo & Hall (1989) as Lam, Lee & Suen (1992, p. 879) state it, zero padding,
+  iterated until a whole iteration deletes nothing. The deletion tables are built here
+  from the paper's three conditions (:func:`thinning_tables`); the result equals
+  :func:`skimage.morphology.thin`'s (``tests/test_metrics_bsds.py``), at a fraction of its
+  cost because only foreground pixels are visited.
+* :func:`match_map` -- the minimum-cost assignment of a (thinned) predicted boundary map
+  to one annotator's boundary map, with outliers, as the official ``correspondPixels``
+  poses it: pairs within the tolerance cost ``rint(100 * distance)``, an unpaired pixel of
+  either side costs the outlier weight. The candidate graph (pairs within the tolerance)
+  is split into its connected components and each is solved exactly by
+  :func:`lapjvsp`, a port of the LAPJVsp shortest augmenting path algorithm (Jonker &
+  Volgenant, Computing 38, 1987; Volgenant's sparse Pascal code) that takes the same
+  decision at every step as :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching`
+  does on the same CSR graph (hence the same tie-breaking, hence the same counts).
+
+Why components give the same answer as the whole graph
+------------------------------------------------------
+Every step of LAPJVsp reads and writes only the prices, assignments and costs of one
+row and its columns; rows are visited in index order (column reduction: columns in
+decreasing order; augmenting row reduction and augmentation: the free rows in the order
+they were freed) and ties go to the lowest index (or the first entry of a row in CSR
+order). So on a graph made of several components, the steps that touch one component
+are, in the same order, the steps LAPJVsp takes on that component alone, once its rows
+and columns are renumbered in the same relative order. :func:`match_map` numbers each
+component's nodes in increasing pixel order, as the whole graph does.
+
+Why only the touched columns are reset
+--------------------------------------
+Volgenant's code resets the distance of every column before each augmenting path and
+scans every column for the next minimum; the columns never reached keep an infinite
+distance and are skipped. Resetting and scanning only the columns the path search
+reached (and ordering tied columns by index) takes the same decisions in
+O(columns reached) instead of O(all columns).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["lapjvsp", "match_map", "thin", "thinning_tables"]
+
+_INF = np.inf
+
+
+# ----------------------------------------------------------------------------
+# thinning
+# ----------------------------------------------------------------------------
+def thinning_tables() -> tuple[np.ndarray, np.ndarray]:
+    """Deletion tables of the Guo-Hall two-subiteration thinning.
+
+    Index ``code`` of a table is the 8-neighbourhood of a pixel, bit ``k`` set when
+    neighbour ``x_{k+1}`` is foreground, the neighbours numbered counter-clockwise from
+    the east: ``x1`` E, ``x2`` NE, ``x3`` N, ``x4`` NW, ``x5`` W, ``x6`` SW, ``x7`` S,
+    ``x8`` SE. A foreground pixel is deleted in the first subiteration when
+
+    * G1: ``X_H = 1``, ``X_H`` counting the ``i`` in 1..4 with ``x_{2i-1} = 0`` and
+      (``x_{2i} = 1`` or ``x_{2i+1} = 1``) (``x9 = x1``);
+    * G2: ``2 <= min(n1, n2) <= 3``, ``n1 = sum_k (x_{2k-1} or x_{2k})``,
+      ``n2 = sum_k (x_{2k} or x_{2k+1})``, k in 1..4;
+    * G3: ``(x2 or x3 or not x8) and x1`` is false;
+
+    and in the second subiteration with G3': ``(x6 or x7 or not x4) and x5`` false.
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Two ``uint8`` tables of 256 entries (1 = delete). Cost O(256).
+    """
+    first = np.zeros(256, dtype=np.uint8)
+    second = np.zeros(256, dtype=np.uint8)
+    for code in range(256):
+        x = [bool(code >> k & 1) for k in range(8)]  # x[0] is x1
+        xs = x + x[:1]  # xs[8] is x9 = x1
+        x_h = sum(1 for i in range(4) if not xs[2 * i] and (xs[2 * i + 1] or xs[2 * i + 2]))
+        n1 = sum(1 for k in range(4) if xs[2 * k] or xs[2 * k + 1])
+        n2 = sum(1 for k in range(4) if xs[2 * k + 1] or xs[2 * k + 2])
+        if x_h != 1 or not 2 <= min(n1, n2) <= 3:
+            continue
+        first[code] = not ((x[1] or x[2] or not x[7]) and x[0])
+        second[code] = not ((x[5] or x[6] or not x[3]) and x[4])
+    return first, second
+
+
+_TABLES = np.stack(thinning_tables())
+
+
+@njit(cache=True, nogil=True)
+def _thin(img, tables):
+    h, w = img.shape
+    out = img.copy()
+    n = 0
+    for y in range(h):
+        for x in range(w):
+            if out[y, x]:
+                n += 1
+    ys = np.empty(n, dtype=np.int64)
+    xs = np.empty(n, dtype=np.int64)
+    k = 0
+    for y in range(h):
+        for x in range(w):
+            if out[y, x]:
+                ys[k] = y
+                xs[k] = x
+                k += 1
+    gone = np.empty(n, dtype=np.int64)
+    deleted_any = True
+    while deleted_any:  # one iteration = both subiterations
+        deleted_any = False
+        for sub in range(2):
+            nd = 0
+            for k in range(n):
+                y, x = ys[k], xs[k]
+                code = 0
+                up, down, left, right = y > 0, y < h - 1, x > 0, x < w - 1
+                if right and out[y, x + 1]:
+                    code |= 1
+                if up and right and out[y - 1, x + 1]:
+                    code |= 2
+                if up and out[y - 1, x]:
+                    code |= 4
+                if up and left and out[y - 1, x - 1]:
+                    code |= 8
+                if left and out[y, x - 1]:
+                    code |= 16
+                if down and left and out[y + 1, x - 1]:
+                    code |= 32
+                if down and out[y + 1, x]:
+                    code |= 64
+                if down and right and out[y + 1, x + 1]:
+                    code |= 128
+                if tables[sub, code]:
+                    gone[nd] = k
+                    nd += 1
+            for q in range(nd):  # parallel: delete after the whole pass
+                out[ys[gone[q]], xs[gone[q]]] = 0
+            if nd:
+                deleted_any = True
+                keep = 0
+                for k in range(n):
+                    if out[ys[k], xs[k]]:
+                        ys[keep] = ys[k]
+                        xs[keep] = xs[k]
+                        keep += 1
+                n = keep
+    return out
+
+
+def thin(mask: np.ndarray) -> np.ndarray:
+    """Guo-Hall thinning of a boolean map to convergence (see the module docstring).
+
+    Parameters
+    ----------
+    mask : numpy.ndarray of bool, shape (H, W)
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (H, W)
+        A new array. Cost O(H W) to list the foreground, then O(foreground) per pass.
+    """
+    return _thin(np.ascontiguousarray(mask, dtype=bool).view(np.uint8), _TABLES).view(bool)
+
+
+# ----------------------------------------------------------------------------
+# LAPJVsp
+# ----------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _augment_back(lab, labc, y, ycost, x, j, i0):
+    """Flip the alternating path ending at free column ``j`` back to row ``i0``."""
+    while True:
+        i = lab[j]
+        y[j] = i
+        ycost[j] = labc[j]
+        k = j
+        j = x[i]
+        x[i] = k
+        if i == i0:
+            return
+
+
+@njit(cache=True, nogil=True)
+def _entry(first, kk, i, j):
+    """Position of column ``j`` in row ``i`` of the CSR graph."""
+    t = first[i]
+    while kk[t] != j:
+        t += 1
+    return t
+
+
+@njit(cache=True, nogil=True)
+def _reduce_columns(first, kk, cc, n, v, x, y, ycost, free):
+    """Column reduction and reduction transfer; returns the number of free rows (listed
+    in ``free``, increasing)."""
+    several = np.zeros(n, dtype=np.bool_)  # row picked by more than one column
+    # each column's cheapest row (the first one on ties), then each row keeps the
+    # highest-numbered column that picked it
+    for i in range(n):
+        for t in range(first[i], first[i + 1]):
+            j = kk[t]
+            if cc[t] < v[j]:
+                v[j] = cc[t]
+                y[j] = i
+                ycost[j] = cc[t]
+    for j in range(n - 1, -1, -1):
+        i = y[j]
+        if x[i] == -1:
+            x[i] = j
+        else:
+            y[j] = -1
+            several[i] = True
+    # reduction transfer to the rows with one column; the unassigned rows are free
+    nfree = 0
+    for i in range(n):
+        if several[i]:
+            continue
+        if x[i] != -1:
+            j1 = x[i]
+            low = _INF
+            for t in range(first[i], first[i + 1]):
+                j = kk[t]
+                if j != j1 and cc[t] - v[j] < low:
+                    low = cc[t] - v[j]
+            v[j1] = cc[_entry(first, kk, i, j1)] - low
+        else:
+            free[nfree] = i
+            nfree += 1
+    return nfree
+
+
+@njit(cache=True, nogil=True)
+def _reduce_rows(first, kk, cc, v, x, y, ycost, free, nfree):
+    """Two rounds of augmenting row reduction; returns the number of rows left free."""
+    for _ in range(2):
+        h = 0
+        n_round = nfree
+        nfree = 0
+        while h < n_round:
+            i = free[h]
+            h += 1
+            j0 = -1
+            j1 = -1
+            c0 = 0.0
+            c1 = 0.0
+            u0 = _INF  # lowest reduced cost of the row
+            u1 = _INF  # second lowest
+            for t in range(first[i], first[i + 1]):
+                j = kk[t]
+                dj = cc[t] - v[j]
+                if dj < u1:
+                    if dj >= u0:
+                        u1 = dj
+                        j1 = j
+                        c1 = cc[t]
+                    else:
+                        u1 = u0
+                        u0 = dj
+                        j1 = j0
+                        c1 = c0
+                        j0 = j
+                        c0 = cc[t]
+            i0 = y[j0]
+            if u0 < u1:
+                v[j0] += u0 - u1
+            elif i0 != -1:
+                j0 = j1
+                c0 = c1
+                i0 = y[j0]
+            x[i] = j0
+            y[j0] = i
+            ycost[j0] = c0
+            if i0 != -1:
+                if u0 < u1:  # the displaced row is treated next
+                    h -= 1
+                    free[h] = i0
+                else:  # ... or in the next round
+                    free[nfree] = i0
+                    nfree += 1
+    return nfree
+
+
+@njit(cache=True, nogil=True)
+def _first_free(todo, top, y, scanned):
+    """The first unassigned column of ``todo[0..top]``, or -1; the columns before it
+    are marked scanned."""
+    for q in range(top + 1):
+        j = todo[q]
+        if y[j] == -1:
+            return j
+        scanned[j] = True
+    return -1
+
+
+@njit(cache=True, nogil=True)
+def _next_minimum(front, n_front, scanned, d, todo):
+    """The least distance among the reached, unscanned columns (``front[:n_front]``,
+    compacted in place); its columns go to ``todo[0..top]`` in increasing order (an
+    insertion sort: ties are few). Returns ``(low, top, n_front)``."""
+    low = _INF
+    keep = 0
+    for q in range(n_front):
+        j = front[q]
+        if not scanned[j]:
+            front[keep] = j
+            keep += 1
+            if d[j] < low:
+                low = d[j]
+    top = -1
+    for q in range(keep):
+        j = front[q]
+        if d[j] == low:
+            top += 1
+            r = top - 1
+            while r >= 0 and todo[r] > j:
+                todo[r + 1] = todo[r]
+                r -= 1
+            todo[r + 1] = j
+    return low, top, keep
+
+
+@njit(cache=True, nogil=True)
+def _augment(i0, first, kk, cc, n, v, x, y, ycost, w):
+    """One shortest augmenting path from the free row ``i0`` (Dijkstra on reduced costs),
+    then the price update of the columns scanned before the last minimum and the flip
+    of the path. ``w`` holds the work arrays (see :func:`lapjvsp`)."""
+    d, scanned, lab, labc, todo, reached, front = w
+    n_reached = 0
+    low = _INF
+    top = -1  # todo[0..top]: columns at distance `low`, not yet scanned
+    for t in range(first[i0], first[i0 + 1]):
+        j = kk[t]
+        dj = cc[t] - v[j]
+        reached[n_reached] = j
+        front[n_reached] = j
+        n_reached += 1
+        d[j] = dj
+        lab[j] = i0
+        labc[j] = cc[t]
+        if dj <= low:
+            if dj < low:
+                top = -1
+                low = dj
+            top += 1
+            todo[top] = j
+    n_front = n_reached
+    last = n  # todo[last..n-1]: the columns scanned before the latest minimum
+    end_col = _first_free(todo, top, y, scanned)
+    update_prices = False
+    bottom = n - 1
+    while end_col < 0:
+        j0 = todo[top]
+        top -= 1
+        i = y[j0]
+        todo[bottom] = j0
+        bottom -= 1
+        hi = ycost[j0] - v[j0] - low
+        for t in range(first[i], first[i + 1]):
+            j = kk[t]
+            if not scanned[j]:
+                dj = cc[t] - v[j] - hi
+                if dj < d[j]:
+                    if d[j] == _INF:
+                        reached[n_reached] = j
+                        n_reached += 1
+                        front[n_front] = j
+                        n_front += 1
+                    d[j] = dj
+                    lab[j] = i
+                    labc[j] = cc[t]
+                    if dj == low:
+                        if y[j] == -1:
+                            end_col = j
+                            break
+                        top += 1
+                        todo[top] = j
+                        scanned[j] = True
+        if end_col >= 0:
+            update_prices = True
+        elif top == -1:
+            last = bottom + 1
+            low, top, n_front = _next_minimum(front, n_front, scanned, d, todo)
+            end_col = _first_free(todo, top, y, scanned)
+            update_prices = end_col >= 0
+    if update_prices:
+        for q in range(last, n):
+            j = todo[q]
+            v[j] += d[j] - low
+    _augment_back(lab, labc, y, ycost, x, end_col, i0)
+    for q in range(n_reached):
+        j = reached[q]
+        d[j] = _INF
+        scanned[j] = False
+
+
+@njit(cache=True, nogil=True)
+def lapjvsp(first, kk, cc, n):
+    """Minimum-cost perfect matching of a square sparse bipartite graph (LAPJVsp).
+
+    Parameters
+    ----------
+    first, kk, cc : numpy.ndarray
+        The graph in CSR form (``indptr`` int64, ``indices`` int64 sorted within each
+        row, ``data`` float64 costs).
+    n : int
+        Number of rows, and of columns.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        The column assigned to each row; the same assignment as
+        :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching` returns for the
+        same CSR graph. The graph must hold a perfect matching (every caller here builds
+        one that does; otherwise the result is undefined). Cost: column reduction and two
+        rounds of augmenting row reduction, O(nnz), then one shortest augmenting path per
+        row left free, each O(entries of the rows it reaches).
+    """
+    v = np.full(n, _INF)
+    x = np.full(n, -1, dtype=np.int64)
+    y = np.full(n, -1, dtype=np.int64)
+    ycost = np.empty(n)  # cost of the entry (y[j], j): saves a search of the row
+    free = np.empty(n, dtype=np.int64)
+    nfree = _reduce_columns(first, kk, cc, n, v, x, y, ycost, free)
+    nfree = _reduce_rows(first, kk, cc, v, x, y, ycost, free, nfree)
+    work = (
+        np.full(n, _INF),  # d: distance of a reached column
+        np.zeros(n, dtype=np.bool_),  # scanned
+        np.zeros(n, dtype=np.int64),  # lab: the row a column is reached from ...
+        np.empty(n),  # labc: ... and the cost of that entry
+        np.empty(n, dtype=np.int64),  # todo: columns to scan (bottom), scanned (top)
+        np.empty(n, dtype=np.int64),  # reached: the columns whose d is finite
+        np.empty(n, dtype=np.int64),  # front: reached columns, maybe scanned since
+    )
+    for f in range(nfree):
+        _augment(free[f], first, kk, cc, n, v, x, y, ycost, work)
+    return x
+
+
+# ----------------------------------------------------------------------------
+# assignment of a predicted map to one annotator
+# ----------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def _solve_component(pn, gn, ptr, eg, ec, gptr, gadj, loc_p, loc_g, ow, mp, mg, n_out):
+    """Solve one component (predicted nodes ``pn``, annotator nodes ``gn``, both
+    increasing) and append its pairs to ``mp``/``mg`` from ``n_out`` on; returns the new
+    count. The graph is the one :func:`match_map` describes."""
+    a = pn.size
+    b = gn.size
+    for i in range(a):
+        loc_p[pn[i]] = i
+    for j in range(b):
+        loc_g[gn[j]] = j
+    n = a + b
+    nnz = n
+    for i in range(a):
+        nnz += 2 * (ptr[pn[i] + 1] - ptr[pn[i]])
+    first = np.empty(n + 1, dtype=np.int64)
+    kk = np.empty(nnz, dtype=np.int64)
+    cc = np.empty(nnz, dtype=np.float64)
+    wo = ow + 1.0
+    t = 0
+    for i in range(a):  # a predicted pixel: its candidates, then its own outlier
+        first[i] = t
+        p = pn[i]
+        for e in range(ptr[p], ptr[p + 1]):  # candidates sorted by annotator index
+            kk[t] = loc_g[eg[e]]
+            cc[t] = ec[e] + 1.0
+            t += 1
+        kk[t] = b + i
+        cc[t] = wo
+        t += 1
+    for j in range(b):  # an annotator pixel's outlier: the pixel, then the mirrored pairs
+        first[a + j] = t
+        kk[t] = j
+        cc[t] = wo
+        t += 1
+        g = gn[j]
+        for e in range(gptr[g], gptr[g + 1]):  # predicted pixels, increasing
+            kk[t] = b + loc_p[gadj[e]]
+            cc[t] = wo
+            t += 1
+    first[n] = t
+    x = lapjvsp(first, kk, cc, n)
+    for i in range(a):
+        if x[i] < b:
+            mp[n_out] = pn[i]
+            mg[n_out] = gn[x[i]]
+            n_out += 1
+    return n_out
+
+
+@njit(cache=True, nogil=True)
+def neighbourhoods(glin, h, w, dy, dx, cost):
+    """The candidate positions of every annotator pixel: those within the tolerance.
+
+    Parameters
+    ----------
+    glin : numpy.ndarray of int64
+        Flat positions (``y * w + x``) of the annotator's pixels, increasing.
+    h, w : int
+        Image shape.
+    dy, dx, cost : numpy.ndarray of int64
+        Offsets within the tolerance and their costs ``rint(100 * distance)``.
+
+    Returns
+    -------
+    (ptr, lin, lcost) : numpy.ndarray of int64
+        CSR lists: for annotator pixel ``g``, the in-image positions
+        ``lin[ptr[g]:ptr[g + 1]]`` and their costs. Cost O(pixels * offsets).
+    """
+    n = glin.size
+    nof = dy.size
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    for g in range(n):
+        yg = glin[g] // w
+        xg = glin[g] - yg * w
+        c = 0
+        for k in range(nof):
+            if 0 <= yg + dy[k] < h and 0 <= xg + dx[k] < w:
+                c += 1
+        ptr[g + 1] = ptr[g] + c
+    lin = np.empty(ptr[n], dtype=np.int64)
+    lcost = np.empty(ptr[n], dtype=np.int64)
+    t = 0
+    for g in range(n):
+        yg = glin[g] // w
+        xg = glin[g] - yg * w
+        for k in range(nof):
+            yy = yg + dy[k]
+            xx = xg + dx[k]
+            if 0 <= yy < h and 0 <= xx < w:
+                lin[t] = yy * w + xx
+                lcost[t] = cost[k]
+                t += 1
+    return ptr, lin, lcost
+
+
+@njit(cache=True, nogil=True)
+def match_map(pid, n1, nptr, nlin, ncost, ow):
+    """Optimal correspondence of predicted boundary pixels with one annotator's.
+
+    Parameters
+    ----------
+    pid : numpy.ndarray of int64, shape (h * w,)
+        Index of the predicted pixel at each flat position (its rank in row-major
+        order), -1 where there is none.
+    n1 : int
+        Number of predicted pixels.
+    nptr, nlin, ncost : numpy.ndarray of int64
+        The annotator's :func:`neighbourhoods`.
+    ow : int
+        Cost of an unpaired pixel (``ceil(100 * outlier distance)``).
+
+    Returns
+    -------
+    (numpy.ndarray, numpy.ndarray)
+        Paired indices of predicted and annotator pixels, minimising
+        ``sum(pair costs) + ow * (unpaired pixels)``; among optimal pairings, the one
+        scipy's LAPJVsp picks on the graph of ``hiseg.metrics.matching`` (every pixel
+        with a private outlier on the other side, outliers paired wherever their pixels
+        may pair, every cost + 1). Cost O(annotator pixels * offsets) for the
+        candidates, then one :func:`lapjvsp` per connected component of the candidate
+        graph.
+    """
+    n_gt = nptr.size - 1
+    # candidate pairs, from both sides: annotator pixel g -> its predicted pixels
+    # (gptr/gadj, sorted by p), predicted pixel p -> its annotator pixels (ptr/eg/ec,
+    # sorted by g since g is visited in increasing order)
+    gptr = np.zeros(n_gt + 1, dtype=np.int64)
+    deg = np.zeros(n1 + 1, dtype=np.int64)
+    for g in range(n_gt):
+        c = 0
+        for e in range(nptr[g], nptr[g + 1]):
+            p = pid[nlin[e]]
+            if p >= 0:
+                c += 1
+                deg[p + 1] += 1
+        gptr[g + 1] = gptr[g] + c
+    ptr = np.cumsum(deg)
+    ne = ptr[n1]
+    eg = np.empty(ne, dtype=np.int64)
+    ec = np.empty(ne, dtype=np.int64)
+    gadj = np.empty(ne, dtype=np.int64)
+    fill = ptr[:-1].copy()
+    for g in range(n_gt):
+        t = gptr[g]
+        for e in range(nptr[g], nptr[g + 1]):
+            p = pid[nlin[e]]
+            if p >= 0:
+                r = t - 1  # insertion into g's list, kept sorted by p
+                while r >= gptr[g] and gadj[r] > p:
+                    gadj[r + 1] = gadj[r]
+                    r -= 1
+                gadj[r + 1] = p
+                t += 1
+                eg[fill[p]] = g
+                ec[fill[p]] = ncost[e]
+                fill[p] += 1
+    # connected components by breadth-first search, each solved on its own
+    seen_p = np.zeros(n1, dtype=np.bool_)
+    seen_g = np.zeros(n_gt, dtype=np.bool_)
+    queue = np.empty(n1 + n_gt, dtype=np.int64)  # p >= 0, annotator g as -(g + 1)
+    loc_p = np.empty(n1, dtype=np.int64)
+    loc_g = np.empty(n_gt, dtype=np.int64)
+    cap = min(n1, n_gt)
+    mp = np.empty(cap, dtype=np.int64)
+    mg = np.empty(cap, dtype=np.int64)
+    n_out = 0
+    for s in range(n1):
+        if seen_p[s] or ptr[s + 1] == ptr[s]:
+            continue
+        seen_p[s] = True
+        queue[0] = s
+        head = 0
+        tail = 1
+        na = 0
+        while head < tail:
+            node = queue[head]
+            head += 1
+            if node >= 0:
+                na += 1
+                for e in range(ptr[node], ptr[node + 1]):
+                    g = eg[e]
+                    if not seen_g[g]:
+                        seen_g[g] = True
+                        queue[tail] = -(g + 1)
+                        tail += 1
+            else:
+                g = -node - 1
+                for e in range(gptr[g], gptr[g + 1]):
+                    p = gadj[e]
+                    if not seen_p[p]:
+                        seen_p[p] = True
+                        queue[tail] = p
+                        tail += 1
+        pn = np.empty(na, dtype=np.int64)
+        gn = np.empty(tail - na, dtype=np.int64)
+        ia = 0
+        ib = 0
+        for q in range(tail):
+            if queue[q] >= 0:
+                pn[ia] = queue[q]
+                ia += 1
+            else:
+                gn[ib] = -queue[q] - 1
+                ib += 1
+        pn.sort()
+        gn.sort()
+        n_out = _solve_component(pn, gn, ptr, eg, ec, gptr, gadj, loc_p, loc_g, ow, mp, mg, n_out)
+    return mp[:n_out].copy(), mg[:n_out].copy()

@@ -1,0 +1,126 @@
+"""The compiled kernels of the benchmark (hiseg.metrics.kernels) against independent truths.
+
+* thinning: :func:`skimage.morphology.thin` (the port of MATLAB's ``bwmorph(..., 'thin',
+  Inf)``) on random maps, and its deletion tables;
+* LAPJVsp: :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching` on the same
+  CSR graphs -- the same assignment, not only the same cost (the benchmark's counts
+  depend on which optimal assignment is picked);
+* the per-component matching of :class:`hiseg.metrics.matching.BoundaryMatcher`: scipy's
+  LAPJVsp on the whole candidate graph (the construction the benchmark used before the
+  kernels), on random and on correlated maps with many ties.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+from scipy.spatial import cKDTree
+from skimage.morphology import thin as sk_thin
+
+from hiseg.metrics import kernels
+from hiseg.metrics import matching as bd
+
+
+# ----------------------------------------------------------------------------
+# thinning
+# ----------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), density=st.floats(0.05, 0.95), h=st.integers(1, 40), w=st.integers(1, 40))
+def test_thin_equals_skimage(seed, density, h, w):
+    img = np.random.default_rng(seed).random((h, w)) < density
+    np.testing.assert_array_equal(kernels.thin(img), sk_thin(img))
+
+
+def test_thin_on_blobs_and_boundaries():
+    rng = np.random.default_rng(0)
+    img = np.zeros((80, 90), dtype=bool)
+    for _ in range(12):  # thick blobs, thin lines, 2x2 junctions
+        y, x = rng.integers(0, 75, 2)
+        img[y : y + rng.integers(1, 8), x : x + rng.integers(1, 8)] = True
+    img[40, :] = True
+    img[:, 45:47] = True
+    np.testing.assert_array_equal(kernels.thin(img), sk_thin(img))
+    assert not kernels.thin(np.zeros((4, 4), bool)).any()
+
+
+def test_thinning_tables_delete_isolated_and_end_pixels_only_where_guo_hall_says():
+    first, second = kernels.thinning_tables()
+    assert first[0] == 0 and second[0] == 0  # an isolated pixel stays (X_H = 0)
+    assert first[0b11111111] == 0  # an interior pixel stays
+    assert first.sum() > 0 and second.sum() > 0 and not np.array_equal(first, second)
+
+
+# ----------------------------------------------------------------------------
+# LAPJVsp
+# ----------------------------------------------------------------------------
+def _random_square_graph(rng, n, density, integer_costs):
+    """A random square sparse graph that holds a perfect matching (a hidden permutation)."""
+    mask = rng.random((n, n)) < density
+    mask[np.arange(n), rng.permutation(n)] = True
+    cost = rng.integers(1, 6, size=(n, n)).astype(float) if integer_costs else rng.random((n, n)) + 0.1
+    g = csr_matrix(np.where(mask, cost, 0.0))
+    g.sort_indices()
+    return g
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_lapjvsp_takes_scipys_decisions(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 60))
+    g = _random_square_graph(rng, n, float(rng.uniform(0.02, 0.4)), integer_costs=seed % 3 != 0)
+    _, expected = min_weight_full_bipartite_matching(g)
+    got = kernels.lapjvsp(g.indptr.astype(np.int64), g.indices.astype(np.int64), g.data.astype(np.float64), n)
+    np.testing.assert_array_equal(got, expected)
+
+
+# ----------------------------------------------------------------------------
+# matching: per component == scipy on the whole graph
+# ----------------------------------------------------------------------------
+def _scipy_whole_graph_match(pred, gt, max_dist=bd.DEFAULT_MAX_DIST):
+    """Pairs of the assignment scipy's LAPJVsp picks on the whole candidate graph (every
+    pixel with a private outlier, outliers mirrored along the candidate pairs, costs + 1),
+    the construction hiseg's benchmark solved before the compiled kernels."""
+    radius = bd.max_distance_pixels(pred.shape, max_dist)
+    ow = int(np.ceil(bd.DEFAULT_OUTLIER_COST * radius * 100))
+    pairs = cKDTree(np.argwhere(pred)).sparse_distance_matrix(cKDTree(np.argwhere(gt)), radius, output_type="ndarray")
+    if pairs.size == 0:
+        return set()
+    ei, ej = pairs["i"].astype(np.int64), pairs["j"].astype(np.int64)
+    ew = np.rint(pairs["v"] * 100)
+    used1, used2 = np.unique(ei), np.unique(ej)
+    ci, cj = np.searchsorted(used1, ei), np.searchsorted(used2, ej)
+    a, b = used1.size, used2.size
+    rows = np.concatenate([ci, np.arange(a), a + np.arange(b), a + cj])
+    cols = np.concatenate([cj, b + np.arange(a), np.arange(b), b + ci])
+    wts = np.concatenate([ew + 1.0, np.full(a + b + ci.size, ow + 1.0)])
+    r, c = min_weight_full_bipartite_matching(csr_matrix((wts, (rows, cols)), shape=(a + b, a + b)))
+    real = (r < a) & (c < b)
+    return set(zip(used1[r[real]].tolist(), used2[c[real]].tolist()))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_matcher_pairs_equal_scipy_on_the_whole_graph(seed):
+    rng = np.random.default_rng(seed)
+    h, w = int(rng.integers(20, 70)), int(rng.integers(20, 70))
+    pred = rng.random((h, w)) < 0.08
+    gt = rng.random((h, w)) < 0.08
+    if seed % 2:  # correlated maps: many ties, long alternating paths, big components
+        gt = np.roll(pred, 1, axis=1) | (rng.random((h, w)) < 0.03)
+    mp, mg = bd.BoundaryMatcher([gt]).match(pred)[0]
+    assert set(zip(mp.tolist(), mg.tolist())) == _scipy_whole_graph_match(pred, gt)
+
+
+def test_matcher_pairs_equal_scipy_on_a_bsds_image(shared_data):
+    """One real image at a low threshold (thousands of pixels, one giant component)."""
+    from hiseg.io import load_ground_truth
+    from hiseg.metrics.predictions import load_prediction
+
+    name = "102061"
+    pred = load_prediction(shared_data / "BSDS500" / "ucm2" / "val" / f"{name}.mat")
+    _, gts = load_ground_truth(shared_data / "BSDS500" / "data" / "groundTruth" / "val" / f"{name}.mat")
+    pmap = bd.thin_boundaries(pred.data[2::2, 2::2] >= 0.1)
+    mp, mg = bd.BoundaryMatcher(gts[:1]).match(pmap)[0]
+    assert set(zip(mp.tolist(), mg.tolist())) == _scipy_whole_graph_match(pmap, gts[0] != 0)
