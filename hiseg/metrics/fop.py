@@ -42,6 +42,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
+from .summary import f_measure
 from .tables import contingency
 
 __all__ = [
@@ -190,7 +191,7 @@ def fop_from_tables(tables, seg: np.ndarray, gt_segs: Sequence[np.ndarray]) -> F
     none_p = cand_p & ~obj_p & ~part_p
     precision = (obj_p.sum() + prec_p[none_p].sum() / k + BETA * part_p.sum()) / cand_p.sum()
     recall = (n_obj_g + over_g + BETA * n_part_g) / n_cand_g
-    f = 0.0 if precision == 0 and recall == 0 else 2 * precision * recall / (precision + recall)
+    f = f_measure(recall, precision)
     return FopImage(float(f), float(precision), float(recall))
 
 
