@@ -9,8 +9,15 @@ Prints markdown tables:
 2. 64 RAG-sized graphs in one batched call vs the summed floor of the same graphs;
 3. peak resident memory of the closest iteration at the largest size (fresh process).
 
+``--optimiser`` prints only the optimiser step's table instead: the AMSGrad step of
+``fit_ultrametric`` (``hiseg.fitting._AdamStep``: ``torch.optim.adam.adam`` on its own
+state), the step it replaced (written out in the module, kept below as ``WrittenOutAdam``)
+and ``torch.optim.Adam(amsgrad=True).step()``, per step on E weights next to the floor of
+one in-place pass over them (``theta.add_(g)``), and the first step in a fresh process
+after ``import torch`` (what the constructor's imports cost).
+
 Usage: ``python benchmarks/bench_core.py [--sizes 3e3,3e4,3e5,2e6] [--repeat 3]
-[--dasgupta-max 3e5] [--lam 5,50]``. The timing figure of the paper (log-log time per
+[--dasgupta-max 3e5] [--lam 5,50] [--optimiser]``. The timing figure of the paper (log-log time per
 iteration vs edges) is drawn from this script's JSON output by
 ``experiments/timing_figure.py``.
 """
@@ -119,6 +126,90 @@ def peak_memory_child(edges):
                       "iteration_peak_MiB": peak - base}))
 
 
+class WrittenOutAdam:
+    """The AMSGrad step fit_ultrametric used before issue 30 (torch.optim's update written
+    out in hiseg.fitting), kept here as the reference of ``--optimiser``."""
+
+    def __init__(self, theta, lr, eps=1e-8, b1=0.9, b2=0.999):
+        self.theta, self.lr, self.eps, self.b1, self.b2, self.t = theta, lr, eps, b1, b2, 0
+        self.m = self.v = self.vmax = None
+
+    @torch.no_grad()
+    def __call__(self):
+        g = self.theta.grad
+        if self.m is None:
+            self.m, self.v, self.vmax = (torch.zeros_like(g) for _ in range(3))
+        self.t += 1
+        self.m.lerp_(g, 1 - self.b1)
+        self.v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
+        torch.maximum(self.vmax, self.v, out=self.vmax)
+        bc1, bc2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
+        denom = (self.vmax.sqrt() / bc2 ** 0.5).add_(self.eps)
+        self.theta.addcdiv_(self.m, denom, value=-self.lr / bc1)
+
+
+def _steppers(theta):
+    from hiseg.fitting import _AdamStep
+
+    opt = None
+
+    def torch_class():
+        nonlocal opt
+        opt = opt or torch.optim.Adam([theta], lr=0.1, amsgrad=True)
+        opt.step()
+
+    return {"written out (before)": WrittenOutAdam(theta, 0.1),
+            "hiseg: torch.optim.adam.adam (now)": _AdamStep(theta, 0.1, None, "amsgrad", 1e-8),
+            "torch.optim.Adam(amsgrad=True).step()": torch_class}
+
+
+def optimiser_child(name):
+    """In a fresh process: seconds of the first step after ``import torch`` (imports included)."""
+    theta = torch.zeros(1000, dtype=torch.float64, requires_grad=True)
+    theta.grad = torch.ones_like(theta)
+    step = _steppers(theta)[name]
+    t0 = time.perf_counter()
+    step()
+    print(json.dumps({"first_step_s": time.perf_counter() - t0, "dynamo": "torch._dynamo" in sys.modules}))
+
+
+def optimiser_table(sizes, repeat):
+    print(f"# The optimiser step of fit_ultrametric (single thread, torch {torch.__version__}, float64)\n")
+    names = list(_steppers(torch.zeros(1, requires_grad=True)))
+    print("| edges | floor: theta.add_(g) (ms) | " + " | ".join(f"{n} (ms)" for n in names)
+          + " | " + " | ".join(f"{n}: ratio" for n in names) + " |")
+    print("|---:" * (2 + 2 * len(names)) + "|")
+    n_steps = max(5, 20 * repeat)
+    for e in sizes:
+        e = int(e)
+        gen = torch.Generator().manual_seed(0)
+        theta = torch.randn(e, dtype=torch.float64, generator=gen).requires_grad_(True)
+        theta.grad = torch.randn(e, dtype=torch.float64, generator=gen)
+
+        def med(f):
+            f()  # state allocated, imports done
+            ts = []
+            for _ in range(n_steps):
+                t0 = time.perf_counter()
+                f()
+                ts.append(time.perf_counter() - t0)
+            return float(np.median(ts))
+
+        with torch.no_grad():
+            fl = med(lambda: theta.add_(theta.grad, alpha=-1e-9))
+        ts = [med(f) for f in _steppers(theta).values()]
+        print(f"| {e:,} | {fl * 1e3:.4f} | " + " | ".join(f"{t * 1e3:.4f}" for t in ts) + " | "
+              + " | ".join(f"{t / fl:.2f}x" for t in ts) + " |", flush=True)
+    print("\nFirst step in a fresh process after `import torch` (1,000 weights; imports included):\n")
+    print("| step | first step (s) | torch._dynamo imported |")
+    print("|---|---:|---|")
+    for n in names:
+        out = subprocess.run([sys.executable, __file__, "--optimiser-child", n], capture_output=True, text=True,
+                             check=True)
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        print(f"| {n} | {r['first_step_s']:.4f} | {'yes' if r['dynamo'] else 'no'} |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="3e3,3e4,3e5,2e6")
@@ -127,7 +218,15 @@ def main():
     ap.add_argument("--lam", default="5,50", help="sigmoid slopes for dasgupta (weights in [0,1])")
     ap.add_argument("--json", default=None, help="write the raw numbers here")
     ap.add_argument("--peak-memory-child", type=float, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--optimiser", action="store_true", help="only the optimiser step's table")
+    ap.add_argument("--optimiser-child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.optimiser_child:
+        optimiser_child(args.optimiser_child)
+        return
+    if args.optimiser:
+        optimiser_table([float(x) for x in args.sizes.split(",")], args.repeat)
+        return
     if args.peak_memory_child:
         peak_memory_child(args.peak_memory_child)
         return

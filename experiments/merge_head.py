@@ -192,7 +192,8 @@ def evaluate_val(head, val, feats, out, thresholds, bsds, workers=2, n_images=No
     from hiseg.io import load_ground_truth, write_ucm2_mat
     from hiseg.metrics.bsds import evaluate
     from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k
-    from hiseg.segmentation.saliency import cut_num_regions, resolve_min_size
+    from hiseg.cuts import AUTO_MIN_REGION_FRACTION, resolve_min_size
+    from hiseg.segmentation.saliency import cut_num_regions
 
     root = find_bsds_root(bsds)
     out = Path(out)
@@ -209,7 +210,7 @@ def evaluate_val(head, val, feats, out, thresholds, bsds, workers=2, n_images=No
         (gt / f"{name}.mat").symlink_to((root / "groundTruth" / "val" / f"{name}.mat").resolve())
         segs = load_ground_truth(root / "groundTruth" / "val" / f"{name}.mat")[0]
         k = median_region_count(segs)
-        px = resolve_min_size("auto", k, rag.labels.size)
+        px = resolve_min_size("auto", k, rag.labels.size, AUTO_MIN_REGION_FRACTION)
         for key, lab in (("plain", ucm2_cut_k(ucm2, k)), ("size_aware", cut_num_regions(rag, h, min(k, rag.num_regions), px))):
             c, t = kcut_counts(lab, segs)
             kc[key][0] += c

@@ -27,7 +27,7 @@ from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from . import losses
-from .cuts import AUTO_MIN_CLUSTER_FRACTION, cut_hierarchy, resolve_min_size
+from .cuts import AUTO_MIN_CLUSTER_FRACTION, check_count, cut_hierarchy, resolve_min_size
 from .fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
 
 __all__ = ["UltrametricClustering", "cut_hierarchy", "as_tree", "dendrogram_purity", "dasgupta_cost"]
@@ -409,7 +409,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         except ValueError as e:
             raise ValueError(f"loss must be one of {LOSSES} (or a '+' combination of registered terms), "
                              f"got {self.loss!r}: {e}") from None
-        integer("n_clusters", 1)
+        check_count(self.n_clusters)
         integer("n_neighbors", 1, allow_none=True)
         if self.dissimilarity not in DISSIMILARITIES:
             raise ValueError(f"dissimilarity must be one of {DISSIMILARITIES}, got {self.dissimilarity!r}")
@@ -505,8 +505,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self._check_params()
         X = _validate_data(self, X, reset=True)
         n = X.shape[0]
-        if self.n_clusters > n:
-            raise ValueError(f"n_clusters = {self.n_clusters} is larger than n_samples = {n}")
+        check_count(self.n_clusters, n)
         y = self._check_y(y, n)
         dissimilarities = self._dissimilarities(n, y)
         seed = self.random_state

@@ -12,7 +12,9 @@ root last: the canonical binary partition tree of :func:`hiseg.build_hierarchy`
   adjacency graphs, hence :meth:`hiseg.inference.SegmentationResult.cut`, ``hiseg predict
   --regions``) and :func:`hiseg.metrics.kcut.ucm2_size_aware_cut`.
 * :func:`kcut_merges`: the merges such a cut keeps, for one ``min_size`` (its building block).
-* :func:`resolve_min_size`: a ``min_size`` setting (``"auto"``, a fraction or a size) as a size.
+* :func:`resolve_min_size`: a ``min_size`` setting (``"auto"``, a fraction or a size) as a
+  size, for samples and images alike (the only one in hiseg).
+* :func:`check_count`: the one check of a number of clusters or regions.
 
 Vocabulary, one name per idea across the API and the command line:
 
@@ -39,7 +41,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["cut_hierarchy", "kcut_merges", "resolve_min_size",
+__all__ = ["cut_hierarchy", "kcut_merges", "resolve_min_size", "check_count",
            "AUTO_MIN_CLUSTER_FRACTION", "AUTO_MIN_REGION_FRACTION"]
 
 # ``min_size="auto"`` is a fraction of an even share (the total size / the number of
@@ -69,12 +71,26 @@ def _binary_parents(parents) -> tuple[np.ndarray, int]:
     return parents, n
 
 
-def _check_count(n_clusters, n: int, name: str = "n_clusters") -> int:
-    if isinstance(n_clusters, bool) or not isinstance(n_clusters, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(n_clusters).__name__}")
-    if not 1 <= n_clusters <= n:
-        raise ValueError(f"{name} must be in [1, n_samples = {n}], got {n_clusters}")
-    return int(n_clusters)
+def check_count(value, upper=None, *, name: str = "n_clusters", of: str = "n_samples") -> int:
+    """The one check of a number of clusters or regions: ``value`` as an int in ``[1, upper]``.
+
+    Used by every cut (:func:`cut_hierarchy`, :func:`kcut_merges`), the estimator
+    (``UltrametricClustering(n_clusters=...)``), the region cut of an image
+    (:func:`hiseg.segmentation.saliency.cut_num_regions`) and
+    :meth:`hiseg.inference.SegmentationResult.cut` (``upper=None``: no upper bound, more
+    regions than the hierarchy has is a warning there). ``name`` and ``of`` (what ``upper``
+    counts) name the setting in the messages. O(1).
+
+    Raises TypeError for a value that is not an integer (``bool`` included), ValueError
+    for one below 1 or above ``upper``.
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer >= 1, got {value!r} ({type(value).__name__})")
+    if value < 1:
+        raise ValueError(f"{name} must be an integer >= 1, got {value}")
+    if upper is not None and value > upper:
+        raise ValueError(f"{name} must be in [1, {of} = {upper}], got {value}")
+    return int(value)
 
 
 def _check_min_size(min_size) -> float:
@@ -125,7 +141,7 @@ def kcut_merges(parents, n_clusters: int, min_size: float = 0.0, leaf_size=None)
     negative or non-finite ``min_size`` or a ``leaf_size`` of the wrong length.
     """
     parents, n = _binary_parents(parents)
-    n_clusters = _check_count(n_clusters, n)
+    n_clusters = check_count(n_clusters, n)
     min_size = _check_min_size(min_size)
     keep = np.ones(n - 1, dtype=bool)
     if min_size == 0:
@@ -222,7 +238,7 @@ def cut_hierarchy(hierarchy, n_clusters: int, min_size: float = 0.0, *, leaf_siz
     """
     edges = _building_edges(hierarchy)
     parents, n = _binary_parents(hierarchy.parents if edges is not None else hierarchy)
-    n_clusters = _check_count(n_clusters, n)
+    n_clusters = check_count(n_clusters, n)
     used = _check_min_size(min_size)
     if used > 0 and n_clusters > 1:
         leaf = _leaf_weights(leaf_size, n)

@@ -274,37 +274,37 @@ def _stepper(optimizer: str, theta: torch.Tensor, lr: float, lr_decay, project: 
 
 
 class _AdamStep:
-    """Adam / AMSGrad / SGD on one tensor, with an exponential step-size decay: the updates
-    of ``torch.optim.Adam(amsgrad=...)`` / ``SGD`` + ``ExponentialLR`` (betas .9, .999),
-    written out because constructing a ``torch.optim`` optimiser imports ``torch._dynamo``
-    (seconds on a cold start: most of a small fit's time). Tested against torch.optim."""
+    """Adam / AMSGrad / SGD on one tensor, with an exponential step-size decay: the update
+    functions of ``torch.optim`` (``torch.optim.adam.adam``, ``torch.optim.sgd.sgd``: what
+    ``torch.optim.Adam(amsgrad=...).step()`` / ``SGD.step()`` call on the CPU, betas .9, .999)
+    on state held here, with ``ExponentialLR``'s decay. The functions, not the classes: a
+    ``torch.optim`` optimiser's constructor imports ``torch._dynamo`` (2.4-3.0 s on a cold
+    start, most of a small fit's time; ``benchmarks/bench_core.py --optimiser``), the
+    functions import nothing. Tested against the classes (``tests/test_fitting.py``)."""
 
     def __init__(self, theta: torch.Tensor, lr: float, lr_decay, kind: str, eps: float,
                  betas: tuple = (0.9, 0.999)):
         self.theta, self.lr, self.decay, self.kind, self.eps = theta, lr, lr_decay, kind, eps
         self.b1, self.b2 = betas
-        self.t = 0
-        self.m = self.v = self.vmax = None
+        self.state = None  # (exp_avg, exp_avg_sq, max_exp_avg_sq, step) on the first gradient
 
     @torch.no_grad()
     def __call__(self, h=None) -> None:
+        from torch.optim.adam import adam
+        from torch.optim.sgd import sgd
+
         g = self.theta.grad
         if g is not None:
             if self.kind == "sgd":
-                self.theta.add_(g, alpha=-self.lr)
+                sgd([self.theta], [g], [None], foreach=False, weight_decay=0.0, momentum=0.0, lr=self.lr,
+                    dampening=0.0, nesterov=False, maximize=False)
             else:
-                if self.m is None:
-                    self.m, self.v = torch.zeros_like(g), torch.zeros_like(g)
-                    self.vmax = torch.zeros_like(g) if self.kind == "amsgrad" else None
-                self.t += 1
-                self.m.lerp_(g, 1 - self.b1)
-                self.v.mul_(self.b2).addcmul_(g, g, value=1 - self.b2)
-                if self.vmax is not None:
-                    torch.maximum(self.vmax, self.v, out=self.vmax)
-                second = self.vmax if self.vmax is not None else self.v
-                bc1, bc2 = 1 - self.b1 ** self.t, 1 - self.b2 ** self.t
-                denom = (second.sqrt() / math.sqrt(bc2)).add_(self.eps)
-                self.theta.addcdiv_(self.m, denom, value=-self.lr / bc1)
+                if self.state is None:
+                    z = [torch.zeros_like(g, memory_format=torch.preserve_format) for _ in range(3)]
+                    self.state = (*z, torch.tensor(0.0, dtype=torch.float64))
+                m, v, vmax, t = self.state
+                adam([self.theta], [g], [m], [v], [vmax], [t], foreach=False, amsgrad=self.kind == "amsgrad",
+                     beta1=self.b1, beta2=self.b2, lr=self.lr, weight_decay=0.0, eps=self.eps, maximize=False)
         if self.decay:
             self.lr *= self.decay
 

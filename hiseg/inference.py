@@ -97,24 +97,26 @@ class SegmentationResult:
         than ``n_regions`` regions of that size, ``min_size`` is halved until it has them,
         with a warning; the cut always has ``n_regions`` regions, or the finest cut (the
         superpixels), with a warning, when ``n_regions`` exceeds them. ``min_size`` does
-        not apply to ``threshold`` cuts.
+        not apply to ``threshold`` cuts. Raises ValueError for both or neither of
+        ``n_regions`` and ``threshold``, an ``n_regions`` below 1, a ``threshold`` outside
+        [0, 1] or a bad ``min_size``; TypeError for an ``n_regions`` that is not an integer
+        (:func:`hiseg.cuts.check_count`).
         """
         if (n_regions is None) == (threshold is None):
             raise ValueError("cut: give exactly one of n_regions or threshold")
         if n_regions is not None:
             import warnings
 
-            from .segmentation.saliency import resolve_min_size
+            from .cuts import AUTO_MIN_REGION_FRACTION, check_count, resolve_min_size
 
-            if isinstance(n_regions, bool) or not isinstance(n_regions, (int, np.integer)) or n_regions < 1:
-                raise ValueError(f"n_regions must be an integer >= 1, got {n_regions!r}")
+            n_regions = check_count(n_regions, name="n_regions")
             if n_regions > self.rag.num_regions:
                 warnings.warn(f"n_regions={n_regions}: the hierarchy has only {self.rag.num_regions} region(s) "
                               f"(superpixels); returning the finest cut, {self.rag.num_regions}", stacklevel=2)
             n_regions = min(int(n_regions), self.rag.num_regions)
             # pixels of the image -> pixels of the working resolution
             scale = self.rag.labels.size / float(np.prod(self.shape))
-            px = resolve_min_size(min_size, n_regions, int(np.prod(self.shape))) * scale
+            px = resolve_min_size(min_size, n_regions, int(np.prod(self.shape)), AUTO_MIN_REGION_FRACTION) * scale
             labels, used = cut_num_regions(self.rag, self.hierarchy, n_regions, px, return_min_size=True)
             if used < px:
                 warnings.warn(f"the hierarchy has fewer than {n_regions} regions of at least {px / scale:.0f} pixels "

@@ -198,6 +198,36 @@ def test_resolve_min_size():
             resolve_min_size(bad, 3, 100)
 
 
+def test_check_count():
+    """The one check of a number of clusters or regions (estimator, cuts, images)."""
+    from hiseg.cuts import check_count
+
+    assert check_count(3, 5) == 3 and check_count(np.int64(5), 5) == 5 and check_count(10 ** 9) == 10 ** 9
+    for bad, error, msg in ((0, ValueError, r"n_clusters must be an integer >= 1, got 0"),
+                            (6, ValueError, r"n_clusters must be in \[1, n_samples = 5\], got 6"),
+                            (2.0, TypeError, "n_clusters must be an integer >= 1, got 2.0 \\(float\\)"),
+                            (True, TypeError, "got True \\(bool\\)"), ("3", TypeError, "str")):
+        with pytest.raises(error, match=msg):
+            check_count(bad, 5)
+    with pytest.raises(ValueError, match=r"n_regions must be in \[1, the superpixels = 2\], got 3"):
+        check_count(3, 2, name="n_regions", of="the superpixels")
+
+
+def test_one_resolve_min_size_and_one_count_check():
+    """resolve_min_size and the count check are defined once (hiseg.cuts), not per use."""
+    import ast
+    from pathlib import Path
+
+    import hiseg
+
+    defs = {}
+    for f in Path(hiseg.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.FunctionDef) and node.name in ("resolve_min_size", "check_count"):
+                defs.setdefault(node.name, []).append(f.name)
+    assert defs == {"resolve_min_size": ["cuts.py"], "check_count": ["cuts.py"]}
+
+
 def test_one_auto_fraction_per_use():
     """The defaults are defined once, in hiseg.cuts; the modules using them hold no other name."""
     import hiseg.clustering as clustering

@@ -127,7 +127,7 @@ def test_cut_num_regions_exact(rng):
     u, h = rag_hierarchy(rag, w)
     for k in range(1, rag.num_regions + 1):
         assert len(np.unique(cut_num_regions(rag, h, k))) == k
-    with pytest.raises(ValueError, match="between 1 and"):
+    with pytest.raises(ValueError, match=r"n_regions must be in \[1, the number of superpixels = "):
         cut_num_regions(rag, h, rag.num_regions + 1)
     with pytest.raises(TypeError, match="'k'"):
         cut_num_regions(rag, h, k=3)
@@ -223,8 +223,8 @@ def test_size_aware_cut_of_a_ucm_equals_the_hierarchy_cut(rng):
 
 
 def test_size_aware_cut_bad_input(rng):
+    from hiseg.cuts import AUTO_MIN_REGION_FRACTION, resolve_min_size
     from hiseg.metrics.kcut import ucm2_size_aware_cut
-    from hiseg.segmentation.saliency import resolve_min_size
 
     lab = voronoi_labels(rng, (10, 10), 5)
     rag = region_adjacency_graph(lab)
@@ -233,16 +233,13 @@ def test_size_aware_cut_bad_input(rng):
         cut_num_regions(rag, h, 2, min_size=-1)
     with pytest.raises(ValueError, match="min_size"):
         cut_num_regions(rag, h, 2, min_size=float("nan"))
-    with pytest.raises(ValueError, match="min_size"):
-        resolve_min_size("big", 3, 100)
     with pytest.raises(ValueError, match="ucm2"):
         ucm2_size_aware_cut(np.zeros((4, 5)), 2)
-    assert resolve_min_size(0.5, 4, 100) == 50 and resolve_min_size(7, 4, 100) == 7
-    with pytest.raises(TypeError, match="'k'"):
-        resolve_min_size("auto", k=4, num_pixels=100)
-    from hiseg.cuts import AUTO_MIN_REGION_FRACTION
-
-    assert resolve_min_size("auto", 4, 100) == pytest.approx(AUTO_MIN_REGION_FRACTION * 25)
+    for bad, error in ((0, ValueError), (len(np.unique(lab)) + 1, ValueError), (2.5, TypeError), (True, TypeError)):
+        with pytest.raises(error, match="n_regions must be"):
+            cut_num_regions(rag, h, bad)
+    # the images' "auto" is the one resolve_min_size with the images' fraction
+    assert resolve_min_size("auto", 4, 100, AUTO_MIN_REGION_FRACTION) == pytest.approx(AUTO_MIN_REGION_FRACTION * 25)
 
 
 def test_kcut_functions_take_n_regions(rng):

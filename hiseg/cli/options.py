@@ -170,7 +170,7 @@ def add_level(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _min_size(text: str):
-    from ..segmentation.saliency import resolve_min_size
+    from ..cuts import resolve_min_size
 
     try:
         v = text if text == "auto" else float(text)

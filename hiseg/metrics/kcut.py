@@ -72,10 +72,12 @@ def ucm2_size_aware_cut(ucm2: np.ndarray, n_regions: int, min_size="auto") -> np
     The hierarchy is rebuilt from the map: the regions of its finest level, their
     4-adjacency graph weighted by the UCM value on each frontier (max), single linkage
     (which returns the UCM's own hierarchy, an ultrametric being its own subdominant).
-    ``min_size``: pixels, a fraction of the image, or "auto" (see ``resolve_min_size``).
+    ``min_size``: pixels, a fraction of the image, or "auto" (:func:`hiseg.cuts.resolve_min_size`
+    with :data:`~hiseg.cuts.AUTO_MIN_REGION_FRACTION`).
     """
     from ..graph import region_adjacency_graph
-    from ..segmentation.saliency import cut_num_regions, resolve_min_size, ucm2_edge_views
+    from ..cuts import AUTO_MIN_REGION_FRACTION, resolve_min_size
+    from ..segmentation.saliency import cut_num_regions, ucm2_edge_views
     from ..ultrametric import build_hierarchy
 
     ucm2 = np.asarray(ucm2, dtype=np.float64)
@@ -93,7 +95,7 @@ def ucm2_size_aware_cut(ucm2: np.ndarray, n_regions: int, min_size="auto") -> np
     import torch
 
     h = build_hierarchy(rag.graph, torch.from_numpy(w))
-    px = resolve_min_size(min_size, n_regions, fine.size)
+    px = resolve_min_size(min_size, n_regions, fine.size, AUTO_MIN_REGION_FRACTION)
     return cut_num_regions(rag, h, min(int(n_regions), n), px) + 1
 
 

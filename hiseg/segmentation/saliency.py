@@ -25,13 +25,12 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..cuts import AUTO_MIN_REGION_FRACTION, cut_hierarchy
-from ..cuts import resolve_min_size as _resolve_min_size
+from ..cuts import check_count, cut_hierarchy
 from ..graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
-           "resolve_min_size", "upsample_labels", "ucm2_from_labels",
+           "upsample_labels", "ucm2_from_labels",
            "ucm2_edge_views"]
 
 
@@ -245,20 +244,14 @@ def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, n_regions: 
     into. When the hierarchy has fewer than ``n_regions`` regions of ``min_size``
     pixels, ``min_size`` is halved until it has them: the result always has exactly
     ``n_regions`` regions; ``return_min_size=True`` also returns the size used (pixels).
-    Raises ValueError for ``n_regions`` outside ``1..R`` or a negative ``min_size``.
+    Raises TypeError for an ``n_regions`` that is not an integer, ValueError for one
+    outside ``1..R`` (:func:`hiseg.cuts.check_count`) or a negative ``min_size``. For a
+    ``min_size`` setting (``"auto"``, a fraction): :func:`hiseg.cuts.resolve_min_size` with
+    :data:`~hiseg.cuts.AUTO_MIN_REGION_FRACTION`.
     """
     n = rag.graph.num_vertices
-    if isinstance(n_regions, bool) or not isinstance(n_regions, (int, np.integer)) or not 1 <= n_regions <= n:
-        raise ValueError(f"n_regions must be between 1 and the number of superpixels ({n}), got {n_regions!r}")
+    n_regions = check_count(n_regions, n, name="n_regions", of="the number of superpixels")
     area = np.bincount(rag.labels.ravel(), minlength=n)
     labels, used = cut_hierarchy(hierarchy, int(n_regions), min_size, leaf_size=area, return_min_size=True)
     image = labels.astype(np.int32)[rag.labels]
     return (image, used) if return_min_size else image
-
-
-def resolve_min_size(min_size, n_regions: int, num_pixels: int) -> float:
-    """Pixels of a ``min_size`` setting: a number >= 1 is pixels, a number in [0, 1) a
-    fraction of the image, ``"auto"`` :data:`~hiseg.cuts.AUTO_MIN_REGION_FRACTION` /
-    ``n_regions`` of the image (:func:`hiseg.cuts.resolve_min_size`)."""
-    return _resolve_min_size(min_size, n_regions, num_pixels, AUTO_MIN_REGION_FRACTION)
-
