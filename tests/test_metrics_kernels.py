@@ -124,3 +124,42 @@ def test_matcher_pairs_equal_scipy_on_a_bsds_image(shared_data):
     pmap = bd.thin_boundaries(pred.data[2::2, 2::2] >= 0.1)
     mp, mg = bd.BoundaryMatcher(gts[:1]).match(pmap)[0]
     assert set(zip(mp.tolist(), mg.tolist())) == _scipy_whole_graph_match(pmap, gts[0] != 0)
+
+
+# ----------------------------------------------------------------------------
+# region side: nested labels, contingency tables
+# ----------------------------------------------------------------------------
+@settings(max_examples=80, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), h=st.integers(1, 12), w=st.integers(1, 12), levels=st.integers(1, 6))
+def test_nested_ucm_labels_equal_a_labelling_at_each_threshold(seed, h, w, levels):
+    """Grown from threshold to threshold, the labels equal scipy.ndimage.label's (through
+    ucm_to_labels / seism_ucm_labels), numbering included; a lower threshold restarts."""
+    from hiseg.metrics.fop import seism_ucm_labels
+    from hiseg.metrics.region import NestedUcmLabels, ucm_to_labels
+
+    rng = np.random.default_rng(seed)
+    ucm2 = np.round(rng.random((2 * h + 1, 2 * w + 1)) * levels) / levels  # ties between levels
+    ths = np.concatenate([np.sort(rng.random(6)), [0.3]])
+    for seism, ref in ((False, ucm_to_labels), (True, seism_ucm_labels)):
+        grown = NestedUcmLabels(ucm2, seism=seism)
+        for t in ths:
+            np.testing.assert_array_equal(grown.labels(t), ref(ucm2, t))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_contingency_equals_a_dense_bincount(seed):
+    from hiseg.metrics.tables import contingency
+
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, rng.integers(1, 40), size=(25, 30))
+    b = rng.integers(0, rng.integers(1, 400), size=(25, 30))
+    ka, kb = a.max() + 1, b.max() + 1
+    dense = np.bincount((a * kb + b).ravel(), minlength=ka * kb)
+    nz = np.flatnonzero(dense)
+    ia, ib, n, na, nb = contingency(a, b)
+    np.testing.assert_array_equal(ia * kb + ib, nz)
+    np.testing.assert_array_equal(n, dense[nz])
+    np.testing.assert_array_equal(na, np.bincount(a.ravel(), minlength=ka))
+    np.testing.assert_array_equal(nb, np.bincount(b.ravel(), minlength=kb))
+    with pytest.raises(ValueError, match="non-negative"):
+        contingency(a - 1, b)

@@ -115,10 +115,11 @@ def _candidates(area: np.ndarray, present: np.ndarray, total: float, first) -> n
 
 
 def _first_occurrence(labels: np.ndarray):
-    """``first(subset)``: row-major index of the first pixel of each label in ``subset``."""
-    flat = labels.ravel()
+    """``first(subset)``: row-major index of the first pixel of each label in ``subset``
+    (the image is read only when it is called)."""
 
     def first(subset):
+        flat = labels.ravel()
         out = np.full(int(flat.max()) + 1, flat.size, dtype=np.int64)
         np.minimum.at(out, flat, np.arange(flat.size))
         return out[subset]

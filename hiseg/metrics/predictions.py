@@ -37,7 +37,7 @@ import numpy as np
 
 from ..io import check_label_image, loadmat, read_gray_image
 from .matching import seg_to_boundaries
-from .region import ucm_to_labels
+from .region import NestedUcmLabels
 from .summary import thresholds
 
 __all__ = ["KINDS", "Prediction", "discover_pairs", "load_prediction", "names_list"]
@@ -115,18 +115,18 @@ class Prediction:
         """Yield ``(key, label image)`` per threshold; with ``fop``, ``(key, label image,
         fop label image or None)``: a ucm2's partition as SEISM cuts it
         (:func:`hiseg.metrics.fop.seism_ucm_labels`) where it is not the BSDS one (None:
-        the same partition)."""
+        the same partition). A ucm2's partitions (:func:`hiseg.metrics.region.ucm_to_labels`)
+        are grown from one threshold to the next (:class:`NestedUcmLabels`)."""
         if self.kind == "ucm2":
-            from .fop import seism_ucm_labels
-
             levels = np.unique(self.data)
+            bsds, seism = NestedUcmLabels(self.data), NestedUcmLabels(self.data, seism=True)
             last_key, labels, other = None, None, None
             for t in thresh:
                 key = int(np.searchsorted(levels, t, side="right"))
                 if key != last_key:  # same key, same partition: label only once
-                    last_key, labels = key, ucm_to_labels(self.data, t)
+                    last_key, labels = key, bsds.labels(t)
                     if fop:
-                        other = seism_ucm_labels(self.data, t)
+                        other = seism.labels(t)
                         # SEISM's regions refine the BSDS ones: as many regions, same partition
                         if labels.min() > 0 and _n_labels(other) == _n_labels(labels):
                             other = None

@@ -9,6 +9,10 @@ import numpy as np
 
 __all__ = ["contingency", "gt_tables"]
 
+#: A zeroed scratch array of the compiled pair counts (given back zeroed), kept between
+#: calls so that it is not allocated and cleared for every table.
+_SCRATCH = [np.zeros(0, dtype=np.int64)]
+
 
 def contingency(a: np.ndarray, b: np.ndarray):
     """Sparse contingency table of two non-negative integer label images.
@@ -27,27 +31,29 @@ def contingency(a: np.ndarray, b: np.ndarray):
 
     Notes
     -----
-    Cost O(N) with a dense ``bincount`` when ``(max a + 1)(max b + 1)`` is
+    Cost O(N + U log U) for U distinct pairs (compiled,
+    :func:`hiseg.metrics.kernels.pair_counts`) when ``(max a + 1)(max b + 1)`` is
     moderate, else O(N log N).
     """
-    a = np.asarray(a).ravel().astype(np.int64)
-    b = np.asarray(b).ravel().astype(np.int64)
+    from .kernels import label_range, pair_counts
+
+    a = np.asarray(a).ravel().astype(np.int64, copy=False)
+    b = np.asarray(b).ravel().astype(np.int64, copy=False)
     if a.size != b.size:
         raise ValueError("label images of different sizes")
-    if a.size and (a.min() < 0 or b.min() < 0):
+    lo, ka, kb = label_range(a, b) if a.size else (0, 1, 1)
+    if lo < 0:
         raise ValueError("labels must be non-negative")
-    ka = int(a.max()) + 1 if a.size else 1
-    kb = int(b.max()) + 1 if b.size else 1
     if ka * kb <= max(4 * a.size, 1 << 22):
-        dense = np.bincount(a * kb + b, minlength=ka * kb)
-        nz = np.flatnonzero(dense)
-        n = dense[nz]
-        ia, ib = np.divmod(nz, kb)
+        if _SCRATCH[0].size < ka * kb:
+            _SCRATCH[0] = np.zeros(max(ka * kb, 2 * _SCRATCH[0].size), dtype=np.int64)
+        keys, n, na, nb = pair_counts(a, b, ka, kb, _SCRATCH[0])
+        ia, ib = np.divmod(keys, kb)
     else:
         keys, n = np.unique(a * kb + b, return_counts=True)
         ia, ib = np.divmod(keys, kb)
-    na = np.bincount(a, minlength=ka)
-    nb = np.bincount(b, minlength=kb)
+        na = np.bincount(a, minlength=ka)
+        nb = np.bincount(b, minlength=kb)
     return ia, ib, n, na, nb
 
 
@@ -56,10 +62,11 @@ def gt_tables(seg: np.ndarray, gt_segs: Sequence[np.ndarray]) -> list:
     annotator: computed once per segmentation and shared by covering, PRI, VI and Fop.
     ValueError naming the annotator when a shape differs."""
     seg = np.asarray(seg)
+    flat = seg.ravel().astype(np.int64, copy=False)  # once, not once per annotator
     tables = []
     for i, gt in enumerate(gt_segs):
         gt = np.asarray(gt)
         if gt.shape != seg.shape:
             raise ValueError(f"segmentation shape {seg.shape} != ground-truth shape {gt.shape} (annotator {i + 1})")
-        tables.append(contingency(gt, seg))
+        tables.append(contingency(gt, flat))
     return tables
