@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
+from .io import DataError
 from .lightning import VAL_THRESHOLDS, HierarchicalSegmentationModule
 from .models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
 
@@ -26,12 +27,13 @@ SUBCOMMANDS = ("fit", "validate", "test")
 
 
 class NoDataError(ValueError):
-    """``fit`` / ``validate`` / ``test`` without a data module (no ``--config``, no ``--data``)."""
+    """``fit`` / ``validate`` / ``test`` whose named configs give no data module."""
 
-    MESSAGE = ("{sub}: no data. configs/synthetic.yaml applies only to `python train.py` with no arguments; "
-               "with arguments, give a config or a data module: --config configs/synthetic.yaml (the default "
-               "run), --config configs/folder_finetune.yaml --data.init_args.data_root DIR (your own images, "
-               "README 'Train on your own images'), --config configs/bsds500.yaml")
+    MESSAGE = ("{sub}: no data. A command that names a config or a data module uses only what it names, and "
+               "these give no data module (configs/synthetic.yaml applies when neither is named); give one: "
+               "--config configs/synthetic.yaml (the default run), --config configs/folder_finetune.yaml "
+               "--data.init_args.data_root DIR (your own images, README 'Train on your own images'), "
+               "--config configs/bsds500.yaml")
 
 SUBCOMMAND_HELP = {
     "fit": "Train (the default subcommand): python train.py fit --config CONFIG [--ckpt_path last.ckpt to resume].",
@@ -142,6 +144,29 @@ def _check_checkpoint_options(args) -> None:
             load_checkpoint_file(val)
 
 
+def _configs_give_data(argv) -> bool:
+    """Whether the command gives a data module: ``--data`` / ``--data.class_path``, or a
+    ``--config`` file with a ``data`` key (top level, or under the subcommand); a config that
+    cannot be read counts as giving one (the parser then names its problem)."""
+    import yaml
+
+    if any(a.split("=")[0] in ("--data", "--data.class_path") for a in argv):
+        return True
+    for i, a in enumerate(argv):
+        opt, eq, val = a.partition("=")
+        if opt not in ("-c", "--config"):
+            continue
+        val = val if eq else (argv[i + 1] if i + 1 < len(argv) else None)
+        try:
+            cfg = yaml.safe_load(Path(val).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError, TypeError):
+            return True
+        if not isinstance(cfg, dict) or "data" in cfg or any(isinstance(cfg.get(s), dict) and "data" in cfg[s]
+                                                             for s in SUBCOMMANDS):
+            return True
+    return False
+
+
 def _refuse_slim_checkpoint(path, checkpoint, sub: str) -> None:
     """CheckpointError for a ``--ckpt_path`` that is not a Lightning training checkpoint (a slim
     file such as ``models/hiseg_bsds500.ckpt``: weights, architecture, pipeline only), which
@@ -152,6 +177,25 @@ def _refuse_slim_checkpoint(path, checkpoint, sub: str) -> None:
         "evaluates a train.py run's Lightning checkpoint"
     raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no training state: a slim "
                           f"weights file); --ckpt_path {what}. {_SLIM_HINT[0].upper()}{_SLIM_HINT[1:]}.")
+
+
+class StartupRefusal(SystemExit):
+    """A run refused before its first training step (a bad option, checkpoint or data set):
+    exit status 2, as argument errors; ``str()`` is the one line printed on stderr."""
+
+    def __init__(self, line: str):
+        super().__init__(2)
+        self.line = line
+
+    def __str__(self) -> str:
+        return self.line
+
+
+def _refuse(error) -> StartupRefusal:
+    """Print ``train.py: error: ERROR`` on stderr; the :class:`StartupRefusal` to raise."""
+    line = f"train.py: error: {error}"
+    print(line, file=sys.stderr)
+    return StartupRefusal(line)
 
 
 #: errors of a write that the disk refused (full, over quota, a file too large): one line, no traceback
@@ -319,36 +363,39 @@ def _quiet_lightning() -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):
-    """Run the CLI. With no subcommand, ``fit`` is implied. ``default_config`` applies only when
-    ``argv`` is empty (or just ``fit``): with arguments, the run uses the configs they name, and
-    one without data stops with a message saying which to give."""
+    """Run the CLI. With no subcommand, ``fit`` is implied. ``default_config`` applies unless
+    ``argv`` names a config (``--config``) or a data module (``--data``): then the run uses only
+    what it names, and one without data stops with a message saying which to give."""
     from_command_line = argv is None or list(argv) == sys.argv[1:]
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
                          "(UCMs) of a trained checkpoint: hiseg predict IMAGES --checkpoint CKPT --out DIR")
-    no_arguments = argv in ([], ["fit"])
+    # the default run's config applies unless the command names a config or a data module: a user's
+    # first change to it (`python train.py --trainer.max_epochs 1`) keeps it
+    # (--data.init_args.X only sets an argument of the data module in force)
+    names_config = any(a.split("=")[0] in ("-c", "--config", "--data", "--data.class_path") for a in argv)
     if run and (not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help", "--print_config")):
         argv = ["fit"] + argv  # (run=False: no subcommand, the classes are only built)
     parser_kwargs = {sub: {"description": SUBCOMMAND_HELP[sub]} for sub in SUBCOMMANDS}
     if default_config is not None and Path(default_config).is_file():
-        if no_arguments:  # the default run; with any argument, only what the command line says
+        if not names_config:  # the default run, with the command's overrides
             for sub in SUBCOMMANDS:
                 parser_kwargs[sub]["default_config_files"] = [str(default_config)]
             if not run:  # no subcommand parsers: the main parser reads it
                 parser_kwargs["default_config_files"] = [str(default_config)]
-        elif run and argv[0] in SUBCOMMANDS and not any(
-                a.split("=")[0] in ("-c", "--config", "-h", "--help", "--print_config", "--data")
-                or a.startswith("--data.") for a in argv[1:]):
+        elif run and argv[0] in SUBCOMMANDS and not any(a.split("=")[0] in ("-h", "--help", "--print_config")
+                                                        for a in argv[1:]) and not _configs_give_data(argv[1:]):
             try:  # a refused checkpoint is the first thing to say
                 _check_checkpoint_options(argv[1:])
             except (CheckpointError, FileNotFoundError) as e:
-                raise SystemExit(f"train.py: error: {e}") from e
-            raise SystemExit(f"train.py: error: {NoDataError.MESSAGE.format(sub=argv[0])}")
+                raise _refuse(e) from e
+            raise _refuse(NoDataError.MESSAGE.format(sub=argv[0]))
         parser_kwargs["description"] = (
             "Train hiseg's boundary network through the differentiable ultrametric layer. With no "
-            f"arguments: fit on the embedded synthetic dataset ({Path(default_config).name}), on the CPU. "
-            "With arguments, that file applies only when given (--config configs/synthetic.yaml). "
+            f"arguments: fit on the embedded synthetic dataset ({Path(default_config).name}), on the CPU; "
+            "options override it (--trainer.max_epochs 1). A command that names a config (--config) or a data "
+            "module (--data) uses only what it names. "
             "Your own images: --config configs/folder_finetune.yaml --data.init_args.data_root DIR (README, "
             "'Train on your own images'). Subcommands: fit (default), validate, test; "
             "`python train.py fit --help` lists every option.")
@@ -371,9 +418,15 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
         )
         _NEW_LOG_DIRS = None
         return cli
-    except (CheckpointError, FileNotFoundError, NoDataError) as e:
+    except (CheckpointError, FileNotFoundError, NoDataError, DataError) as e:
         _remove_unused_log_dirs()
-        raise SystemExit(f"train.py: error: {e}") from e
+        raise _refuse(e) from e
+    except ValueError as e:  # a bad option or data set, found before the first step: the user's, one line
+        started = _NEW_LOG_DIRS is not None and _NEW_LOG_DIRS[0].global_step > 0
+        _remove_unused_log_dirs()
+        if started:
+            raise
+        raise _refuse(e) from e
     except OSError as e:
         _remove_unused_log_dirs()
         if e.errno in _DISK_ERRORS:  # a full disk, a quota, a file too large: the file is named, no traceback

@@ -62,6 +62,7 @@ __all__ = [
     "refuse_overwrite",
     "naming_the_file",
     "exif_orientation",
+    "image_size",
     "set_usual_mode",
     "write_png",
     "write_ucm2_mat",
@@ -132,6 +133,23 @@ def decode_image(path) -> tuple[np.ndarray, bool]:
     if arr.size == 0 or arr.dtype == object:
         raise DataError(bad)
     return _orient(arr, path), False
+
+
+def image_size(path) -> tuple[int, int]:
+    """(H, W) of an image file as :func:`read_image` returns it (EXIF orientation applied),
+    from its header: nothing is decoded (Pillow; OpenCV decodes the file where Pillow cannot
+    open it). Raises FileNotFoundError, DataError (not a readable image)."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            w, h = im.size
+            o = int(im.getexif().get(0x0112, 1))
+    except FileNotFoundError:
+        raise FileNotFoundError(f"image file not found: {display_path(path)}") from None
+    except Exception:  # noqa: BLE001 - not Pillow's: decode it
+        return tuple(decode_image(path)[0].shape[:2])
+    return (w, h) if o in (5, 6, 7, 8) else (h, w)
 
 
 def exif_orientation(path) -> int:

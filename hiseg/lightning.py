@@ -156,7 +156,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  head_lr_scale: float = 1.0, pipeline_from_init: bool = False, losses: Optional[dict] = None,
                  freeze_network: bool = False):
         super().__init__()
-        checks = [(pixel_loss in PIXEL_LOSSES, f"model.pixel_loss must be one of {PIXEL_LOSSES}, got {pixel_loss!r}"),
+        checks = [(lr > 0, f"model.lr must be > 0 (the learning rate), got {lr}"),
+                  (weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}"),
+                  (pixel_loss in PIXEL_LOSSES, f"model.pixel_loss must be one of {PIXEL_LOSSES}, got {pixel_loss!r}"),
                   (warmup >= 0, f"model.warmup must be >= 0 (a fraction of the steps below 1, else steps), got {warmup}"),
                   (0 <= final_lr <= 1, f"model.final_lr must be in [0, 1] (a fraction of lr), got {final_lr}"),
                   (0 < positive_threshold <= 1, f"model.positive_threshold must be in (0, 1], got {positive_threshold}"),

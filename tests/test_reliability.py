@@ -452,3 +452,93 @@ def test_a_full_disk_while_training_leaves_no_partial_checkpoint_and_says_so(tmp
     assert ckpts and all(p.suffix == ".ckpt" and not p.name.startswith(".") for p in ckpts), ckpts
     for p in ckpts:  # every checkpoint left is whole
         assert torch.load(p, map_location="cpu", weights_only=True)["global_step"] > 0
+
+
+# ----------------------------------------------------------------------------- 6-8: training data and options
+def train_py(tmp_path, *argv, timeout=600):
+    """``python train.py ARGV`` in ``tmp_path`` (logs under tmp_path/run)."""
+    from _train import ROOT
+
+    cmd = [sys.executable, str(ROOT / "train.py"), *argv, "--trainer.default_root_dir", str(tmp_path / "run")]
+    env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def label_folder(root: Path, n: int = 4, size=(40, 48)) -> Path:
+    """A user's folder of n images (two colour halves) with a .npy label each."""
+    import cv2
+
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    for i in range(n):
+        img = np.zeros((*size, 3), np.uint8)
+        lab = np.zeros(size, np.int64)
+        img[:, 10 + 5 * i:] = (200, 60, 30)
+        lab[:, 10 + 5 * i:] = 1
+        cv2.imwrite(str(root / "images" / f"im{i}.png"), img)
+        np.save(root / "labels" / f"im{i}.npy", lab)
+    return root
+
+
+FOLDER_RUN = ("fit", "--config", "configs/folder.yaml", "--data.init_args.num_workers", "0",
+              "--data.init_args.crop_size", "32", "--data.init_args.batch_size", "2", "--trainer.max_steps", "2",
+              "--model.arch_kwargs", '{"width": 8}', "--trainer.enable_progress_bar", "false")
+
+
+def assert_refused(r, *needles, tmp_path):
+    """One line on stderr naming the problem, exit 2, no traceback, no run folder left."""
+    assert r.returncode == 2, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr, r.stderr[-3000:]
+    last = r.stderr.strip().splitlines()[-1]
+    assert last.startswith("train.py: error: ") and all(n in last for n in needles), last
+    run = tmp_path / "run"
+    assert not run.exists() or not [p for p in run.rglob("*") if p.is_file()], list(run.rglob("*"))
+
+
+@pytest.mark.parametrize("bad, needles", [
+    (lambda p: np.save(p, -np.ones((40, 48), np.int64)), ("im2.npy", "negative labels (min -1)")),
+    (lambda p: np.save(p, np.zeros((40, 48), np.float32)), ("im2.npy", "expected an integer array, got dtype float32")),
+    (lambda p: np.save(p, np.zeros((30, 48), np.int64)), ("im2.npy", "have shape (30, 48)", "has shape (40, 48)")),
+])
+def test_a_bad_training_label_is_refused_at_start_up_naming_the_file(tmp_path, bad, needles):
+    from _train import ROOT
+
+    data = label_folder(tmp_path / "data")
+    bad(data / "labels" / "im2.npy")
+    r = train_py(tmp_path, *[str(ROOT / a) if a.startswith("configs/") else a for a in FOLDER_RUN],
+                 "--data.init_args.data_root", str(data))
+    assert_refused(r, *needles, tmp_path=tmp_path)
+
+
+def test_a_one_image_folder_and_a_negative_learning_rate_are_one_line_each(tmp_path):
+    from _train import ROOT
+
+    argv = [str(ROOT / a) if a.startswith("configs/") else a for a in FOLDER_RUN]
+    data = label_folder(tmp_path / "one", n=1)
+    r = train_py(tmp_path, *argv, "--data.init_args.data_root", str(data))
+    assert_refused(r, str(data), "1 image(s) cannot be split", tmp_path=tmp_path)
+    data = label_folder(tmp_path / "four")
+    r = train_py(tmp_path, *argv, "--data.init_args.data_root", str(data), "--model.lr", "-1")
+    assert_refused(r, "model.lr must be > 0", "-1", tmp_path=tmp_path)
+
+
+def test_the_start_up_label_check_reads_headers_then_values_and_accepts_good_labels(tmp_path):
+    from hiseg.data.folder import FolderSegmentation
+
+    data = label_folder(tmp_path / "data", n=3)
+    FolderSegmentation(data).check_labels()  # good labels pass
+    np.save(data / "labels" / "im1.npy", np.full((40, 48), -1, np.int64))
+    from hiseg.io import DataError
+
+    with pytest.raises(DataError, match=r"im1\.npy: negative labels"):
+        FolderSegmentation(data).check_labels()
+    FolderSegmentation(data).check_labels([0, 2])  # a subset without it passes
+
+
+# ----------------------------------------------------------------------------- minor: the default run, one override
+def test_the_default_run_with_one_override_trains_it(tmp_path):
+    r = train_py(tmp_path, "--trainer.max_epochs", "1", "--data.init_args.n_train", "8", "--data.init_args.n_val", "2",
+                 "--data.init_args.size", "48", "--data.init_args.batch_size", "4",
+                 "--model.arch_kwargs", '{"width": 8}', "--trainer.enable_progress_bar", "false")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "training finished: 1 epoch(s), 2 step(s)" in r.stdout

@@ -508,8 +508,9 @@ def test_fit_summary_says_when_the_run_made_the_starting_model_worse(tmp_path):
 
 
 def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
-    """With any argument, only the command line's configs: no silent synthetic settings, and a
-    clear error when no data is given; --trainer.default_root_dir moves logs and checkpoints."""
+    """The default run unless the command names a config or a data module; then only what it
+    names, and a clear error when that gives no data; --trainer.default_root_dir moves logs and
+    checkpoints."""
     from _train import ROOT
 
     from hiseg.cli_train import main
@@ -518,8 +519,12 @@ def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
     default = ROOT / "configs" / "synthetic.yaml"
     cli = main([], default_config=default, run=False)  # `python train.py`: the synthetic default
     assert type(cli.datamodule).__name__ == "SyntheticDataModule" and cli.trainer.max_epochs == 10
-    with pytest.raises(SystemExit, match=r"fit: no data\. configs/synthetic\.yaml applies only .*folder_finetune"):
-        main(["--trainer.max_steps", "20"], default_config=default)
+    # an override keeps the default run (issue 32); a config without data is refused, naming what to give
+    cli = main(["--trainer.max_epochs", "1"], default_config=default, run=False)
+    assert type(cli.datamodule).__name__ == "SyntheticDataModule" and cli.trainer.max_epochs == 1
+    with pytest.raises(SystemExit, match=r"fit: no data\. A command that names a config .*folder_finetune"):
+        main(["fit", "--config", str(ROOT / "configs" / "ddp.yaml"), "--trainer.max_steps", "20"],
+             default_config=default)
     data = tmp_path / "my_data"
     _write_folder(data, 3)
     cli = main(["--config", str(ROOT / "configs" / "folder.yaml"), "--data.init_args.data_root", str(data),

@@ -391,6 +391,15 @@ class BSDS500DataModule(_GraphDataModule):
             self.test_set = self._dataset(BSDS500(self.data_root, self.test_split), seed=0)
 
 
+def _check_labels(raw) -> None:
+    """:meth:`hiseg.data.folder.FolderSegmentation.check_labels` of a folder data set or of a
+    subset of one (the hold-out split): a bad label file is a DataError naming it at start-up."""
+    if isinstance(raw, Subset):
+        raw.dataset.check_labels(list(raw.indices))
+    else:
+        raw.check_labels()
+
+
 class FolderDataModule(_GraphDataModule):
     """A user's folder of images and label images (see :mod:`hiseg.data.folder`).
 
@@ -410,8 +419,9 @@ class FolderDataModule(_GraphDataModule):
     Raises
     ------
     FileNotFoundError, hiseg.data.folder.DataError
-        In :meth:`setup` (see ``FolderSegmentation``); ValueError when the hold-out
-        split would leave no training or no validation image.
+        In :meth:`setup` (see ``FolderSegmentation``; every label file of both sets is
+        checked there, :meth:`~hiseg.data.folder.FolderSegmentation.check_labels`); ValueError
+        when the hold-out split would leave no training or no validation image.
     """
 
     def __init__(self, data_root: str, val_root: Optional[str] = None, val_fraction: float = 0.1,
@@ -447,8 +457,10 @@ class FolderDataModule(_GraphDataModule):
            (stage in (None, "fit", "validate", "test", "predict") and self.val_set is None):
             train_raw, val_raw = self._split()
             if self.train_set is None:
+                _check_labels(train_raw)  # every label, before the first step (not in a loader worker)
                 self.train_set = self._dataset(train_raw, self.train_transform)
             if self.val_set is None:
+                _check_labels(val_raw)
                 self.val_set = self._dataset(val_raw, seed=0)
             if self.test_set is None:
                 self.test_set = self.val_set

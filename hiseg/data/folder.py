@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..io import IMAGE_EXTENSIONS, DataError, decode_image, read_image
+from ..io import IMAGE_EXTENSIONS, DataError, decode_image, image_size, read_image
 
 __all__ = ["read_labels", "FolderSegmentation"]
 
@@ -165,6 +165,39 @@ class FolderSegmentation:
     def label_paths(self, index: int) -> list[Path]:
         return list(self._labels[self.names[index]])
 
+    def check_labels(self, indices: Sequence[int] | None = None) -> None:
+        """Check every label file of the samples ``indices`` (all: None) before training reads
+        them: a header pass (each file's dtype, dimensions and size against its image's size,
+        read from the headers: no image is decoded), then a values pass (no negative label in
+        a ``.npy``; image files hold non-negative labels by their type). Costs a few file
+        headers per sample and one read of each ``.npy`` (``benchmarks/bench_data.py``).
+
+        Raises
+        ------
+        DataError
+            The first bad file, named, with what is wrong (float or negative labels, a label
+            image of another size than its image, an unreadable header).
+        """
+        order = range(len(self)) if indices is None else indices
+        arrays = []
+        for i in order:  # 1: headers
+            name = self.names[i]
+            h, w = image_size(self._images[name])
+            for p in self._labels[name]:
+                if p.suffix.lower() == ".npy":
+                    a = _npy_header(p)
+                    arrays.append((p, a))
+                    shape = a.shape[-2:]
+                else:
+                    shape = _label_image_header(p)
+                if tuple(shape) != (h, w):
+                    raise DataError(f"labels {p} have shape {tuple(shape)} but image {self._images[name]} has "
+                                    f"shape {(h, w)}: a label image has its image's size")
+        for p, a in arrays:  # 2: values
+            if a.dtype.kind == "i" and a.size and int(a.min()) < 0:
+                raise DataError(f"labels {p}: negative labels (min {int(a.min())}); labels are whole numbers >= 0, "
+                                "one per region (hiseg.data.folder)")
+
     def __getitem__(self, index: int) -> dict:
         if not -len(self) <= index < len(self):
             raise IndexError(f"index {index} out of range for a dataset of {len(self)} images")
@@ -181,6 +214,35 @@ class FolderSegmentation:
             segs.append(lab)
         seg = np.concatenate(segs, axis=0) if segs else np.zeros((0, h, w), np.int64)
         return {"image": image, "segmentations": seg, "name": name}
+
+
+def _npy_header(path: Path) -> np.ndarray:
+    """A ``.npy`` label file memory-mapped (its header read, its values on demand), checked
+    like :func:`read_labels`: an integer or boolean array (H, W) or (A, H, W)."""
+    try:
+        a = np.load(path, mmap_mode="r", allow_pickle=False)
+    except Exception as e:  # noqa: BLE001 - any reader failure means "unreadable"
+        raise DataError(f"cannot read labels {path}: {type(e).__name__}: {e}") from e
+    if not (np.issubdtype(a.dtype, np.integer) or a.dtype == np.bool_):
+        raise DataError(f"labels {path}: expected an integer array, got dtype {a.dtype}")
+    if a.ndim not in (2, 3):
+        raise DataError(f"labels {path}: expected shape (H, W) or (A, H, W), got {a.shape}")
+    return a
+
+
+def _label_image_header(path: Path) -> tuple:
+    """(H, W) of a label image from its header; a float image (32-bit TIFF) is refused as
+    :func:`read_labels` refuses it."""
+    try:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            mode = im.mode
+    except Exception:  # noqa: BLE001 - a format Pillow cannot open: decoded as training would
+        return read_labels(path).shape[-2:]
+    if mode == "F":
+        raise DataError(f"labels {path}: expected an integer label image, got a float image")
+    return image_size(path)
 
 
 def _natural_key(s: str):
