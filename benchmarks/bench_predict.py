@@ -140,33 +140,37 @@ def compare_archs(args):
         ref_what = "an untrained compact_boundary_net's maps (bsds500 not found)"
     base = dict(ref.pipeline.to_dict(), merge_head=None)
 
-    def median_of(fn):
-        fn(ims[0][1])  # warm-up
-        wall, cpu = [], []
-        for _, im in ims:
-            c, t = time.process_time(), time.perf_counter()
-            fn(im)
-            wall.append(time.perf_counter() - t)
-            cpu.append(time.process_time() - c)
-        return float(np.min(wall)), float(np.median(cpu))
-
-    rows = []
+    # every (architecture, scales) and the shared post-processing are timed image by image, in turn,
+    # so that a change of the machine's load falls on all of them alike
+    jobs = []  # (label, parameters, scales, function of an image)
     for scales in ([1.0], [0.5, 1.0]):
         pipe = dict(base, scales=scales)
         ref_seg = Segmenter(ref.model, pipeline=pipe)
         maps = {id(im): ref_seg.network_map(im) for _, im in ims}
-        post, post_cpu = median_of(lambda im: ref_seg.finish(im, maps[id(im)]))
+        sc = "+".join(f"{x:g}" for x in scales)
+        jobs.append(("post", 0, sc, lambda im, seg=ref_seg, maps=maps: seg.finish(im, maps[id(im)])))
         for label, name, kw, fold in ARCHS:
             net = get_model(name, **kw).eval()
-            n_params = sum(p.numel() for p in net.parameters())
             seg = Segmenter(net.fold() if fold else net, pipeline=pipe)
-            t, c = median_of(seg.network_map)
-            rows.append((label, n_params, "+".join(f"{x:g}" for x in scales), t, c, post, post_cpu))
+            jobs.append((label, sum(p.numel() for p in net.parameters()), sc, seg.network_map))
+    wall = [[] for _ in jobs]
+    cpu = [[] for _ in jobs]
+    for j in jobs:
+        j[3](ims[0][1])  # warm-up
+    for _, im in ims:
+        for k, j in enumerate(jobs):
+            c, t = time.process_time(), time.perf_counter()
+            j[3](im)
+            wall[k].append(time.perf_counter() - t)
+            cpu[k].append(time.process_time() - c)
+    post = {j[2]: (float(np.min(w)), float(np.median(c))) for j, w, c in zip(jobs, wall, cpu) if j[0] == "post"}
+    rows = [(j[0], j[1], j[2], float(np.min(w)), float(np.median(c))) + post[j[2]]
+            for j, w, c in zip(jobs, wall, cpu) if j[0] != "post"]
     lines = [f"# hiseg predict per image by boundary architecture, {len(ims)} images "
              f"{ims[0][1].shape[1]}x{ims[0][1].shape[0]}, CPU, torch threads {args.threads}\n",
              f"Seconds per image: wall, the best over the images (the least disturbed by other jobs); CPU, the "
-             f"median. Network: each architecture, untrained (the cost does not depend on the "
-             f"weights). Superpixels + hierarchy (boundary watershed, average linkage, no merging head): on "
+             f"median; all rows timed in turn on each image. Network: each architecture, untrained (the cost "
+             f"does not depend on the weights). Superpixels + hierarchy (boundary watershed, average linkage, no merging head): on "
              f"{ref_what} at the same scales, the same for every row. Ratios against the first row at the same "
              f"scales, measured in the same run. **The machine has {os.cpu_count()} cores, shared with other jobs "
              f"(load average {os.getloadavg()[0]:.1f} at the end)**: wall figures are what that load allowed; "
