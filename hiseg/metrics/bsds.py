@@ -19,9 +19,10 @@ from typing import Callable
 import numpy as np
 
 from ..io import load_ground_truth
-from .matching import DEFAULT_MAX_DIST, BoundaryImageResult, BoundaryMatcher, boundary_counts
+from .matching import DEFAULT_MAX_DIST, BoundaryImageResult, BoundaryMatcher, boundary_counts, thin_boundaries
 from .predictions import KINDS, discover_pairs, load_prediction, names_list
-from .region import RegionImageResult, region_counts
+from .region import NestedUcmLabels, RegionImageResult, region_counts
+from .tables import contingency
 from .summary import collect_boundary, collect_fop, collect_region
 
 __all__ = ["evaluate", "evaluate_image"]
@@ -98,6 +99,20 @@ def evaluate_image(
         out["time_region"] = time.perf_counter() - t0
         out["cpu_region"] = time.process_time() - c0
     return out
+
+
+def _warm_up() -> None:
+    """Compile (or load from numba's on-disk cache) every kernel of
+    :mod:`hiseg.metrics.kernels` on tiny inputs, before the worker processes start: forked
+    workers inherit the compiled code instead of compiling it each (about 20 s of CPU the
+    first time after an install or a change of the kernels, well under a second once
+    cached)."""
+    gt = np.zeros((8, 8), dtype=bool)
+    gt[3, :] = True
+    BoundaryMatcher([gt]).counts(thin_boundaries(gt | np.roll(gt, 1, axis=0)))
+    NestedUcmLabels(np.zeros((5, 5))).labels(0.5)
+    NestedUcmLabels(np.zeros((5, 5)), seism=True).labels(0.5)
+    contingency(np.zeros((2, 2), dtype=np.int64), np.ones((2, 2), dtype=np.int64))
 
 
 def _evaluate_task(args) -> dict:
@@ -197,6 +212,7 @@ def evaluate(
     tasks = [(s, str(p), str(g), n_thresholds, kind, boundary, region, max_dist, fop, first_label)
              for s, p, g in pairs]
     t_start = time.perf_counter()
+    _warm_up()  # compiled once here, inherited by forked workers
     per_image: list[dict] = []
     if workers == 1:
         for i, task in enumerate(tasks):

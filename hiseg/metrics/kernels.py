@@ -47,7 +47,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["lapjvsp", "match_map", "thin", "thinning_tables"]
+__all__ = ["label_range", "lapjvsp", "match_map", "neighbourhoods", "pair_counts", "thin", "thinning_tables",
+           "ucm_labels_advance"]
 
 _INF = np.inf
 
@@ -817,3 +818,4 @@ def pair_counts(a, b, ka, kb, dense):
         n[q] = dense[keys[q]]
         dense[keys[q]] = 0
     return keys, n, na, nb
+
