@@ -63,6 +63,7 @@ __all__ = [
     "naming_the_file",
     "exif_orientation",
     "image_size",
+    "image_header",
     "set_usual_mode",
     "write_png",
     "write_ucm2_mat",
@@ -135,21 +136,37 @@ def decode_image(path) -> tuple[np.ndarray, bool]:
     return _orient(arr, path), False
 
 
-def image_size(path) -> tuple[int, int]:
-    """(H, W) of an image file as :func:`read_image` returns it (EXIF orientation applied),
-    from its header: nothing is decoded (Pillow; OpenCV decodes the file where Pillow cannot
-    open it). Raises FileNotFoundError, DataError (not a readable image)."""
+def image_header(path) -> tuple[int, int, str]:
+    """(H, W, Pillow mode) of an image file, (H, W) as :func:`read_image` returns it (EXIF
+    orientation applied), from its header: no pixel is decoded (where Pillow cannot open the
+    file, OpenCV decodes it; mode ``""`` then). Raises FileNotFoundError, DataError."""
     try:
         from PIL import Image
 
         with Image.open(path) as im:
             w, h = im.size
-            o = int(im.getexif().get(0x0112, 1))
+            o, mode = _orientation_of(im), im.mode
     except FileNotFoundError:
         raise FileNotFoundError(f"image file not found: {display_path(path)}") from None
     except Exception:  # noqa: BLE001 - not Pillow's: decode it
-        return tuple(decode_image(path)[0].shape[:2])
-    return (w, h) if o in (5, 6, 7, 8) else (h, w)
+        return (*decode_image(path)[0].shape[:2], "")
+    return (w, h, mode) if o in (5, 6, 7, 8) else (h, w, mode)
+
+
+def image_size(path) -> tuple[int, int]:
+    """(H, W) of an image file as :func:`read_image` returns it, from its header
+    (:func:`image_header`)."""
+    return image_header(path)[:2]
+
+
+def _orientation_of(im) -> int:
+    """The EXIF orientation (1-8) of an open Pillow image, read without decoding pixels: a PNG's
+    EXIF is an eXIf chunk before its pixels (Pillow's ``getexif`` would decode the whole image
+    to look after them)."""
+    if im.format == "PNG" and "exif" not in im.info:
+        return 1
+    o = int(im.getexif().get(0x0112, 1))
+    return o if 1 <= o <= 8 else 1
 
 
 def exif_orientation(path) -> int:
@@ -158,10 +175,9 @@ def exif_orientation(path) -> int:
         from PIL import Image
 
         with Image.open(path) as im:
-            o = int(im.getexif().get(0x0112, 1))
+            return _orientation_of(im)
     except Exception:  # noqa: BLE001 - no Pillow, no EXIF, a format Pillow cannot open: as stored
         return 1
-    return o if 1 <= o <= 8 else 1
 
 
 #: EXIF orientation -> (transpose, flip rows, flip columns) that turn the stored image upright

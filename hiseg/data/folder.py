@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..io import IMAGE_EXTENSIONS, DataError, decode_image, image_size, read_image
+from ..io import IMAGE_EXTENSIONS, DataError, decode_image, image_header, image_size, read_image
 
 __all__ = ["read_labels", "FolderSegmentation"]
 
@@ -233,16 +233,10 @@ def _npy_header(path: Path) -> np.ndarray:
 def _label_image_header(path: Path) -> tuple:
     """(H, W) of a label image from its header; a float image (32-bit TIFF) is refused as
     :func:`read_labels` refuses it."""
-    try:
-        from PIL import Image
-
-        with Image.open(path) as im:
-            mode = im.mode
-    except Exception:  # noqa: BLE001 - a format Pillow cannot open: decoded as training would
-        return read_labels(path).shape[-2:]
+    h, w, mode = image_header(path)
     if mode == "F":
         raise DataError(f"labels {path}: expected an integer label image, got a float image")
-    return image_size(path)
+    return h, w
 
 
 def _natural_key(s: str):
