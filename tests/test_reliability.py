@@ -542,3 +542,16 @@ def test_the_default_run_with_one_override_trains_it(tmp_path):
                  "--model.arch_kwargs", '{"width": 8}', "--trainer.enable_progress_bar", "false")
     assert r.returncode == 0, r.stderr[-3000:]
     assert "training finished: 1 epoch(s), 2 step(s)" in r.stdout
+
+
+# ----------------------------------------------------------------------------- the probe, at a small size
+def test_the_fault_probe_finds_every_case_ok():
+    from _train import ROOT
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "fault_probe.py"), "--images", "3"], env=env,
+                       capture_output=True, text=True, timeout=1200, cwd=ROOT)
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| ") and not line.startswith("| case")]
+    assert len(rows) >= 15, r.stdout[-3000:] + r.stderr[-3000:]
+    assert all(row.split("|")[2].strip() == "OK" for row in rows), "\n".join(rows)
+    assert r.returncode == 0

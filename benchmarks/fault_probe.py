@@ -1,0 +1,402 @@
+"""Issue 32's fault probe: walk the families of faults a user meets (concurrent runs, file names
+that are not UTF-8, interrupted runs, bad training folders and options, a full disk, degenerate
+clustering inputs, HISEG_WEIGHTS_DIR, files that are not images) and print a table
+``case | verdict``: OK when the outcome is the one a user needs (a correct result, or a clear
+error naming the problem with no traceback, nothing half-written), else FAIL and why.
+
+Usage: ``python benchmarks/fault_probe.py [--images N] [--only WORD]``; exit status 1 when a
+case fails. ``tests/test_reliability.py`` runs it with ``--images 3`` (CI). Each case works in
+its own temporary folder; the cases that need separate processes (two runs at once, a run
+interrupted) start ``hiseg`` as a user would.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+BAD = b"bad\xff\xfename.png"
+CASES = []
+
+
+def case(name):
+    def add(fn):
+        CASES.append((name, fn))
+        return fn
+    return add
+
+
+class Fail(AssertionError):
+    pass
+
+
+def check(ok, why):
+    if not ok:
+        raise Fail(why)
+
+
+# ----------------------------------------------------------------------------- helpers
+def photo(folder: Path, name, i=0):
+    import cv2
+
+    img = np.zeros((48, 64, 3), np.uint8)
+    img[:24, :32], img[24:, 32:], img[:24, 32:] = (200, 30, 30), (20, 90, 200), (30, 200, 60)
+    path = os.path.join(os.fsencode(folder), os.fsencode(name))
+    with open(path, "wb") as fh:
+        fh.write(cv2.imencode(".png", np.roll(img, 3 * i, axis=1))[1].tobytes())
+
+
+def photos(tmp: Path, names) -> Path:
+    d = tmp / "photos"
+    d.mkdir()
+    for i, n in enumerate(names):
+        photo(d, n, i)
+    return d
+
+
+def names(folder) -> list:
+    return sorted(os.listdir(os.fsencode(folder))) if os.path.isdir(folder) else []
+
+
+def hiseg_process(*argv, go=None):
+    """``hiseg ARGV`` in a new process; with ``go``, it waits for that file to appear (after
+    its imports, having touched ``go.ready<pid>``), so that several start together."""
+    code = textwrap.dedent("""
+        import os, sys, time
+        from pathlib import Path
+        from hiseg.cli import main
+        go = sys.argv[1]
+        if go:
+            Path(f"{go}.ready{os.getpid()}").touch()
+            while not os.path.exists(go):
+                time.sleep(0.005)
+        sys.exit(main(sys.argv[2:]))
+    """)
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.Popen([sys.executable, "-c", code, str(go or ""), *map(str, argv)], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, errors="backslashreplace")
+
+
+def hiseg_inline(*argv):
+    """(exit status, stdout, stderr) of ``hiseg ARGV`` in this process."""
+    from hiseg.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            rc = main([str(a) for a in argv])
+        except SystemExit as e:
+            rc = e.code
+    return rc, out.getvalue(), err.getvalue()
+
+
+def train_inline(*argv):
+    """(exit status, stderr) of ``python train.py ARGV`` in this process."""
+    from hiseg.cli_train import main
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            main([str(a) for a in argv], default_config=ROOT / "configs" / "synthetic.yaml")
+            rc = 0
+        except SystemExit as e:
+            rc = e.code if isinstance(e.code, int) else 1
+            if not isinstance(e.code, int):
+                err.write(str(e.code))
+    return rc, err.getvalue()
+
+
+def one_line_error(rc, err, *needles, status=2):
+    check(rc == status, f"exit {rc}, expected {status}: {err.strip()[-300:]}")
+    check("Traceback" not in err, "a traceback")
+    last = err.strip().splitlines()[-1] if err.strip() else ""
+    for n in needles:
+        check(n in last, f"{n!r} not in {last!r}")
+
+
+# ----------------------------------------------------------------------------- 1: concurrent runs
+@case("two hiseg predicts into one --out at once (--regions 6 and 3)")
+def concurrent(tmp, n):
+    import cv2
+
+    d = photos(tmp, [f"p{i}.png" for i in range(n)])
+    out, go = tmp / "out", tmp / "go"
+    procs = [hiseg_process("predict", "--classical", "-q", "--regions", k, d, "-o", out, go=go) for k in (6, 3)]
+    deadline = time.time() + 120
+    while len(list(tmp.glob("go.ready*"))) < 2:
+        check(time.time() < deadline and all(p.poll() is None for p in procs), "a run ended before the start")
+        time.sleep(0.01)
+    go.touch()
+    res = [(p.wait(300), p.communicate()[1]) for p in procs]
+    check(sorted(r for r, _ in res) == [0, 2], f"exit statuses {[r for r, _ in res]}")
+    loser = res[1][1] if res[0][0] == 0 else res[0][1]
+    check(str(out) in loser, f"the losing run does not name the folder: {loser.strip()[-200:]}")
+    k = 6 if res[0][0] == 0 else 3
+    mixed = [f for f in out.glob("*_labels.png") if int(cv2.imread(str(f), cv2.IMREAD_UNCHANGED).max()) + 1 != k]
+    check(not mixed, f"label images of the losing run: {mixed}")
+
+
+# ----------------------------------------------------------------------------- 2-4: file names
+@case("a folder with a non-UTF-8 file name, hiseg predict")
+def bad_name(tmp, n):
+    d = photos(tmp, [BAD] + [f"p{i}.png" for i in range(n - 1)])
+    rc, out, err = hiseg_inline("predict", "--classical", "-q", "--workers", "0", d, "-o", tmp / "o")
+    check(rc == 0, f"exit {rc}: {err.strip()[-300:]}")
+    got = names(tmp / "o")
+    check(b"bad\xff\xfename.mat" in got and len(got) == 3 * n, f"files: {got}")
+    check(not [g for g in got if b".tmp" in g], "temporary files left")
+
+
+@case("the same with --workers 2")
+def bad_name_workers(tmp, n):
+    d = photos(tmp, [BAD] + [f"p{i}.png" for i in range(n - 1)])
+    p = hiseg_process("predict", "--classical", "-q", "--workers", "2", d, "-o", tmp / "o")
+    _, err = p.communicate(timeout=300)
+    check(p.returncode == 0, f"exit {p.returncode}: {err.strip()[-300:]}")
+    check(len(names(tmp / "o")) == 3 * n, f"files: {names(tmp / 'o')}")
+
+
+@case("hiseg view on a non-UTF-8 file name")
+def bad_name_view(tmp, n):
+    d = photos(tmp, [BAD, "good.png"])
+    rc, out, err = hiseg_inline("view", "--classical", "-q", d, "-o", tmp / "o")
+    check(rc == 0, f"exit {rc}: {err.strip()[-300:]}")
+    check(names(tmp / "o") == [b"bad\xff\xfename.html", b"good.html", b"index.html"], str(names(tmp / "o")))
+
+
+# ----------------------------------------------------------------------------- 5: interrupted predict
+@case("a predict interrupted (Ctrl-C) mid-folder, rerun with --resume")
+def interrupted(tmp, n):
+    d = photos(tmp, [f"p{i}.png" for i in range(max(n, 3))])
+    out = tmp / "o"
+    argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "4", d, "-o", out)
+    p = hiseg_process(*argv)
+    deadline = time.time() + 300
+    while len(list(out.glob("*.mat"))) < 1 if out.exists() else True:
+        check(time.time() < deadline and p.poll() is None, "the run ended before it could be interrupted")
+        time.sleep(0.002)
+    p.send_signal(signal.SIGINT)
+    p.communicate(timeout=120)
+    check(not [g for g in names(out) if b".tmp" in g], "temporary files left by the interrupted run")
+    rc, _, err = hiseg_inline(*argv, "--resume")
+    check(rc == 0, f"--resume: exit {rc}: {err.strip()[-300:]}")
+    from hiseg.inference import image_done
+
+    check(all(image_done(out, f"p{i}", True) for i in range(max(n, 3))), "an image left incomplete")
+
+
+# ----------------------------------------------------------------------------- 6-8: training start-up
+def label_folder(root: Path, n: int) -> Path:
+    import cv2
+
+    (root / "images").mkdir(parents=True)
+    (root / "labels").mkdir()
+    for i in range(n):
+        img = np.zeros((40, 48, 3), np.uint8)
+        lab = np.zeros((40, 48), np.int64)
+        img[:, 10 + 5 * i:], lab[:, 10 + 5 * i:] = (200, 60, 30), 1
+        cv2.imwrite(str(root / "images" / f"im{i}.png"), img)
+        np.save(root / "labels" / f"im{i}.npy", lab)
+    return root
+
+
+def folder_run(tmp, data, *extra):
+    return train_inline("fit", "--config", ROOT / "configs" / "folder.yaml", "--data.init_args.data_root", data,
+                        "--data.init_args.num_workers", "0", "--data.init_args.crop_size", "32",
+                        "--trainer.max_steps", "1", "--model.arch_kwargs", '{"width": 8}',
+                        "--trainer.enable_progress_bar", "false", "--trainer.default_root_dir", tmp / "run", *extra)
+
+
+def nothing_left(tmp):
+    left = [p for p in (tmp / "run").rglob("*") if p.is_file()] if (tmp / "run").exists() else []
+    check(not left, f"left behind: {left[:3]}")
+
+
+for _label, _bad, _needle in [
+        ("negative (all -1)", lambda p: np.save(p, -np.ones((40, 48), np.int64)), "negative labels"),
+        ("float", lambda p: np.save(p, np.zeros((40, 48), np.float32)), "expected an integer array"),
+        ("of the wrong size", lambda p: np.save(p, np.zeros((30, 48), np.int64)), "have shape (30, 48)")]:
+    def _train_bad_label(tmp, n, bad=_bad, needle=_needle):
+        data = label_folder(tmp / "data", 4)
+        bad(data / "labels" / "im1.npy")
+        rc, err = folder_run(tmp, data)
+        one_line_error(rc, err, "im1.npy", needle)
+        nothing_left(tmp)
+    case(f"training on a folder whose .npy label is {_label}")(_train_bad_label)
+
+
+@case("training on a 1-image folder")
+def train_one_image(tmp, n):
+    data = label_folder(tmp / "data", 1)
+    rc, err = folder_run(tmp, data)
+    one_line_error(rc, err, str(data), "cannot be split")
+    nothing_left(tmp)
+
+
+@case("training with --model.lr -1")
+def train_bad_lr(tmp, n):
+    data = label_folder(tmp / "data", 4)
+    rc, err = folder_run(tmp, data, "--model.lr", "-1")
+    one_line_error(rc, err, "model.lr must be > 0")
+    nothing_left(tmp)
+
+
+# ----------------------------------------------------------------------------- 9: a full disk
+@case("a checkpoint written on a full disk (ENOSPC halfway)")
+def full_disk(tmp, n):
+    import builtins
+    import errno
+
+    import torch
+
+    from hiseg.callbacks import AtomicCheckpointIO
+
+    target = tmp / "ckpts" / "last.ckpt"
+    AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.zeros(1000)}, "global_step": 1}, target)
+    real_open = builtins.open
+
+    class Half:
+        def __init__(self, f):
+            self.f = f
+
+        def write(self, b):
+            self.f.write(bytes(memoryview(b)[:len(b) // 2]))
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        def __getattr__(self, k):
+            return getattr(self.f, k)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+    def filling(file, mode="r", *a, **k):
+        f = real_open(file, mode, *a, **k)
+        return Half(f) if "w" in mode and "ckpt" in os.fspath(file) else f
+    builtins.open = filling
+    try:
+        AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.ones(1000)}, "global_step": 2}, target)
+        raise Fail("no error")
+    except OSError as e:
+        check("disk is full" in str(e) and str(target) in str(e), f"message: {e}")
+    finally:
+        builtins.open = real_open
+    check(sorted(p.name for p in target.parent.iterdir()) == ["last.ckpt"], "a temporary file left")
+    check(torch.load(target, weights_only=True)["global_step"] == 1, "the previous last.ckpt is not whole")
+
+
+# ----------------------------------------------------------------------------- 10-11: clustering
+@case("UltrametricClustering(3) on 50 identical points")
+def identical_points(tmp, n):
+    from sklearn.exceptions import ConvergenceWarning
+
+    from hiseg.clustering import UltrametricClustering
+
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        labels = UltrametricClustering(n_clusters=3).fit(np.ones((50, 3))).labels_
+    check(any(issubclass(x.category, ConvergenceWarning) for x in w), "no ConvergenceWarning")
+    check(np.all(labels == 0), "identical points split")
+
+
+@case('semi-supervised y with "NaN" and "" for unlabelled')
+def string_missing(tmp, n):
+    from hiseg.clustering import UltrametricClustering
+
+    X = np.random.default_rng(0).normal(size=(30, 2))
+    y = ["a"] * 5 + ["NaN"] * 10 + [""] * 10 + ["a"] * 5
+    try:
+        UltrametricClustering(2, loss="closest+triplet", max_iter=5).fit(X, y)
+        raise Fail('"NaN" / "" were taken as classes')
+    except ValueError as e:
+        check("1 class" in str(e), str(e))
+
+
+# ----------------------------------------------------------------------------- 12: weights dir
+@case("HISEG_WEIGHTS_DIR missing / empty")
+def weights_dir(tmp, n):
+    from hiseg.models.weights import Weights
+
+    old = os.environ.get("HISEG_WEIGHTS_DIR")
+    try:
+        os.environ["HISEG_WEIGHTS_DIR"] = str(tmp / "nowhere")
+        try:
+            Weights.BSDS500.path()
+            raise Fail("a missing folder was accepted")
+        except FileNotFoundError as e:
+            check("HISEG_WEIGHTS_DIR" in str(e), str(e))
+        (tmp / "empty").mkdir()
+        os.environ["HISEG_WEIGHTS_DIR"] = str(tmp / "empty")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            try:
+                Weights.BSDS500.path()
+            except FileNotFoundError:
+                return  # no shipped copy here: the missing-folder half is the check
+        check(any("HISEG_WEIGHTS_DIR" in str(x.message) for x in w), "no warning for an empty folder")
+    finally:
+        if old is None:
+            os.environ.pop("HISEG_WEIGHTS_DIR", None)
+        else:
+            os.environ["HISEG_WEIGHTS_DIR"] = old
+
+
+# ----------------------------------------------------------------------------- 13: not images
+@case("a zero-byte .jpg and a text file named .jpg")
+def not_images(tmp, n):
+    (tmp / "p").mkdir()
+    (tmp / "p" / "empty.jpg").write_bytes(b"")
+    (tmp / "p" / "text.jpg").write_text("hello\n")
+    rc, out, err = hiseg_inline("predict", "--classical", "-q", tmp / "p", "-o", tmp / "o")
+    check(rc == 1 and "Traceback" not in err, f"exit {rc}: {err.strip()[-300:]}")
+    check("not an image (0 bytes)" in err and "not a readable image" in err, err.strip()[-400:])
+    check("pip install" not in err, "a misleading install hint")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--images", type=int, default=20, help="images per folder (default: 20, the issue's)")
+    ap.add_argument("--only", default=None, help="run the cases whose name holds this word")
+    args = ap.parse_args(argv)
+    import torch
+
+    torch.set_num_threads(1)
+    rows = []
+    for name, fn in CASES:
+        if args.only and args.only not in name:
+            continue
+        t = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            try:
+                fn(Path(tmp), max(2, args.images))
+                verdict = "OK"
+            except Fail as e:
+                verdict = f"FAIL: {e}"
+            except Exception as e:  # noqa: BLE001 - a probe's own crash is a failure to report
+                verdict = f"FAIL: {type(e).__name__}: {e} ({traceback.format_exc().splitlines()[-3].strip()})"
+        rows.append((name, verdict, time.perf_counter() - t))
+    width = max(len(r[0]) for r in rows)
+    print(f"| {'case':<{width}} | verdict | s |\n|{'-' * (width + 2)}|---|---|")
+    for name, verdict, s in rows:
+        print(f"| {name:<{width}} | {verdict} | {s:.1f} |")
+    return 1 if any(v != "OK" for _, v, _ in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
