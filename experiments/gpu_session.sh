@@ -76,6 +76,7 @@ if [ "$BENCH" = 1 ]; then
       --results "$OUT/pixel_stage.md" >> "$OUT/bench.log" 2>&1
     log "bench ${NETS[$i]}: rc=$? $(tail -1 "$OUT/pixel_stage.md" 2>/dev/null)"
   done
+  [ "$TINY" != 1 ] && { timeout 150 $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 >> "$OUT/bench.log" 2>&1; log "bench_training --host-workers 16 (issue 33 item 3: the host pool's tables, into bench.log): rc=$?"; }
 fi
 
 # ---------------------------------------------------------------- (a2) no host synchronisation in the step

@@ -33,6 +33,7 @@ from .callbacks import (CSVLogger, FiniteLossGuard, LastCheckpoint, RandomStateC
                         TensorBoardLogger, ValidateAtStart)
 from .metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_boundary_counts
 from .models import get_model
+from .segmentation.hostpool import host_pool, resolve_workers
 
 __all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LossResult", "LastCheckpoint", "CSVLogger",
            "TensorBoardLogger", "VAL_THRESHOLDS"]
@@ -59,22 +60,6 @@ class LossResult(NamedTuple):
     ultrametric: torch.Tensor
     hierarchy: object
     batch: object
-
-
-_POOL = None
-
-
-def _thread_pool():
-    """One process-wide thread pool (a thread per core this process may run on, at most 16)
-    for the per-image CPU work of a batch: the watershed and the RAG release the GIL."""
-    global _POOL
-    if _POOL is None:
-        import os
-        from concurrent.futures import ThreadPoolExecutor
-
-        _POOL = ThreadPoolExecutor(max_workers=max(1, min(16, len(os.sched_getaffinity(0)))),
-                                   thread_name_prefix="hiseg-rebuild")
-    return _POOL
 
 
 def _start_and_pipeline(init_from, pipeline, pipeline_from_init):
@@ -138,6 +123,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         network's maps (refused by name otherwise).
     freeze_network : train the merging head alone, the network frozen (``lr`` is then the
         head's; ``configs/bsds500_merge_head.yaml``).
+    host_workers : processes that build a batch's trees and rebuild its superpixels
+        (:mod:`hiseg.segmentation.hostpool`): None, the host's cores; 0, in process. The
+        losses do not depend on it.
 
     Randomness: a step's triplets are drawn from ``default_rng([seed, 0, rank, global_step,
     batch_idx])`` (validation / test ``[seed, 1 or 2, rank, batch_idx]``), ``seed`` the run's
@@ -154,7 +142,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  pipeline: Optional[dict] = None, pixel_loss: str = "balanced_bce", warmup: float = 0.05,
                  final_lr: float = 0.05, positive_threshold: float = 0.3, dice_weight: float = 1.0,
                  head_lr_scale: float = 1.0, pipeline_from_init: bool = False, losses: Optional[dict] = None,
-                 freeze_network: bool = False):
+                 freeze_network: bool = False, host_workers: Optional[int] = None):
         super().__init__()
         checks = [(lr > 0, f"model.lr must be > 0 (the learning rate), got {lr}"),
                   (weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}"),
@@ -197,6 +185,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
         self.val_metrics, self.test_metrics = self.make_metrics(), self.make_metrics()
         self.finite_guard = FiniteLossGuard()  # the pixel stage's (the graph steps check on the host)
+        resolve_workers(host_workers)  # a bad value fails here, not at the first step
 
     def make_metrics(self) -> SegmentationMetrics:
         """A fresh validation metric for this module's losses."""
@@ -313,15 +302,19 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         total, parts = self.objective(x)
         return {**parts, "loss": total}
 
+    @property
+    def host_pool(self):
+        """The process pool of the host's share of a step (:func:`hiseg.segmentation.hostpool.host_pool`
+        of ``host_workers``), None in process."""
+        return host_pool(self.hparams.get("host_workers"))
+
     def rebuild_graphs(self, batch, maps: torch.Tensor):
         """The batch with the pipeline's superpixels of its (B, H, W) maps (detached, on the
-        host), its RAGs and targets rebuilt from the ground truths, on a process-wide thread
-        pool (``benchmarks/results/training.md``)."""
-        from .data.collate import with_superpixels
+        host), its RAGs and targets rebuilt from the ground truths, one image per job of the
+        host pool (:func:`hiseg.data.collate.rebuild_graphs`)."""
+        from .data.collate import rebuild_graphs
 
-        pool = _thread_pool().map
-        return with_superpixels(batch, self.pipeline.batch_superpixels(maps, batch.image_sizes, map_fn=pool),
-                                map_fn=pool)
+        return rebuild_graphs(batch, maps, self.pipeline, self.host_pool)
 
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None) -> LossResult:
         """The losses of a :class:`~hiseg.data.collate.GraphBatch` through the pipeline
@@ -358,7 +351,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         _check_finite(host, w.numel(), early, self.global_step)
         lengths = (np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
                    if pipe.linkage == "average" else None)
-        u, h = pipe.ultrametric(batch.graph, w, lengths, host_weights=host[:w.numel()], lca="triplets" in obj.needs)
+        u, h = pipe.ultrametric(batch.graph, w, lengths, host_weights=host[:w.numel()], lca="triplets" in obj.needs,
+                                pool=self.host_pool)
         clock("tree")
         x.update(ultrametric=u, hierarchy=h)
         parts.update(obj.parts(x, [n for n in obj.active if n not in parts]))

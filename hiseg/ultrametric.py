@@ -161,10 +161,22 @@ class _LeafLCA:
         buf = _workspace(nbytes)[:nbytes] if transient else np.empty(nbytes, dtype=np.uint8)
         table = buf.view(idt).reshape(levels, m)
         table[0, start[nl:] + sizes[small] - 1] = np.arange(nl, n, dtype=idt)
-        for k in range(1, levels):
-            h = 1 << (k - 1)
-            np.maximum(table[k - 1, : m - h], table[k - 1, h:], out=table[k, : m - h])
-        self.table = table
+        self.table = _sparse_levels(table)
+
+    @classmethod
+    def from_split_nodes(cls, rank: np.ndarray, split: np.ndarray) -> "_LeafLCA":
+        """The query structure of leaves ranked ``rank`` in a depth-first order whose
+        consecutive leaves have the split nodes ``split`` (N - 1,): e.g. per-graph orders
+        concatenated (``hiseg.segmentation.hostpool``). O(N log N)."""
+        self = cls.__new__(cls)
+        self.rank, self.m = rank, int(split.shape[0])
+        if self.m == 0:
+            self.table = np.zeros((1, 1), dtype=split.dtype)
+            return self
+        table = np.zeros((max(1, self.m.bit_length()), self.m), dtype=split.dtype)  # deterministic tails
+        table[0] = split
+        self.table = _sparse_levels(table)
+        return self
 
     def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         ra = self.rank[a]
@@ -181,6 +193,15 @@ class _LeafLCA:
         if same.any():
             res[same] = a[same]
         return res
+
+
+def _sparse_levels(table: np.ndarray) -> np.ndarray:
+    """Fill levels 1.. of a range-maximum sparse table from its level 0, in place."""
+    m = table.shape[1]
+    for k in range(1, table.shape[0]):
+        h = 1 << (k - 1)
+        np.maximum(table[k - 1, : m - h], table[k - 1, h:], out=table[k, : m - h])
+    return table
 
 
 # ----------------------------------------------------------------------------- hierarchy

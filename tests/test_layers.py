@@ -19,7 +19,7 @@ ORDER = ["_compat", "io", "_neighbors", "graph", "ultrametric", "cuts", "losses"
          "inference", "predict_ddp", "view", "cli_train", "cli"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
-    "segmentation": ["superpixels", "pooling", "merging", "saliency", "pipeline"],
+    "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool", "pipeline"],
     "metrics": ["summary", "kernels", "matching", "validation", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
                 "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],

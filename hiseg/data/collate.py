@@ -32,7 +32,7 @@ from .targets import graph_targets, mean_boundary
 from .transforms import as_numpy_generator
 
 __all__ = ["SegmentationGraphDataset", "GraphBatch", "collate_graph_batch", "make_graph_sample", "with_superpixels",
-           "SUPERPIXEL_MODES", "PipelineSuperpixels", "loader_superpixels"]
+           "SUPERPIXEL_MODES", "PipelineSuperpixels", "loader_superpixels", "rebuild_graphs", "rebuild_item"]
 
 
 SUPERPIXEL_MODES = ("per_sample", "cached", "none")
@@ -422,9 +422,44 @@ def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_f
     """
     if len(superpixels) != batch.batch_size:
         raise ValueError(f"{len(superpixels)} superpixel maps for a batch of {batch.batch_size}")
-    items = list(map_fn(_graph_item, superpixels, batch.segmentations))
+    return _with_items(batch, list(map_fn(_graph_item, superpixels, batch.segmentations)))
+
+
+def _with_items(batch: GraphBatch, items: Sequence[dict]) -> GraphBatch:
+    """The batch with the graph fields of per-image items (``rag``, ``sp_labels``,
+    ``edge_target``, optionally ``frontier``), moved to the images' device in one copy."""
     hp, wp = batch.images.shape[-2:]
     fields = _graph_fields(items, batch.image_sizes, int(hp), int(wp))
     names = [k for k, v in fields.items() if isinstance(v, torch.Tensor)]
     moved = packed_copy([fields[k].numpy() for k in names], batch.images.device)
     return replace(batch, **{**fields, **dict(zip(names, moved))})
+
+
+def rebuild_item(settings: tuple, boundary: np.ndarray, segmentations) -> dict:
+    """One image's graph item rebuilt from its boundary map (a :class:`~hiseg.segmentation.hostpool.HostPool`
+    job): the superpixels of ``Pipeline(superpixels, region_size, sigma)`` (``settings``, in that
+    order), the RAG, the targets against ``segmentations`` and the frontier pixel pairs, as numpy
+    arrays (what :func:`rebuild_graphs` assembles)."""
+    from ..segmentation.pipeline import Pipeline
+
+    sp = Pipeline(superpixels=settings[0], region_size=settings[1], sigma=settings[2]).make_superpixels(boundary)
+    item = _graph_item(sp, segmentations)
+    return {"rag": item["rag"], "sp_labels": item["sp_labels"].numpy(), "edge_target": item["edge_target"].numpy(),
+            "frontier": frontier_pixel_pairs(item["rag"])}
+
+
+def rebuild_graphs(batch: GraphBatch, maps: torch.Tensor, pipeline, pool=None) -> GraphBatch:
+    """The batch with ``pipeline``'s superpixels of its (B, H, W) maps (detached, copied to the
+    host once), its RAGs, frontiers and targets rebuilt from the ground truths: one job per image
+    (:func:`rebuild_item`) in ``pool`` (a :class:`~hiseg.segmentation.hostpool.HostPool`), or, with
+    ``pool`` None or fewer than :data:`~hiseg.segmentation.hostpool.MIN_POOL_PIXELS` pixels, in
+    process on hiseg's thread pool (the watershed and the RAG release the GIL). The same batch
+    either way. FloatingPointError for non-finite maps."""
+    from ..segmentation.hostpool import MIN_POOL_PIXELS, thread_pool
+
+    crops = pipeline.host_maps(maps, batch.image_sizes)
+    if pool is None or pool.disabled or sum(c.size for c in crops) < MIN_POOL_PIXELS:
+        threads = thread_pool().map
+        return with_superpixels(batch, list(threads(pipeline.make_superpixels, crops)), map_fn=threads)
+    settings = (pipeline.superpixels, pipeline.region_size, pipeline.sigma)
+    return _with_items(batch, pool.map(rebuild_item, [settings] * len(crops), crops, batch.segmentations))

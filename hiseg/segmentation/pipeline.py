@@ -63,7 +63,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..graph import region_adjacency_graph
+from ..graph import BatchedGraph, region_adjacency_graph
+from .hostpool import average_linkage_batch
 from .merging import MergeHead, MergeHeadError, TorchEdgeFeatures
 from .pooling import batch_frontier_pixels, frontier_mean
 from ..fitting import fit_ultrametric
@@ -273,13 +274,19 @@ class Pipeline:
         ``b`` being the top-left ``sizes[b]`` of its map, from the detached maps on the host
         (one copy); ``map_fn``: e.g. a thread pool's ``map`` (the watershed releases the GIL).
         FloatingPointError for a map holding NaN or infinite values (a diverged network)."""
-        prob = maps.detach().float().cpu().numpy()
-        if not np.isfinite(prob).all():
-            raise FloatingPointError(DIVERGED)
-        crops = [prob[b, :hb, :wb] for b, (hb, wb) in enumerate(sizes)]
+        crops = self.host_maps(maps, sizes)
         if self.superpixels == "color_watershed":
             return list(map_fn(self.make_superpixels, crops, images))
         return list(map_fn(self.make_superpixels, crops))
+
+    @staticmethod
+    def host_maps(maps: torch.Tensor, sizes) -> list:
+        """The detached (B, H, W) maps on the host (one copy), image ``b`` cropped to ``sizes[b]``:
+        float32 views. FloatingPointError for a map holding NaN or infinite values."""
+        prob = maps.detach().float().cpu().numpy()
+        if not np.isfinite(prob).all():
+            raise FloatingPointError(DIVERGED)
+        return [prob[b, :hb, :wb] for b, (hb, wb) in enumerate(sizes)]
 
     def graph_weights(self, rags, maps: torch.Tensor, images=None, frontier=None, head=None) -> torch.Tensor:
         """(E_total,) weights of the edges of B RAGs (in batch order) from their maps (B, H, W),
@@ -323,21 +330,30 @@ class Pipeline:
             raise PipelineError("superpixels='color_watershed' needs the image")
         return Superpixels(region_size=self.region_size)(image)
 
-    def ultrametric(self, graph, weights: torch.Tensor, lengths=None, *, host_weights=None, lca: bool = False):
+    def ultrametric(self, graph, weights: torch.Tensor, lengths=None, *, host_weights=None, lca: bool = False,
+                    pool=None):
         """(u, hierarchy) of the configured linkage (a graph or a batch of graphs); ``u``
         differentiable in ``weights`` (except ``closest``, a fit), on their device. The tree
         is built on the host from ``host_weights`` (the weights already copied there, the
         training step's one device-to-host copy) or from a copy of ``weights``; its gather
         indices (with ``lca`` the leaf-lca tables the triplet term queries) go to the weights'
         device in one copy (:func:`hiseg.ultrametric.upload_indices`). ``lengths``: the
-        frontier lengths (average linkage)."""
+        frontier lengths (average linkage). A batch's average linkage is one tree per graph
+        (:func:`hiseg.segmentation.hostpool.average_linkage_batch`), built by ``pool`` (a
+        :class:`~hiseg.segmentation.hostpool.HostPool`; None: in process), the same arrays
+        either way."""
         if self.linkage == "closest":  # single linkage of the fitted ultrametric
             weights = weights / weights.max().clamp_min(1e-12)
             if self.fit_iterations > 0:
                 weights = fit_ultrametric(graph, weights, max_iter=self.fit_iterations).ultrametric
             return subdominant_ultrametric(graph, weights, return_hierarchy=True)
         w = weights if host_weights is None else host_weights
-        h = build_average_linkage_hierarchy(graph, w, lengths) if self.linkage == "average" else build_hierarchy(graph, w)
+        if self.linkage == "single":
+            h = build_hierarchy(graph, w)
+        elif isinstance(graph, BatchedGraph):
+            h = average_linkage_batch(graph, w, lengths, pool, lca=lca)
+        else:
+            h = build_average_linkage_hierarchy(graph, w, lengths)
         upload_indices(h, weights.device, lca=lca)
         return h.ultrametric(weights), h
 
