@@ -439,7 +439,7 @@ def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
 
 def _checked_compact_labels(labels) -> np.ndarray:
     """:func:`compact_labels` of a label image, after the checks of :func:`region_adjacency_graph`.
-    (Same shape as ``clustering._check_parents``' checks, on other data with other messages: kept apart.)"""
+    (Same shape as ``metrics.hierarchy._check_parents``' checks, on other data with other messages: kept apart.)"""
     labels = np.asarray(labels)
     if labels.ndim != 2 or labels.size == 0:
         raise ValueError(f"labels must be a non-empty 2-D image, got shape {labels.shape}")

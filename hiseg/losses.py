@@ -416,14 +416,7 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
     a = (alt_int - lo) / H  # query altitudes in [0, 1]
     b = (alt[par] - lo) / H  # altitude of each node's parent, in [0, 1]
     b[-1] = 0.0
-    # polynomial part: 1/2 + p(a - b) = sum_{i,l} C[i, l] a^i b^l
-    deg = 2 * len(c) - 1
-    C = np.zeros((deg + 1, deg + 1))
-    for j, cj in enumerate(c):
-        k = 2 * j + 1
-        for i in range(k + 1):
-            C[i, k - i] += cj * math.comb(k, i) * (-1) ** (k - i)
-    C[0, 0] += 0.5
+    C = _polynomial_matrix(c)
     ends = None
     if want_grad:
         half_g = 0.5 * grad_card
@@ -444,14 +437,7 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
             S = hg.accumulate_sequential(tree, G, hg.Accumulators.sum)
             g_b[:] += np.einsum("ij,ij->i", dPhi, S) / H
 
-    # polynomial block
-    bp = b[:, None] ** np.arange(deg + 1)[None, :]
-    ap = a[:, None] ** np.arange(deg + 1)[None, :]
-    Psi = ap @ C
-    dPsi = (ap[:, :-1] * np.arange(1, deg + 1)[None, :]) @ C[1:, :]
-    dPhi = np.zeros_like(bp)
-    dPhi[:, 1:] = bp[:, :-1] * np.arange(1, deg + 1)[None, :] * v[:, None]
-    accumulate(bp * v[:, None], Psi, dPhi, dPsi)
+    accumulate(*_polynomial_terms(a, b, v, C))
     # sine block: beta_k sin(w(a - b)) = beta_k [sin(wa) cos(wb) - cos(wa) sin(wb)], w = k pi.
     # cos/sin of k*theta by rotation recurrences (one multiply-add per entry, not a libm call)
     K = beta.size
@@ -462,29 +448,60 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
     ca_prev, sa_prev = np.ones(n - nl), np.zeros(n - nl)
     for k0 in range(0, K, per):
         k = np.arange(k0 + 1, min(K, k0 + per) + 1)
-        nk = k.size
-        CB = np.empty((nk, n)); SB = np.empty((nk, n))
-        CA = np.empty((nk, n - nl)); SA = np.empty((nk, n - nl))
-        for j in range(nk):
-            CB[j] = cb_prev * cb1 - sb_prev * sb1
-            SB[j] = sb_prev * cb1 + cb_prev * sb1
-            CA[j] = ca_prev * ca1 - sa_prev * sa1
-            SA[j] = sa_prev * ca1 + ca_prev * sa1
-            cb_prev, sb_prev, ca_prev, sa_prev = CB[j], SB[j], CA[j], SA[j]
-        w = (k * math.pi)[:, None]
-        bk = beta[k - 1][:, None]
-        Phi = (np.concatenate([CB, SB], axis=0) * v).T
-        Psi = np.concatenate([bk * SA, -bk * CA], axis=0).T
-        if want_grad:
-            dPhi = (np.concatenate([-w * SB, w * CB], axis=0) * v).T
-            dPsi = np.concatenate([bk * w * CA, bk * w * SA], axis=0).T
-        else:
-            dPhi = dPsi = None
-        accumulate(np.ascontiguousarray(Phi), np.ascontiguousarray(Psi), dPhi, dPsi)
+        CB, SB = _harmonics(cb1, sb1, cb_prev, sb_prev, k.size)
+        CA, SA = _harmonics(ca1, sa1, ca_prev, sa_prev, k.size)
+        cb_prev, sb_prev, ca_prev, sa_prev = CB[-1], SB[-1], CA[-1], SA[-1]
+        accumulate(*_sine_terms(beta[k - 1][:, None], (k * math.pi)[:, None], CB, SB, CA, SA, v, want_grad))
     if want_grad:
         g_b[-1] = 0.0
         g_alt += np.bincount(par[:-1] - nl, weights=g_b[:-1], minlength=n - nl)
     return card, g_alt, err * nl
+
+
+def _polynomial_matrix(c) -> np.ndarray:
+    """C with 1/2 + p(a - b) = sum_{i,l} C[i, l] a^i b^l, p(t) = sum_j c_j t^(2j+1) (binomial expansion)."""
+    deg = 2 * len(c) - 1
+    C = np.zeros((deg + 1, deg + 1))
+    for j, cj in enumerate(c):
+        k = 2 * j + 1
+        for i in range(k + 1):
+            C[i, k - i] += cj * math.comb(k, i) * (-1) ** (k - i)
+    C[0, 0] += 0.5
+    return C
+
+
+def _polynomial_terms(a, b, v, C):
+    """The separable terms (Phi, Psi, dPhi, dPsi) of the polynomial part sum C[i, l] a^i b^l."""
+    deg = C.shape[0] - 1
+    bp = b[:, None] ** np.arange(deg + 1)[None, :]
+    ap = a[:, None] ** np.arange(deg + 1)[None, :]
+    dPhi = np.zeros_like(bp)
+    dPhi[:, 1:] = bp[:, :-1] * np.arange(1, deg + 1)[None, :] * v[:, None]
+    return bp * v[:, None], ap @ C, dPhi, (ap[:, :-1] * np.arange(1, deg + 1)[None, :]) @ C[1:, :]
+
+
+def _harmonics(c1, s1, c_prev, s_prev, nk: int):
+    """(cos, sin) of (m + 1..m + nk) theta, (nk, len) each, from those of theta (``c1``,
+    ``s1``) and of m theta (``c_prev``, ``s_prev``): rotation recurrences, one multiply-add
+    per entry instead of a libm call."""
+    C, S = np.empty((nk, c1.size)), np.empty((nk, c1.size))
+    for j in range(nk):
+        C[j] = c_prev * c1 - s_prev * s1
+        S[j] = s_prev * c1 + c_prev * s1
+        c_prev, s_prev = C[j], S[j]
+    return C, S
+
+
+def _sine_terms(bk, w, CB, SB, CA, SA, v, want_grad: bool):
+    """The separable terms (Phi, Psi, dPhi, dPsi) of beta_k sin(w (a - b)) =
+    beta_k [sin(wa) cos(wb) - cos(wa) sin(wb)] for a chunk of frequencies ``w = k pi``."""
+    Phi = np.ascontiguousarray((np.concatenate([CB, SB], axis=0) * v).T)
+    Psi = np.ascontiguousarray(np.concatenate([bk * SA, -bk * CA], axis=0).T)
+    if not want_grad:
+        return Phi, Psi, None, None
+    dPhi = (np.concatenate([-w * SB, w * CB], axis=0) * v).T
+    dPsi = np.concatenate([bk * w * CA, bk * w * SA], axis=0).T
+    return Phi, Psi, dPhi, dPsi
 
 
 class _SoftCardinal(torch.autograd.Function):

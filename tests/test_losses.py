@@ -219,6 +219,19 @@ def test_soft_cardinal_naive(lam, scale, rng):
     np.testing.assert_allclose(got, ref, atol=30 * 1e-10 * 10, rtol=0)
 
 
+def test_soft_cardinal_chunks_of_frequencies_agree(rng):
+    """The sine block in chunks of a few frequencies (the harmonics carried from chunk to
+    chunk) gives the one-chunk values and gradients."""
+    g = random_connected_graph(rng, 40, 40)
+    h = build_hierarchy(g, rng.random(g.num_edges) * 5)
+    alt = rng.random(h.num_nodes - h.num_leaves) * 5
+    gc = rng.standard_normal(alt.size)
+    one = losses._soft_cardinal_core(h, alt, 30.0, 1e-10, gc)
+    chunked = losses._soft_cardinal_core(h, alt, 30.0, 1e-10, gc, chunk_elems=3 * h.num_nodes)
+    for x, y in zip(one, chunked):
+        np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
+
+
 def test_soft_cardinal_tends_to_size(rng):
     g = random_connected_graph(rng, 30, 30)
     w = rng.permutation(g.num_edges) + 1.0  # distinct altitudes, gaps >= 1

@@ -1,20 +1,8 @@
-r"""Hierarchical clustering by ultrametric fitting: a scikit-learn style estimator.
+"""The scikit-learn estimator :class:`UltrametricClustering` (see :mod:`hiseg.clustering`).
 
-:class:`UltrametricClustering` builds the paper's graph on the samples (k nearest
-neighbours made connected by spanning edges, :func:`hiseg.graph.knn_graph`, without n^2
-memory), fits an ultrametric on its edges with :func:`hiseg.fitting.fit_ultrametric`
-(closest, cluster size, triplet or Dasgupta losses), and cuts the resulting hierarchy
-into ``n_clusters`` flat clusters with a size-aware cut (:mod:`hiseg.cuts`).
-
-Partial labels ``y`` (``-1`` = unlabelled) feed the triplet term of the semi-supervised
-losses ``"closest+triplet"`` and ``"closest+size+triplet"`` and set the cut's minimum
-cluster size; the other losses ignore them. There is no ``predict``: the hierarchy is
-defined on the fitted samples only.
-
-The measures of a whole hierarchy, :func:`dendrogram_purity` and :func:`dasgupta_cost`
-(for any hiseg hierarchy, fitted estimator, scipy linkage matrix or higra tree), live here,
-below :mod:`hiseg.metrics` in the package's layers, and are public there
-(:mod:`hiseg.metrics.hierarchy`).
+Its automatic choices (which fits, which to keep) are :mod:`hiseg.clustering.auto`, the
+reading of partial labels :mod:`hiseg.clustering.labels`, the measures of its hierarchy
+:mod:`hiseg.metrics.hierarchy`.
 """
 from __future__ import annotations
 
@@ -24,110 +12,16 @@ import time
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
-from sklearn.utils.validation import check_is_fitted, column_or_1d
+from sklearn.utils.validation import check_is_fitted
 
-from . import losses
-from .cuts import AUTO_MIN_CLUSTER_FRACTION, check_count, cut_hierarchy, resolve_min_size
-from .fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
+from .. import losses
+from ..cuts import AUTO_MIN_CLUSTER_FRACTION, check_count, cut_hierarchy, resolve_min_size
+from ..fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
+from ..metrics.hierarchy import dendrogram_purity
+from . import auto
+from .labels import label_array, partial_labels
 
-__all__ = ["UltrametricClustering", "cut_hierarchy", "as_tree", "dendrogram_purity", "dasgupta_cost"]
-
-
-#: ``init="auto"`` starts from the average-linkage ultrametric up to this many samples and
-#: from the input distances above (higra's graph average linkage is quadratic at worst:
-#: 277 s for 1e5 points on a 5-NN graph of blobs, against 3 s for 1e4)
-AUTO_AVERAGE_START_MAX_POINTS = 20000
-
-#: input dissimilarities of the fit (``dissimilarity``) and the graph's default neighbour count for
-#: each (``n_neighbors=None``): Ward's heights need a denser graph to follow the unconstrained
-#: Ward hierarchy (64-d mixtures, pilot draws: 5-NN 0.965, 10-NN 0.980, 15-NN 0.988 accuracy,
-#: against 0.996 for scikit-learn's Ward on all pairs)
-DISSIMILARITIES = ("auto", "euclidean", "ward")
-DEFAULT_NEIGHBORS = {"euclidean": 5, "ward": 15}
-
-#: ``dissimilarity="auto"`` without labels, up to this many samples: the candidate fits
-#: (dissimilarity, neighbour count), the one whose cut has the lowest normalised cut on the
-#: 5-NN graph kept (:meth:`UltrametricClustering._internal_score`); chosen on pilot draws
-#: (toy seeds 100-104, mixture seeds 11-13; ``experiments/hierarchies.py --pilot``)
-AUTO_UNSUPERVISED = (("euclidean", 5), ("euclidean", 10), ("ward", 15))
-AUTO_SELECT_MAX_POINTS = 20000
-
-# ``min_size="auto"`` without labels: AUTO_MIN_CLUSTER_FRACTION of an even share (hiseg.cuts)
-
-
-def _labelled_accuracy(labels, y) -> float:
-    """Accuracy of the clusters on the labelled samples (``y >= 0``) under the best
-    one-to-one matching of clusters to classes."""
-    from scipy.optimize import linear_sum_assignment
-
-    m = y >= 0
-    _, c = np.unique(labels[m], return_inverse=True)
-    _, t = np.unique(y[m], return_inverse=True)
-    C = np.zeros((c.max() + 1, t.max() + 1), dtype=np.int64)
-    np.add.at(C, (c, t), 1)
-    r, col = linear_sum_assignment(-C)
-    return C[r, col].sum() / m.sum()
-
-
-#: string labels that mark an unlabelled sample, compared after stripping blanks and in lower
-#: case: the empty string, "-1", and the missing-value spellings that pandas' ``read_csv``
-#: reads as NaN ("nan" is also what numpy makes of np.nan in an array of strings)
-_UNLABELLED_STRINGS = ("", "-1", "-1.0", "nan", "-nan", "none", "null", "na", "n/a", "<na>", "#n/a")
-
-
-def _is_missing(v) -> bool:
-    """None, a float NaN, pandas' NA or NaT."""
-    if v is None or type(v).__name__ in ("NAType", "NaTType"):
-        return True
-    return isinstance(v, (float, np.floating)) and v != v
-
-
-def _label_array(y) -> np.ndarray:
-    """Labels as a 1-D numpy array; lists, tuples and pandas objects become object arrays so
-    that NaN / None / pandas' NA among strings survive as such (numpy would turn NaN into
-    the string "nan")."""
-    if hasattr(y, "to_numpy") and not isinstance(y, np.ndarray):  # pandas Series / one-column frame
-        y = y.to_numpy(dtype=object)
-    elif not isinstance(y, np.ndarray):
-        y = np.asarray(y, dtype=object)
-    return column_or_1d(y, warn=True)
-
-
-def _partial_labels(y: np.ndarray) -> np.ndarray:
-    """Partial labels -> int64 codes, ``-1`` for the unlabelled samples.
-
-    Unlabelled: ``-1`` (scikit-learn's semi-supervised convention), NaN, None, pandas' NA
-    or NaT, and among strings (compared blank-stripped, in any case) the empty string, ``"-1"``
-    and the missing-value spellings ``"NaN"``, ``"None"``, ``"NULL"``, ``"NA"``, ``"N/A"``,
-    ``"<NA>"``, ``"#N/A"`` (those pandas' ``read_csv`` reads as NaN). Other labels: integers
-    (>= 0, kept as they are) or any values (strings, ...: numbered in sorted order of their
-    text).
-    """
-    if y.dtype.kind in "OUS":
-        missing = np.fromiter((_is_missing(v) for v in y), dtype=bool, count=y.shape[0])
-        values = y[~missing]
-        if all(isinstance(v, numbers.Real) and not isinstance(v, (bool, np.bool_)) for v in values):
-            num = np.full(y.shape[0], -1.0)  # numbers in an object array: the numeric path below
-            num[~missing] = values.astype(np.float64)
-            y = num
-        else:
-            text = y.astype(str)
-            unl = missing | np.isin(np.char.lower(np.char.strip(text)), _UNLABELLED_STRINGS)
-            codes = np.full(y.shape[0], -1, dtype=np.int64)
-            if (~unl).any():
-                _, codes[~unl] = np.unique(text[~unl], return_inverse=True)
-            return codes
-    if y.dtype.kind == "f":
-        if np.any(np.isinf(y)):
-            raise ValueError("y contains infinite values; mark unlabelled samples with -1 or NaN")
-        y = np.where(np.isnan(y), -1.0, y)
-        if np.any(y != np.round(y)):
-            raise ValueError("y must hold class labels (integers, -1 or NaN = unlabelled), "
-                             "got non-integer values")
-    y = y.astype(np.int64)
-    if np.any(y < -1):
-        raise ValueError("y holds negative labels other than -1 (the unlabelled marker)")
-    return y
+__all__ = ["UltrametricClustering"]
 
 
 def _keep_duplicates_together(X, labels, n_clusters) -> np.ndarray:
@@ -225,7 +119,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         ``"auto"``: with partial labels (triplet losses) both are fitted, each on its own
         graph, and the one whose cut agrees best with the labelled samples is kept
         (``dissimilarity_``; ties: Euclidean), a choice made on the labelled samples only.
-        Without labels, up to 2e4 samples (``AUTO_SELECT_MAX_POINTS``), three fits: edge
+        Without labels, up to 2e4 samples (``auto.AUTO_SELECT_MAX_POINTS``), three fits: edge
         lengths on the 5-NN and the 10-NN graphs and Ward's heights on the 15-NN graph
         (with ``n_neighbors`` given: edge lengths and Ward's heights on that graph); the
         one whose ``n_clusters`` cut has the lowest normalised cut on the 5-NN graph
@@ -411,8 +305,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                              f"got {self.loss!r}: {e}") from None
         check_count(self.n_clusters)
         integer("n_neighbors", 1, allow_none=True)
-        if self.dissimilarity not in DISSIMILARITIES:
-            raise ValueError(f"dissimilarity must be one of {DISSIMILARITIES}, got {self.dissimilarity!r}")
+        if self.dissimilarity not in auto.DISSIMILARITIES:
+            raise ValueError(f"dissimilarity must be one of {auto.DISSIMILARITIES}, got {self.dissimilarity!r}")
         integer("top_nodes", 0)
         integer("max_iter", 1)
         integer("patience", 1, allow_none=True)
@@ -442,20 +336,20 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     def _check_y(self, y, n_samples):
         """Partial labels for the triplet term: (n_samples,) ints (or any labels); unlabelled:
-        -1, NaN, None or pandas' NA (see :func:`_partial_labels`)."""
+        -1, NaN, None or pandas' NA (see :func:`hiseg.clustering.labels.partial_labels`)."""
         uses_y = bool({"labels", "triplets"} & losses.Objective(self.loss).needs)
         if y is None:
             if uses_y:
                 raise ValueError(f"loss {self.loss!r} needs partial labels: call fit(X, y) with y of "
                                  "length n_samples and -1 (or NaN / None) for the unlabelled samples")
             return None
-        y = _label_array(y)
+        y = label_array(y)
         if y.shape[0] != n_samples:
             raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} samples "
                              "(give -1 for the unlabelled samples)")
         if not uses_y:
             return None  # accepted for API compatibility (pipelines, cross-validation), unused
-        y = _partial_labels(y)
+        y = partial_labels(y)
         lab = y[y >= 0]
         classes, counts = np.unique(lab, return_counts=True)
         if classes.size < 2:
@@ -500,17 +394,30 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             scikit-learn's ``KMeans`` warns): ``labels_`` then has one cluster per distinct
             sample, identical samples together (fewer than ``n_clusters`` clusters).
         """
-        import torch
-
         self._check_params()
         X = _validate_data(self, X, reset=True)
         n = X.shape[0]
         check_count(self.n_clusters, n)
         y = self._check_y(y, n)
-        dissimilarities = self._dissimilarities(n, y)
+        best, self.candidates_, self.timings_ = self._fit_candidates(X, y)
+        self._set_fitted(X, best)
+        return self
+
+    def _seed(self):
+        """``random_state`` as an int or None (a RandomState instance draws one)."""
         seed = self.random_state
-        if seed is not None and not isinstance(seed, numbers.Integral):  # a RandomState instance
+        if seed is not None and not isinstance(seed, numbers.Integral):
             seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
+        return seed
+
+    def _fit_candidates(self, X, y):
+        """Fit every candidate (:mod:`hiseg.clustering.auto`: graphs, then starts) and keep the
+        best score (ties: the first). Returns (the kept fit as a dict, the candidates'
+        records, the seconds spent on graphs, fits and cuts)."""
+        import torch
+
+        n = X.shape[0]
+        seed = self._seed()
         # every setting goes to the loss (the registry's terms read theirs); labels where a term needs them
         needs = losses.Objective(self.loss).needs
         kw = dict(size_weight=float(self.size_weight), top_nodes=int(self.top_nodes),
@@ -519,14 +426,14 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                   labels=y if {"labels", "triplets"} & needs else None)
         min_size = self._min_size(y, n)
         lr = None if self.lr is None else float(self.lr)
-        best = None
-        graph_s = fit_s = cut_s = 0.0
+        graphs = auto.candidate_graphs(self.dissimilarity, self.n_neighbors, self.init, n, y is not None,
+                                       type(self).__name__)
+        best, candidates, timings = None, [], dict(graph=0.0, fit=0.0, cut=0.0)
         knn = {}  # neighbour count -> (graph, edge lengths): built once when both fits share it
-        candidates = []
-        for dissimilarity, k in dissimilarities:
+        for dissimilarity, k in graphs:
             t0 = time.perf_counter()
             graph, w = self._graph(X, dissimilarity, k, seed, knn)
-            graph_s += time.perf_counter() - t0
+            timings["graph"] += time.perf_counter() - t0
             # the fit sees distances in units of their mean: scale-free losses and settings
             scale = float(w.mean()) if w.size and w.max() > 0 else 1.0
             fit_w = w / scale
@@ -535,31 +442,32 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                 fit_w = np.maximum(fit_w, 1e-9 * fit_w.max()) if fit_w.max() > 0 else np.ones_like(fit_w)
             with torch.no_grad():
                 wt = torch.as_tensor(fit_w, dtype=torch.float64)
-            for init in self._starts(n, y, dissimilarity):
+            for init in auto.candidate_starts(self.init, n, y is not None, dissimilarity):
                 t = time.perf_counter()
                 res = fit_ultrametric(graph, wt, loss=self.loss, lr=lr, max_iter=int(self.max_iter),
                                       positivity=self.positivity, patience=self.patience, init=init,
                                       optimizer=self.optimizer, **kw)
                 t2 = time.perf_counter()
-                labels = self._cut(res.hierarchy, min_size)
-                fit_s, cut_s = fit_s + t2 - t, cut_s + time.perf_counter() - t2
-                if y is not None:
-                    score = (float(_labelled_accuracy(labels, y)),)
-                elif len(dissimilarities) > 1:
-                    score = self._internal_score(labels, res.hierarchy, knn[dissimilarities[0][1]])
-                else:
-                    score = ()
+                labels = cut_hierarchy(res.hierarchy, int(self.n_clusters), min_size)
+                timings["fit"] += t2 - t
+                timings["cut"] += time.perf_counter() - t2
+                score = auto.candidate_score(labels, res.hierarchy, y, knn.get(graphs[0][1]), len(graphs))
                 candidates.append(dict(dissimilarity=dissimilarity, n_neighbors=k,
                                        init=init if isinstance(init, str) else "array", score=score))
-                if best is None or score > best[0]:  # ties: the first candidate
-                    best = (score, dissimilarity, k, init, res, labels, graph, w, scale)
-        _, self.dissimilarity_, self.n_neighbors_, self.init_, res, self.labels_, graph, w, scale = best
-        self.labels_ = _keep_duplicates_together(X, self.labels_, int(self.n_clusters))
-        self.candidates_ = candidates
+                if best is None or score > best["score"]:  # ties: the first candidate
+                    best = dict(score=score, dissimilarity=dissimilarity, k=k, init=init, res=res, labels=labels,
+                                graph=graph, w=w, scale=scale, min_size=min_size)
+        return best, candidates, timings
+
+    def _set_fitted(self, X, best):
+        """The fitted attributes of the kept fit."""
+        res, scale = best["res"], best["scale"]
+        self.dissimilarity_, self.n_neighbors_, self.init_ = best["dissimilarity"], best["k"], best["init"]
+        self.labels_ = _keep_duplicates_together(X, best["labels"], int(self.n_clusters))
         h = res.hierarchy
         u = res.ultrametric.detach()
-        self.graph_ = graph
-        self.edge_weights_ = w
+        self.graph_ = best["graph"]
+        self.edge_weights_ = best["w"]
         self.weight_scale_ = scale
         self.ultrametric_ = u.cpu().numpy().astype(np.float64) * scale
         self.parents_ = np.asarray(h.parents, dtype=np.int64)
@@ -568,81 +476,23 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.altitudes_ = h.node_altitudes(u).detach().cpu().numpy().astype(np.float64) * scale
         self.loss_history_ = list(res.history)
         self.n_iter_ = int(res.n_iter)
-        self.min_size_ = min_size
-        self.timings_ = dict(graph=graph_s, fit=fit_s, cut=cut_s)
+        self.min_size_ = best["min_size"]
         self._X_digest = _digest(X)
-        return self
-
-    def _dissimilarities(self, n, y):
-        """The (input dissimilarity, neighbour count) pairs to fit: ``dissimilarity``, or for
-        ``"auto"`` with partial labels Euclidean and Ward's heights (the cut that agrees best
-        with the labelled samples is kept), without labels up to AUTO_SELECT_MAX_POINTS
-        samples the AUTO_UNSUPERVISED candidates (lowest normalised cut kept), above
-        Euclidean; checks that the graph can have its neighbours."""
-        d = self.dissimilarity
-        if d == "auto":
-            d = "euclidean"
-            if y is not None and isinstance(self.init, str) and n >= self._n_neighbors("ward") + 1:
-                return [("euclidean", self._n_neighbors("euclidean")), ("ward", self._n_neighbors("ward"))]
-            if y is None and isinstance(self.init, str) and n <= AUTO_SELECT_MAX_POINTS:
-                cands = (AUTO_UNSUPERVISED if self.n_neighbors is None else
-                         (("euclidean", int(self.n_neighbors)), ("ward", int(self.n_neighbors))))
-                cands = [(c, k) for c, k in cands if n >= k + 1]
-                if len(cands) > 1:
-                    return cands
-        k = self._n_neighbors(d)
-        if n < k + 1:
-            raise ValueError(f"{type(self).__name__} needs n_samples >= n_neighbors + 1 = "
-                             f"{k + 1}, got n_samples = {n}; lower n_neighbors "
-                             "or give more samples")
-        return [(d, k)]
 
     def _graph(self, X, dissimilarity, k, seed, knn: dict):
         """The kNN + spanning-edges graph (``k`` neighbours) and the input dissimilarity on
         its edges; ``knn`` caches the graphs by neighbour count."""
-        from .graph import knn_graph
+        from ..graph import knn_graph
 
         if k not in knn:
             knn[k] = knn_graph(X, k, connect=self.connect, method=self.knn,
                                random_state=0 if seed is None else seed)
         graph, w = knn[k]
         if dissimilarity == "ward":
-            from .ultrametric import ward_linkage_ultrametric
+            from ..ultrametric import ward_linkage_ultrametric
 
             w = ward_linkage_ultrametric(graph, X)
         return graph, w
-
-    def _starts(self, n, y, dissimilarity):
-        """The starts to fit from: ``init``, or for ``"auto"`` average linkage (input above
-        AUTO_AVERAGE_START_MAX_POINTS samples); with partial labels both, the cut that
-        agrees best with the labelled samples is kept. Ward's heights: the input."""
-        if not (isinstance(self.init, str) and self.init == "auto"):
-            return [self.init]
-        if dissimilarity == "ward":  # already an ultrametric: the closest term's optimum
-            return ["input"]
-        if n > AUTO_AVERAGE_START_MAX_POINTS:  # higra's average linkage is quadratic at worst
-            return ["input"]
-        return ["average", "input"] if y is not None else ["average"]
-
-    @staticmethod
-    def _internal_score(labels, h, knn_graph_lengths):
-        """Label-free score of a candidate fit (higher is better): minus the normalised cut
-        of its clusters on the Euclidean kNN graph with similarities exp(-(d / mean d)^2)
-        (sum over clusters of cut / volume), ties (1e-9) broken by minus the hierarchy's
-        normalised Dasgupta cost on the same graph."""
-        g, d = knn_graph_lengths
-        sim = np.exp(-(d / d.mean()) ** 2) if d.size and d.mean() > 0 else np.ones_like(d)
-        a, b = labels[g.sources], labels[g.targets]
-        k = int(labels.max()) + 1
-        vol = np.bincount(a, sim, k) + np.bincount(b, sim, k)
-        cut = a != b
-        cuts = np.bincount(a[cut], sim[cut], k) + np.bincount(b[cut], sim[cut], k)
-        ncut = float(np.sum(cuts / np.maximum(vol, np.finfo(float).tiny)))
-        return (-round(ncut, 9), -float(dasgupta_cost(h.parents, g, sim, normalize=True)))
-
-    def _n_neighbors(self, dissimilarity) -> int:
-        """The graph's neighbour count: ``n_neighbors``, or the default of the dissimilarity."""
-        return DEFAULT_NEIGHBORS[dissimilarity] if self.n_neighbors is None else int(self.n_neighbors)
 
     def _min_size(self, y, n):
         """The minimum cluster size of the cut (samples)."""
@@ -654,11 +504,6 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             return max(1.0, 0.5 * share * n)
         v = resolve_min_size(m, int(self.n_clusters), n, AUTO_MIN_CLUSTER_FRACTION)
         return max(1.0, v) if isinstance(m, str) else v
-
-    def _cut(self, h, min_size):
-        """Labels of the cut into n_clusters (:func:`hiseg.cuts.cut_hierarchy`: size-aware,
-        min_size halved until it has them all)."""
-        return cut_hierarchy(h, int(self.n_clusters), min_size)
 
     def fit_predict(self, X, y=None):
         """Fit and return ``labels_`` (see :meth:`fit`)."""
@@ -675,7 +520,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     def linkage_matrix(self):
         """The fitted hierarchy as a scipy linkage matrix (see :func:`hiseg.plotting.to_linkage`)."""
         check_is_fitted(self, "parents_")
-        from .plotting import to_linkage
+        from ..plotting import to_linkage
 
         return to_linkage(self.parents_, self.altitudes_)
 
@@ -722,235 +567,3 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     def _more_tags(self):  # scikit-learn < 1.6
         return {"allow_nan": False}
-
-
-# ------------------------------------------------------------------ measures of a hierarchy
-# (public as hiseg.metrics.dendrogram_purity / dasgupta_cost; see hiseg/metrics/hierarchy.py)
-def _check_parents(parents) -> np.ndarray:
-    p = np.asarray(parents)
-    if p.ndim != 1 or p.size == 0:
-        raise ValueError(f"a parent array must be a non-empty 1-D array, got shape {p.shape}")
-    if not np.issubdtype(p.dtype, np.integer):
-        raise TypeError(f"a parent array must hold integers, got dtype {p.dtype}")
-    p = p.astype(np.int64)
-    m = p.size
-    if p[-1] != m - 1:
-        raise ValueError("not a tree: the last node must be the root (its own parent), "
-                         f"got parent {p[-1]} for node {m - 1}")
-    if np.any(p[:-1] <= np.arange(m - 1)) or np.any(p >= m):
-        raise ValueError("not a tree: every node but the root must have a parent with a larger id "
-                         "(children numbered before their parents; a cycle or a second root otherwise)")
-    n_children = np.bincount(p[:-1], minlength=m)
-    leaves = np.flatnonzero(n_children == 0)
-    if np.any(leaves != np.arange(leaves.size)):
-        raise ValueError("not a tree in leaves-first order: nodes without children must come first")
-    return p
-
-
-def _linkage_parents(Z) -> np.ndarray:
-    from scipy.cluster.hierarchy import is_valid_linkage
-
-    Z = np.asarray(Z, dtype=np.float64)
-    try:
-        is_valid_linkage(Z, throw=True, name="linkage matrix")
-    except (ValueError, TypeError) as e:
-        raise ValueError(f"not a valid scipy linkage matrix: {e}") from e
-    n = Z.shape[0] + 1
-    parents = np.empty(2 * n - 1, dtype=np.int64)
-    parents[Z[:, 0].astype(np.int64)] = np.arange(n, 2 * n - 1)
-    parents[Z[:, 1].astype(np.int64)] = np.arange(n, 2 * n - 1)
-    parents[-1] = 2 * n - 2
-    return parents
-
-
-def as_tree(hierarchy):
-    """The higra ``Tree`` of a hierarchy given in any of the forms of this module.
-
-    Raises
-    ------
-    ValueError
-        A linkage matrix scipy rejects, or a parent array that is not a tree in
-        children-before-parents, leaves-first order.
-    TypeError
-        Anything else.
-    """
-    import higra as hg
-
-    if isinstance(hierarchy, hg.Tree):
-        return hierarchy
-    if hasattr(hierarchy, "parents_") and not callable(hierarchy.parents_):  # a fitted estimator
-        return hg.Tree(_check_parents(hierarchy.parents_))
-    if hasattr(hierarchy, "parents") and hasattr(hierarchy, "mst_edge_map"):  # hiseg Hierarchy
-        if getattr(hierarchy, "batch", None) is not None:
-            raise ValueError("a batched hierarchy joins several graphs; measure each graph's hierarchy")
-        return hg.Tree(_check_parents(hierarchy.parents))
-    if hasattr(hierarchy, "detach"):
-        hierarchy = hierarchy.detach().cpu().numpy()
-    try:
-        a = np.asarray(hierarchy)
-    except Exception as e:  # pragma: no cover - exotic objects
-        raise TypeError(f"not a hierarchy: {type(hierarchy).__name__}") from e
-    if a.dtype == object:
-        raise TypeError(f"not a hierarchy: {type(hierarchy).__name__}")
-    if a.ndim == 2:
-        return hg.Tree(_linkage_parents(a))
-    if a.ndim == 1:
-        return hg.Tree(_check_parents(a))
-    raise TypeError("a hierarchy is a higra Tree, a hiseg Hierarchy, a fitted UltrametricClustering, "
-                    f"a scipy linkage matrix or a parent array; got {type(hierarchy).__name__} "
-                    f"of shape {a.shape}")
-
-
-def _class_codes(labels, n_leaves) -> tuple[np.ndarray, int]:
-    """Class labels -> codes 0..K-1 (any hashable labels; ``None`` / NaN refused)."""
-    y = np.asarray(labels)
-    if y.ndim != 1:
-        raise ValueError(f"labels must be a 1-D array, got shape {y.shape}")
-    if y.shape[0] != n_leaves:
-        raise ValueError(f"the hierarchy has {n_leaves} leaves but labels has {y.shape[0]} entries "
-                         "(one label per sample, in leaf order)")
-    if y.dtype.kind == "f" and not np.all(np.isfinite(y)):
-        raise ValueError("labels contain NaN or infinite values; purity needs a class for every sample "
-                         "(measure the labelled samples' subtree instead)")
-    if y.dtype == object and any(v is None or type(v).__name__ in ("NAType", "NaTType")
-                                 or (isinstance(v, float) and v != v) for v in y):
-        raise ValueError("labels contain None, NaN or NA; purity needs a class for every sample")
-    _, codes = np.unique(y if y.dtype != object else y.astype(str), return_inverse=True)
-    codes = codes.ravel().astype(np.int64)
-    return codes, int(codes.max()) + 1 if codes.size else 0
-
-
-def dendrogram_purity(hierarchy, labels, *, n_pairs: int | None = None, random_state=0,
-                      chunk_classes: int = 64) -> float:
-    r"""Dendrogram purity (Heller & Ghahramani 2005) of a hierarchy for class ``labels``.
-
-    .. math::
-        \mathrm{DP}(T) = \frac{1}{|P|} \sum_{\{x,y\} \in P}
-            \frac{|\mathrm{leaves}(\mathrm{lca}(x,y)) \cap C(x)|}{|\mathrm{leaves}(\mathrm{lca}(x,y))|}
-
-    with :math:`P` the pairs of distinct samples of the same class :math:`C(x) = C(y)`.
-
-    Exact (``n_pairs=None``): for every node ``v`` and class ``c`` the number of pairs of
-    class ``c`` whose lca is ``v`` is :math:`\binom{n_c(v)}{2} - \sum_{u \in
-    \mathrm{children}(v)} \binom{n_c(u)}{2}`; O(N K) time, the class counts accumulated
-    ``chunk_classes`` classes at a time (memory O(N min(K, chunk_classes))).
-
-    Sampled (``n_pairs=m``): the mean over ``m`` same-class pairs drawn uniformly with
-    replacement from :math:`P` (a class with probability proportional to its pair count,
-    then two distinct samples of it), seeded by ``random_state``; its standard error is
-    at most :math:`0.5/\sqrt{m}`. The large-scale literature reports this estimate.
-
-    Parameters
-    ----------
-    hierarchy : higra Tree, hiseg Hierarchy, fitted UltrametricClustering, scipy linkage
-        matrix or parent array (see :func:`as_tree`); its leaves are the samples.
-    labels : array (n_leaves,)
-        Class of every sample (any values; NaN / None refused).
-    n_pairs : int or None
-        None: exact; otherwise the number of sampled pairs.
-    random_state : int or numpy Generator
-        Seed of the pair sample.
-
-    Returns
-    -------
-    float in (0, 1] (a hierarchy in which every class is a node scores 1).
-
-    Raises
-    ------
-    ValueError
-        Labels of the wrong length or with NaN, no class with two samples, a hierarchy
-        that is not a tree, ``n_pairs`` < 1.
-    """
-    import higra as hg
-
-    tree = as_tree(hierarchy)
-    n = tree.num_leaves()
-    codes, k = _class_codes(labels, n)
-    class_sizes = np.bincount(codes, minlength=k).astype(np.float64)
-    class_pairs = class_sizes * (class_sizes - 1) / 2
-    total = class_pairs.sum()
-    if total == 0:
-        raise ValueError("no class has two samples: dendrogram purity measures same-class pairs")
-    area = hg.attribute_area(tree).astype(np.float64)
-    if n_pairs is not None:
-        if isinstance(n_pairs, bool) or not isinstance(n_pairs, numbers.Integral) or n_pairs < 1:
-            raise ValueError(f"n_pairs must be a positive integer or None, got {n_pairs!r}")
-        rng = np.random.default_rng(random_state)
-        cls = rng.choice(k, size=int(n_pairs), p=class_pairs / total)
-        order = np.argsort(codes, kind="stable")
-        start = np.concatenate([[0], np.cumsum(class_sizes).astype(np.int64)])
-        sz = class_sizes[cls].astype(np.int64)
-        i = rng.integers(0, sz)
-        j = rng.integers(0, sz - 1)
-        j = j + (j >= i)  # a second, distinct sample of the class
-        a, b = order[start[cls] + i], order[start[cls] + j]
-        lca = tree.lowest_common_ancestor(a, b)
-        num = np.empty(lca.size)
-        for c in np.unique(cls):  # the count of class c under each sampled lca
-            sel = cls == c
-            counts = hg.accumulate_sequential(tree, (codes == c).astype(np.float64), hg.Accumulators.sum)
-            num[sel] = counts[lca[sel]]
-        return float(np.mean(num / area[lca]))
-    parents = tree.parents()
-    acc = 0.0
-    for c0 in range(0, k, chunk_classes):
-        cs = np.arange(c0, min(k, c0 + chunk_classes))
-        leaf = (codes[:, None] == cs[None, :]).astype(np.float64)
-        counts = hg.accumulate_sequential(tree, leaf, hg.Accumulators.sum)  # (N, chunk)
-        pairs = counts * (counts - 1) / 2
-        below = np.zeros_like(pairs)
-        np.add.at(below, parents[:-1], pairs[:-1])  # pairs already joined in a child
-        at_node = pairs - below  # pairs whose lca is the node (0 on the leaves)
-        acc += float(np.sum(at_node * counts / area[:, None]))
-    return acc / total
-
-
-def dasgupta_cost(hierarchy, graph, similarities, *, normalize: bool = False) -> float:
-    r"""Dasgupta's cost (Dasgupta 2016) of a hierarchy on a graph with similarity weights.
-
-    .. math::
-        \mathrm{cost}(T) = \sum_{\{x, y\} \in E} s_{xy}\, |\mathrm{leaves}(\mathrm{lca}_T(x, y))|
-
-    Lower is better: similar samples should be joined low in the tree. O(N + |E|) after
-    higra's lca preprocessing.
-
-    Parameters
-    ----------
-    hierarchy : see :func:`as_tree`; its leaves are the graph's vertices.
-    graph : higra UndirectedGraph, (sources, targets, num_vertices) or
-        :class:`hiseg.graph.EdgeList`.
-    similarities : array (n_edges,)
-        Nonnegative finite similarity of each edge (for distances, pass e.g.
-        ``np.exp(-d**2 / sigma**2)``; higra's ``dasgupta_cost`` also has a
-        ``1 / dissimilarity`` mode).
-    normalize : bool
-        Divide by :math:`N \sum_E s`, the cost of the flat tree: a number in (0, 1].
-
-    Raises
-    ------
-    ValueError
-        A graph whose vertex count is not the hierarchy's leaf count, similarities of the
-        wrong length, negative or not finite, a hierarchy that is not a tree.
-    """
-    import higra as hg
-
-    from .graph import as_edge_list
-
-    tree = as_tree(hierarchy)
-    g = as_edge_list(graph)
-    n = tree.num_leaves()
-    if g.num_vertices != n:
-        raise ValueError(f"the graph has {g.num_vertices} vertices but the hierarchy has {n} leaves")
-    s = np.asarray(similarities, dtype=np.float64)
-    if s.shape != (g.num_edges,):
-        raise ValueError(f"similarities must have one value per edge ({g.num_edges}), got shape {s.shape}")
-    if not np.all(np.isfinite(s)) or np.any(s < 0):
-        raise ValueError("similarities must be finite and nonnegative (Dasgupta's cost takes similarities, "
-                         "not distances)")
-    area = hg.attribute_area(tree).astype(np.float64)
-    lca = tree.lowest_common_ancestor(g.sources, g.targets)
-    cost = float(np.sum(s * area[lca]))
-    if normalize:
-        total = n * s.sum()
-        return cost / total if total > 0 else 0.0
-    return cost
