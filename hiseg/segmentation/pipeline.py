@@ -114,6 +114,17 @@ def tiled_forward(model: torch.nn.Module, x: torch.Tensor, tile: int = 512, marg
     return out
 
 
+def rescale(images: torch.Tensor, s: float) -> torch.Tensor:
+    """The (B, C, H, W) batch bilinearly resized by ``s`` to ``floor(H*s)`` x ``floor(W*s)``, at
+    least one pixel a side (torch refuses a 0 size: a 1-pixel-high image at 0.5 stays 1 high).
+    Cost: one interpolation."""
+    h, w = images.shape[-2:]
+    if int(h * s) >= 1 and int(w * s) >= 1:
+        return F.interpolate(images, scale_factor=s, mode="bilinear", align_corners=False,
+                             recompute_scale_factor=False)
+    return F.interpolate(images, size=(max(1, int(h * s)), max(1, int(w * s))), mode="bilinear", align_corners=False)
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """The segmentation chain's settings and steps (see the module docstring)."""
@@ -259,8 +270,7 @@ class Pipeline:
         h, w = images.shape[-2:]
         acc = None
         for s in self.scales:
-            xs = images if s == 1.0 else F.interpolate(images, scale_factor=s, mode="bilinear", align_corners=False,
-                                                      recompute_scale_factor=False)
+            xs = images if s == 1.0 else rescale(images, s)
             p = prob[:, None] if s == 1.0 and prob is not None else torch.sigmoid(forward(xs).float())
             if self.flip:
                 p = 0.5 * (p + torch.sigmoid(forward(xs.flip(-1)).float()).flip(-1))
