@@ -186,6 +186,7 @@ class _LeafLCA:
         length = hi - lo
         same = length == 0
         length[same] = 1
+        lo[same], hi[same] = 0, 1  # answered below; keeps the reads in the table (N = 2: one entry)
         k = np.frexp(length)[1] - 1
         flat = self.table.reshape(-1)
         base = k * self.m
@@ -834,6 +835,7 @@ def leaf_lca(hierarchy: Hierarchy, a: torch.Tensor, b: torch.Tensor) -> torch.Te
     length = hi - lo
     same = length == 0
     length = torch.where(same, torch.ones_like(length), length)
+    lo, hi = torch.where(same, torch.zeros_like(lo), lo), torch.where(same, torch.ones_like(hi), hi)  # in the table
     k = torch.log2(length.to(torch.float64)).floor().to(torch.int64)  # exact: lengths < 2**52
     res = torch.maximum(table[k * m + lo], table[k * m + hi - (torch.ones_like(k) << k)]).to(torch.int64)
     return torch.where(same, a.to(torch.int64), res)

@@ -192,3 +192,14 @@ def test_the_pool_adds_no_copy(pool, always_pool, superpixels):
     c = _count_step({"superpixels": superpixels, "region_size": 6.0}, host_workers=2)
     n = 1 if superpixels == "color_watershed" else 2
     assert c.d2h == ["cpu"] * n and c.h2d == ["to"] * n, (c.d2h, c.h2d)
+
+
+def test_lca_of_a_leaf_with_itself_in_a_two_leaf_tree():
+    """The leaf-lca query of (v, v) stays inside a one-entry table (it read past it for v = 1)."""
+    from hiseg.ultrametric import build_hierarchy
+
+    h = build_hierarchy((np.array([0]), np.array([1]), 2), np.array([0.5]))
+    a = np.array([0, 1, 1, 0])
+    b = np.array([0, 1, 0, 1])
+    np.testing.assert_array_equal(h.lca(a, b), [0, 1, 2, 2])
+    np.testing.assert_array_equal(leaf_lca(h, torch.from_numpy(a), torch.from_numpy(b)).numpy(), [0, 1, 2, 2])

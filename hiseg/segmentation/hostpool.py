@@ -54,10 +54,13 @@ __all__ = ["HostPool", "host_pool", "resolve_workers", "available_cores", "avera
 
 #: A batch with fewer RAG edges than this builds its trees in process: below it the pool's
 #: dispatch (pickling, two pipe trips per image) costs more than the trees it spreads
-#: (measured crossover on the 2-core machine: ``benchmarks/bench_training.py``, "Host pool").
-MIN_POOL_EDGES = 4000
-#: A batch of fewer pixels rebuilds its superpixels in process (``hiseg.data.collate.rebuild_graphs``).
-MIN_POOL_PIXELS = 100_000
+#: (``benchmarks/bench_training.py``, "Crossover", 2-core machine: the pool 0.73x at 1,984 and
+#: 3,877 edges, 1.87x at 7,757; ``benchmarks/results/training.md``).
+MIN_POOL_EDGES = 5000
+#: A batch of fewer pixels rebuilds its superpixels in process on the thread pool
+#: (``hiseg.data.collate.rebuild_graphs``): on the 2-core machine the pool was 0.55x for one
+#: 320x320 image, 0.85-0.99x from four (the thread pool already overlaps the GIL-free watershed).
+MIN_POOL_PIXELS = 400_000
 
 
 def available_cores() -> int:
@@ -245,8 +248,8 @@ def average_linkage_batch(graph: BatchedGraph, weights, lengths=None, pool: Opti
     nodes are those of ``build_average_linkage_hierarchy(graph.graph(b), ...)`` shifted; the
     ultrametric equals that of ``build_average_linkage_hierarchy(graph, ...)``.
 
-    Cost: the trees (higra, O(E_b log E_b) each, superlinear in practice: one call on the whole
-    batch is 2.6x slower than the per-graph calls) spread over the pool's workers, plus O(N + E)
+    Cost: the trees (higra, O(E_b log E_b) each, superlinear in practice: one call on a whole
+    69k-edge batch was 2.6-3.7x slower than the per-graph calls) spread over the pool's workers, plus O(N + E)
     in this process (pickling the graphs and weights, placing the arrays). Raises as
     :func:`~hiseg.ultrametric.build_average_linkage_hierarchy` (a disconnected graph names its
     index in the batch).
