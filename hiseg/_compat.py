@@ -9,6 +9,7 @@ from __future__ import annotations
 
 __all__ = ["PRIVATE_MEMBERS"]
 
+# rows of one shape by design (a table): `duplicates hiseg/` lists the pair of its halves
 PRIVATE_MEMBERS = (
     ("pytorch_lightning.callbacks", "ModelCheckpoint", "_save_last_checkpoint", "hiseg/callbacks.py",
      "LastCheckpoint writes last.ckpt at every epoch end and every N steps whatever the monitor; the public "

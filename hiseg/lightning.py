@@ -20,74 +20,24 @@ only (``closest_weight`` and ``triplet_weight`` 0, ``pixel_loss: edge``), fed
 """
 from __future__ import annotations
 
-import math
-import time
-from typing import NamedTuple, Optional
+from typing import Optional
 
 import numpy as np
 import pytorch_lightning as pl
 import torch
 
 from . import losses as loss_terms
+from ._params import check_parameters
 from .callbacks import (CSVLogger, FiniteLossGuard, LastCheckpoint, RandomStateCheckpoint,  # noqa: F401 (configs)
                         TensorBoardLogger, ValidateAtStart)
 from .metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_boundary_counts
 from .models import get_model
 from .segmentation.hostpool import host_pool, resolve_workers
+from .training import (MODULE_CONSTRAINTS, NO_SUPERPIXELS, PIXEL_BATCH, LossResult, StageClock, batch_consensus,
+                       check_finite, merge_head_of, start_and_pipeline, step_triplets, warmup_cosine)
 
 __all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LossResult", "LastCheckpoint", "CSVLogger",
            "TensorBoardLogger", "VAL_THRESHOLDS"]
-
-PIXEL_LOSSES = ("balanced_bce", "edge")
-
-_NO_SUPERPIXELS = ("the batch has no superpixels, but model.pipeline.superpixels is 'color_watershed', which "
-                   "trains on the loaders' superpixels: hiseg's data modules compute them when the model hands "
-                   "them its pipeline (use_pipeline, in setup); another loader must give batches with a graph "
-                   "(hiseg.data.collate), or use a pipeline that builds them from the prediction "
-                   "(boundary_watershed, all_minima)")
-_PIXEL_BATCH = ("the data module gives pixel-stage batches (crops with consensus labels, no regions): the model "
-                "needs closest_weight: 0, triplet_weight: 0, pixel_loss: edge and pixel_weight > 0 "
-                "(configs/bsds500_pixel.yaml)")
-
-
-class LossResult(NamedTuple):
-    """What :meth:`HierarchicalSegmentationModule.compute_losses` computed: the losses (name ->
-    scalar tensor, ``"loss"`` their weighted sum), the ultrametric (E_total,), its hierarchy,
-    and the batch whose graphs they are on (rebuilt from the prediction when the pipeline
-    builds the superpixels)."""
-
-    losses: dict
-    ultrametric: torch.Tensor
-    hierarchy: object
-    batch: object
-
-
-def _start_and_pipeline(init_from, pipeline, pipeline_from_init):
-    """(the checkpoint that starts the run or None, the Pipeline) of the module's settings."""
-    from .segmentation.pipeline import Pipeline
-
-    start = None
-    if init_from:
-        from .models.weights import Weights, read_checkpoint
-
-        start = read_checkpoint(Weights.resolve(init_from))  # a file, or a shipped model's name
-    if pipeline_from_init:
-        if start is None or pipeline is not None:
-            raise ValueError("model.pipeline_from_init takes the pipeline of model.init_from's checkpoint: give "
-                             "model.init_from, and no model.pipeline")
-        pipeline = start.metadata.get("pipeline") or start.hyper_parameters.get("pipeline")
-        if not isinstance(pipeline, dict):
-            raise ValueError(f"model.pipeline_from_init: checkpoint {init_from} holds no pipeline settings")
-    if pipeline is None:
-        from .data.datamodule import TRAINING_PIPELINE
-
-        pipeline = dict(TRAINING_PIPELINE)
-    pipeline = pipeline if isinstance(pipeline, Pipeline) else Pipeline.from_dict(pipeline, source="model.pipeline")
-    if pipeline.linkage == "closest":
-        raise ValueError("model.pipeline.linkage 'closest' is a fit, not a differentiable layer (inference "
-                         "only): train with linkage 'average' or 'single'")
-    return start, pipeline
-
 
 class HierarchicalSegmentationModule(pl.LightningModule):
     """Learned hierarchical segmentation by ultrametric fitting.
@@ -123,6 +73,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         network's maps (refused by name otherwise).
     freeze_network : train the merging head alone, the network frozen (``lr`` is then the
         head's; ``configs/bsds500_merge_head.yaml``).
+    Bad values are refused by name (ValueError ``model.<name> must be ...``; the table:
+    :data:`hiseg.training.MODULE_CONSTRAINTS`).
     host_workers : processes that build a batch's trees and rebuild its superpixels
         (:mod:`hiseg.segmentation.hostpool`): None, the host's cores; 0, in process. The
         losses do not depend on it.
@@ -143,19 +95,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  final_lr: float = 0.05, positive_threshold: float = 0.3, dice_weight: float = 1.0,
                  head_lr_scale: float = 1.0, pipeline_from_init: bool = False, losses: Optional[dict] = None,
                  freeze_network: bool = False, host_workers: Optional[int] = None):
+        check_parameters(MODULE_CONSTRAINTS, locals(), "model.")  # hiseg.training: one line per parameter
         super().__init__()
-        checks = [(lr > 0, f"model.lr must be > 0 (the learning rate), got {lr}"),
-                  (weight_decay >= 0, f"model.weight_decay must be >= 0, got {weight_decay}"),
-                  (pixel_loss in PIXEL_LOSSES, f"model.pixel_loss must be one of {PIXEL_LOSSES}, got {pixel_loss!r}"),
-                  (warmup >= 0, f"model.warmup must be >= 0 (a fraction of the steps below 1, else steps), got {warmup}"),
-                  (0 <= final_lr <= 1, f"model.final_lr must be in [0, 1] (a fraction of lr), got {final_lr}"),
-                  (0 < positive_threshold <= 1, f"model.positive_threshold must be in (0, 1], got {positive_threshold}"),
-                  (head_lr_scale >= 0, f"model.head_lr_scale must be >= 0 (0: the merging head frozen), got "
-                                       f"{head_lr_scale}")]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(message)
-        start, self.pipeline = _start_and_pipeline(init_from, pipeline, pipeline_from_init)
+        start, self.pipeline = start_and_pipeline(init_from, pipeline, pipeline_from_init)
         self.objective = loss_terms.Objective({"closest": closest_weight, "triplet": triplet_weight,
                                                "pixel": pixel_weight, **(losses or {})},
                                               margin=margin, pixel_loss=pixel_loss, dice_weight=dice_weight)
@@ -171,15 +113,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             from .models.weights import load_weights
 
             load_weights(self.model, start)
-        self.merge_head = None  # the pipeline's merging head: a trained copy, from the network it was fitted on
-        if self.pipeline.merge_head is not None:
-            from .segmentation.merging import MergeHead
-
-            self.merge_head = MergeHead.from_spec(self.pipeline.merge_head)
-            self.merge_head.check_network(self.model)
-            self.merge_head.requires_grad_(head_lr_scale > 0)
-        elif freeze_network:
-            raise ValueError("model.freeze_network trains the merging head alone: the pipeline needs a merge_head")
+        # the pipeline's merging head: a trained copy, from the network it was fitted on
+        self.merge_head = merge_head_of(self.pipeline, self.model, head_lr_scale > 0, freeze_network)
         self.model.requires_grad_(not freeze_network)
         self._rng = np.random.default_rng(0)
         self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
@@ -257,30 +192,6 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         """Boundary logits (B, 1, H, W)."""
         return self.model(images)
 
-    def consensus_targets(self, batch):
-        """(pos, neg) masks (B, H, W) of the ``edge`` pixel loss, on the batch's device: the
-        annotators' one-pixel-wide boundaries, made on the host (one copy)."""
-        from .data.targets import mean_boundary
-
-        b, hp, wp = batch.boundary.shape
-        cons = np.full((b, hp, wp), -1.0, np.float32)
-        for i, (seg, (h, w)) in enumerate(zip(batch.segmentations, batch.image_sizes)):
-            if len(seg):
-                cons[i, :h, :w] = mean_boundary(seg, thick=False)
-        cons = torch.from_numpy(cons).to(batch.boundary.device, non_blocking=True)
-        return loss_terms.consensus_targets(cons, cons >= 0, self.hparams.positive_threshold)
-
-    def _sample_triplets(self, batch, device):
-        """(ref, pos, neg, valid) on the device, from a generator seeded by this step's draw."""
-        gen = torch.Generator(device=device)
-        gen.manual_seed(int(self._rng.integers(2 ** 63 - 1)))
-        ptr = batch.vertex_offsets
-        if ptr is None:  # a batch made without the field: one more (small) copy
-            ptr = torch.as_tensor(np.asarray(batch.graph.vertex_ptr, dtype=np.int64), device=device)
-        num_labels = batch.num_labels or int(batch.sp_labels.max()) + 1
-        return loss_terms.sample_batch_triplets_torch(batch.sp_labels, ptr, int(self.hparams.triplets_per_image),
-                                                      num_labels, gen)
-
     def _network(self, images):
         """(logits, side outputs): the side outputs only for the ``edge`` pixel term."""
         if "pixel" in self.objective.active and self.hparams.pixel_loss == "edge":
@@ -292,7 +203,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         term alone, against the batch's consensus labels."""
         hp = self.hparams
         if set(self.objective.active) != {"pixel"} or hp.pixel_loss != "edge":
-            raise ValueError(_PIXEL_BATCH)
+            raise ValueError(PIXEL_BATCH)
         images = batch.images
         if images.device.type == "cuda":
             images = images.contiguous(memory_format=torch.channels_last)
@@ -308,14 +219,6 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         of ``host_workers``), None in process."""
         return host_pool(self.hparams.get("host_workers"))
 
-    def rebuild_graphs(self, batch, maps: torch.Tensor):
-        """The batch with the pipeline's superpixels of its (B, H, W) maps (detached, on the
-        host), its RAGs and targets rebuilt from the ground truths, one image per job of the
-        host pool (:func:`hiseg.data.collate.rebuild_graphs`)."""
-        from .data.collate import rebuild_graphs
-
-        return rebuild_graphs(batch, maps, self.pipeline, self.host_pool)
-
     def compute_losses(self, batch, logits=None, timings: Optional[dict] = None) -> LossResult:
         """The losses of a :class:`~hiseg.data.collate.GraphBatch` through the pipeline
         (:class:`LossResult`). ``timings`` (a dict), if given, receives the seconds of:
@@ -327,28 +230,30 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         sides = []
         if logits is None:
             logits, sides = self._network(batch.images)
-        clock = _Clock(timings, batch.images.device)
+        clock = StageClock(timings, batch.images.device)
         # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
         maps = pipe.maps(self.model, batch.images, torch.sigmoid(logits[:, 0].float()))
-        if self.rebuilds_superpixels:
-            batch = self.rebuild_graphs(batch, maps)
+        if self.rebuilds_superpixels:  # one image per job of the host pool
+            from .data.collate import rebuild_graphs
+
+            batch = rebuild_graphs(batch, maps, pipe, self.host_pool)
         elif not batch.has_graph:
-            raise ValueError(_NO_SUPERPIXELS)
+            raise ValueError(NO_SUPERPIXELS)
         clock("superpixels")
         w = pipe.graph_weights(batch.rags, maps, batch.images, head=self.merge_head, frontier=(
             batch.frontier_pixels_a, batch.frontier_pixels_b, batch.frontier_edge, batch.frontier_count))
         clock("pooling")
         x = loss_terms.LossInputs(
             weights=w, pixel_map=logits, side_maps=sides, pixel_target=loss_terms.Lazy(lambda: batch.boundary),
-            consensus=loss_terms.Lazy(lambda: self.consensus_targets(batch)),
+            consensus=loss_terms.Lazy(lambda: batch_consensus(batch, self.hparams.positive_threshold)),
             target=loss_terms.Lazy(lambda: batch.edge_target.to(w.dtype)),
-            triplets=loss_terms.Lazy(lambda: self._sample_triplets(batch, w.device)))
+            triplets=loss_terms.Lazy(lambda: step_triplets(batch, w.device, self._rng, self.hparams.triplets_per_image)))
         early = [n for n in obj.active if not {"ultrametric", "hierarchy"} & loss_terms.TERMS[n].needs]
         parts = obj.parts(x, early)
         clock("pixel")
         # the step's one device-to-host copy: the weights for the tree, the early terms for their check
         host = torch.cat([w.detach(), *(parts[n].detach().reshape(1).to(w.dtype) for n in early)]).cpu().numpy()
-        _check_finite(host, w.numel(), early, self.global_step)
+        check_finite(host, w.numel(), early, self.global_step)
         lengths = (np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
                    if pipe.linkage == "average" else None)
         u, h = pipe.ultrametric(batch.graph, w, lengths, host_weights=host[:w.numel()], lca="triplets" in obj.needs,
@@ -428,46 +333,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         number of steps is read at every step, so a resumed run with a larger ``max_steps``
         stretches the schedule."""
         trainer = self._attached()
-        total = trainer.estimated_stepping_batches if trainer is not None else None
-        if not total or math.isinf(total):
-            return 1.0
-        wu = float(self.hparams.get("warmup", 0.05))
-        warm = max(1, int(wu * total) if wu < 1 else int(wu))
-        if step < warm:
-            return (step + 1) / warm
-        prog = min(1.0, (step - warm) / max(1, total - warm))
-        low = float(self.hparams.get("final_lr", 0.05))
-        return low + (1 - low) * 0.5 * (1 + math.cos(math.pi * prog))
+        return warmup_cosine(step, trainer.estimated_stepping_batches if trainer is not None else None,
+                             float(self.hparams.get("warmup", 0.05)), float(self.hparams.get("final_lr", 0.05)))
 
     def transfer_batch_to_device(self, batch, device, dataloader_idx):
         return batch.to(device) if hasattr(batch, "rags") else super().transfer_batch_to_device(
             batch, device, dataloader_idx)
-
-
-def _check_finite(host: np.ndarray, n_weights: int, names, step: int) -> None:
-    """FloatingPointError for non-finite edge weights (a diverged network) or terms."""
-    from .segmentation.pipeline import DIVERGED
-
-    if not np.isfinite(host[:n_weights]).all():
-        raise FloatingPointError(DIVERGED)
-    bad = {n: float(v) for n, v in zip(names, host[n_weights:]) if not np.isfinite(v)}
-    if bad:
-        raise FloatingPointError(f"non-finite training loss at step {step} ({bad}); the last checkpoint stays "
-                                 "loadable; lower the learning rate or check the data")
-
-
-class _Clock:
-    """Stage timings of :meth:`HierarchicalSegmentationModule.compute_losses` (on CUDA it waits
-    for the device at each stage boundary, only when timings are asked for)."""
-
-    def __init__(self, timings: Optional[dict], device):
-        self.timings, self.cuda = timings, device.type == "cuda"
-        self.device, self.last = device, time.perf_counter()
-
-    def __call__(self, stage: str) -> None:
-        if self.timings is None:
-            return
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-        now = time.perf_counter()
-        self.timings[stage], self.last = now - self.last, now

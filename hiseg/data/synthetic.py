@@ -129,6 +129,83 @@ def _random_hierarchy(rng: np.random.Generator, n: int, src: np.ndarray, dst: np
     return np.stack(levels)
 
 
+def _check_sample_args(size, n_annotators, n_regions, n_levels, coarsest):
+    """((H, W), (min, max) cells) of :func:`make_synthetic_sample`'s arguments; ValueError naming a bad one."""
+    h, w = (int(size), int(size)) if np.isscalar(size) else (int(size[0]), int(size[1]))
+    if h < 4 or w < 4:
+        raise ValueError(f"size must be at least 4x4, got {(h, w)}")
+    if n_annotators < 1:
+        raise ValueError(f"n_annotators must be >= 1, got {n_annotators}")
+    lo, hi = int(n_regions[0]), int(n_regions[1])
+    if not 1 <= lo <= hi:
+        raise ValueError(f"n_regions must be a range (min, max) with 1 <= min <= max, got {n_regions}")
+    if n_levels < 1 or coarsest < 1:
+        raise ValueError(f"n_levels and coarsest must be >= 1, got {n_levels}, {coarsest}")
+    return (h, w), (lo, hi)
+
+
+def _annotations(rng, levels, ann_levels, fine, seeds, gap, warped, jitter: float) -> np.ndarray:
+    """(A, H, W) int32: annotator ``a`` draws level ``ann_levels[a]`` of the cells, its cell
+    boundaries jittered by its own smooth field of ``jitter`` pixels."""
+    (h, w), (wy, wx) = fine.shape, warped
+    segs = np.empty((len(ann_levels), h, w), np.int32)
+    jgrid = max(3, int(round(max(h, w) / 12.0)))
+    for a in range(len(ann_levels)):
+        if jitter > 0:
+            jd = _smooth_field(rng, (h, w), jgrid, 2) * np.float32(jitter)
+            # only pixels whose nearest seed can change are recomputed (exact, see _voronoi)
+            sel = np.flatnonzero(gap.ravel() <= 2.0 * np.sqrt((jd * jd).sum(-1)).ravel())
+            fa = fine.copy()
+            if sel.size:
+                fa.ravel()[sel] = _voronoi(seeds, wy.ravel()[sel] + jd[..., 0].ravel()[sel],
+                                           wx.ravel()[sel] + jd[..., 1].ravel()[sel])
+        else:
+            fa = fine
+        segs[a] = levels[ann_levels[a]][fa]
+    return segs
+
+
+def _cell_colours(rng: np.random.Generator, levels: np.ndarray, contrast: float, contrast_decay: float):
+    """(N, 3) colour of every cell, top-down: uniform at the coarsest level, then each child
+    of a split cluster offset from its parent by ``contrast * contrast_decay**depth``."""
+    n_lv = levels.shape[0]
+    col = rng.uniform(0.1, 0.9, size=(int(levels[-1].max()) + 1, 3))
+    for lv in range(n_lv - 2, -1, -1):
+        child, parent = levels[lv], levels[lv + 1]
+        k = int(child.max()) + 1
+        par_of = np.zeros(k, np.int64)
+        par_of[child] = parent
+        n_children = np.bincount(par_of, minlength=col.shape[0])
+        new = col[par_of].copy()
+        split = n_children[par_of] > 1
+        sigma = contrast * contrast_decay ** (n_lv - 2 - lv)
+        d = rng.standard_normal((k, 3))
+        d /= np.linalg.norm(d, axis=1, keepdims=True) + 1e-12
+        d *= (sigma * rng.uniform(0.7, 1.0, size=(k, 1)))
+        new[split] += d[split]
+        col = np.clip(new, 0.03, 0.97)
+    return col
+
+
+def _cell_textures(rng: np.random.Generator, fine, top, seeds, grid, cell: float, texture: float):
+    """(H, W) float32 texture: per cell a linear shading, plus stripes shared within a coarse cluster."""
+    yy, xx = grid
+    n = seeds.shape[0]
+    phi = rng.uniform(0, 2 * np.pi, n)
+    amp_g = rng.uniform(0.0, 0.05, n) * texture
+    shade = amp_g[fine] * ((xx - seeds[fine, 1]) * np.cos(phi)[fine]
+                           + (yy - seeds[fine, 0]) * np.sin(phi)[fine]) / cell
+    k_top = int(top.max()) + 1
+    has_st = rng.uniform(size=k_top) < 0.5
+    theta = rng.uniform(0, np.pi, k_top)[top] + rng.normal(0, 0.15, n)
+    period = rng.uniform(3.0, 9.0, k_top)[top] * rng.uniform(0.9, 1.1, n)
+    amp_s = np.where(has_st[top], 0.035, 0.0) * texture
+    phase = rng.uniform(0, 2 * np.pi, n)
+    stripes = amp_s[fine] * np.sin(2 * np.pi * (xx * np.cos(theta)[fine] + yy * np.sin(theta)[fine])
+                                   / period[fine] + phase[fine])
+    return (shade + stripes).astype(np.float32)
+
+
 def make_synthetic_sample(rng: np.random.Generator, size=(128, 128), n_annotators: int = 4,
                           n_regions=(24, 48), n_levels: int = 4, coarsest: int = 3,
                           contrast: float = 0.2, contrast_decay: float = 0.65, texture: float = 1.0,
@@ -171,16 +248,7 @@ def make_synthetic_sample(rng: np.random.Generator, size=(128, 128), n_annotator
     """
     import cv2
 
-    h, w = (int(size), int(size)) if np.isscalar(size) else (int(size[0]), int(size[1]))
-    if h < 4 or w < 4:
-        raise ValueError(f"size must be at least 4x4, got {(h, w)}")
-    if n_annotators < 1:
-        raise ValueError(f"n_annotators must be >= 1, got {n_annotators}")
-    lo, hi = int(n_regions[0]), int(n_regions[1])
-    if not 1 <= lo <= hi:
-        raise ValueError(f"n_regions must be a range (min, max) with 1 <= min <= max, got {n_regions}")
-    if n_levels < 1 or coarsest < 1:
-        raise ValueError(f"n_levels and coarsest must be >= 1, got {n_levels}, {coarsest}")
+    (h, w), (lo, hi) = _check_sample_args(size, n_annotators, n_regions, n_levels, coarsest)
     n = int(rng.integers(lo, hi + 1))
     n = min(n, h * w)
     cell = float(np.sqrt(h * w / n))
@@ -203,64 +271,18 @@ def make_synthetic_sample(rng: np.random.Generator, size=(128, 128), n_annotator
     if counts[0] != n:
         counts = [n] + counts
     levels = _random_hierarchy(rng, n, rag.graph.sources, rag.graph.targets, counts)
-    n_lv = levels.shape[0]
 
-    # colours, top-down
-    top = levels[-1]
-    col = rng.uniform(0.1, 0.9, size=(int(top.max()) + 1, 3))
-    for lv in range(n_lv - 2, -1, -1):
-        child, parent = levels[lv], levels[lv + 1]
-        k = int(child.max()) + 1
-        par_of = np.zeros(k, np.int64)
-        par_of[child] = parent
-        n_children = np.bincount(par_of, minlength=col.shape[0])
-        new = col[par_of].copy()
-        split = n_children[par_of] > 1
-        sigma = contrast * contrast_decay ** (n_lv - 2 - lv)
-        d = rng.standard_normal((k, 3))
-        d /= np.linalg.norm(d, axis=1, keepdims=True) + 1e-12
-        d *= (sigma * rng.uniform(0.7, 1.0, size=(k, 1)))
-        new[split] += d[split]
-        col = np.clip(new, 0.03, 0.97)
-    img = col[fine].astype(np.float32)  # (H, W, 3)
-
-    # textures per cell: linear shading + stripes shared within a coarse cluster
+    img = _cell_colours(rng, levels, contrast, contrast_decay)[fine].astype(np.float32)  # (H, W, 3)
     if texture > 0:
-        phi = rng.uniform(0, 2 * np.pi, n)
-        amp_g = rng.uniform(0.0, 0.05, n) * texture
-        shade = amp_g[fine] * ((xx - seeds[fine, 1]) * np.cos(phi)[fine]
-                               + (yy - seeds[fine, 0]) * np.sin(phi)[fine]) / cell
-        k_top = int(top.max()) + 1
-        has_st = rng.uniform(size=k_top) < 0.5
-        theta = rng.uniform(0, np.pi, k_top)[top] + rng.normal(0, 0.15, n)
-        period = rng.uniform(3.0, 9.0, k_top)[top] * rng.uniform(0.9, 1.1, n)
-        amp_s = np.where(has_st[top], 0.035, 0.0) * texture
-        phase = rng.uniform(0, 2 * np.pi, n)
-        stripes = amp_s[fine] * np.sin(2 * np.pi * (xx * np.cos(theta)[fine] + yy * np.sin(theta)[fine])
-                                       / period[fine] + phase[fine])
-        img += (shade + stripes).astype(np.float32)[..., None]
+        img += _cell_textures(rng, fine, levels[-1], seeds, (yy, xx), cell, texture)[..., None]
     if blur > 0:
         img = cv2.GaussianBlur(img, (0, 0), float(blur))
     if noise > 0:
         img += rng.normal(0.0, noise, img.shape).astype(np.float32)
     img = np.clip(img, 0.0, 1.0).astype(np.float32)
 
-    # annotators
-    ann_levels = rng.integers(0, n_lv, size=n_annotators)
-    segs = np.empty((n_annotators, h, w), np.int32)
-    jgrid = max(3, int(round(max(h, w) / 12.0)))
-    for a in range(n_annotators):
-        if jitter > 0:
-            jd = _smooth_field(rng, (h, w), jgrid, 2) * np.float32(jitter)
-            # only pixels whose nearest seed can change are recomputed (exact, see _voronoi)
-            sel = np.flatnonzero(gap.ravel() <= 2.0 * np.sqrt((jd * jd).sum(-1)).ravel())
-            fa = fine.copy()
-            if sel.size:
-                fa.ravel()[sel] = _voronoi(seeds, wy.ravel()[sel] + jd[..., 0].ravel()[sel],
-                                           wx.ravel()[sel] + jd[..., 1].ravel()[sel])
-        else:
-            fa = fine
-        segs[a] = levels[ann_levels[a]][fa]
+    ann_levels = rng.integers(0, levels.shape[0], size=n_annotators)
+    segs = _annotations(rng, levels, ann_levels, fine, seeds, gap, (wy, wx), jitter)
     return {"image": img, "segmentations": segs, "name": "", "fine_labels": fine,
             "levels": levels, "annotator_levels": ann_levels.astype(np.int64)}
 

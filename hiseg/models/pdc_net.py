@@ -285,6 +285,8 @@ class PDCBoundaryNet(BoundaryNetBase):
         multipliers: Sequence[int] = (1, 2, 4, 8),
         normalize_input: bool = True,
     ) -> None:
+        # (the shape of compact_boundary_net's checks, with this network's own arguments and
+        # bounds: blocks >= 1 here, >= 0 there; kept apart, `duplicates hiseg/` lists the pair)
         blocks = tuple(int(b) for b in blocks)
         multipliers = tuple(int(m) for m in multipliers)
         if len(multipliers) != 4 or min(multipliers) < 1:

@@ -1,0 +1,184 @@
+"""What the training module (:class:`hiseg.lightning.HierarchicalSegmentationModule`) uses that is not orchestration.
+
+* :data:`MODULE_CONSTRAINTS`: its constructor's checks, one declaration per parameter
+  (:func:`hiseg._params.check_parameters`, scikit-learn's parameter-constraints shape);
+* :func:`start_and_pipeline`: the checkpoint that starts a run and the pipeline it trains;
+  :func:`merge_head_of`: the pipeline's merging head, checked against the network;
+* :class:`LossResult`: what a step computed;
+* :func:`batch_consensus` and :func:`step_triplets`: the step's targets made from a batch;
+* :func:`check_finite`: the step's check of its one device-to-host copy;
+* :class:`StageClock`: the stage timings of ``compute_losses``;
+* :func:`warmup_cosine`: the learning-rate schedule (a linear warm-up, then a cosine decay);
+* the step's messages for batches the model cannot train on.
+"""
+from __future__ import annotations
+
+import math
+import time
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+
+from . import losses as loss_terms
+from ._params import Interval, Options
+
+__all__ = ["MODULE_CONSTRAINTS", "PIXEL_LOSSES", "start_and_pipeline", "merge_head_of", "LossResult",
+           "batch_consensus", "step_triplets", "check_finite", "StageClock", "warmup_cosine",
+           "NO_SUPERPIXELS", "PIXEL_BATCH"]
+
+PIXEL_LOSSES = ("balanced_bce", "edge")
+
+#: the module's constructor checks (``model.<name> must be ...``), one line per parameter
+MODULE_CONSTRAINTS = {
+    "lr": (Interval(0, None, "neither"), "the learning rate"),
+    "weight_decay": (Interval(0, None, "left"), None),
+    "margin": (Interval(0, None, "left"), "the triplet margin"),
+    "triplets_per_image": (Interval(1, None, "left", integer=True), None),
+    "val_threshold": (Interval(0, 1), "a level of the saliency map"),
+    "pixel_loss": (Options(PIXEL_LOSSES), None),
+    "warmup": (Interval(0, None, "left"), "a fraction of the steps below 1, else steps"),
+    "final_lr": (Interval(0, 1), "a fraction of lr"),
+    "positive_threshold": (Interval(0, 1, "right"), None),
+    "dice_weight": (Interval(0, None, "left"), None),
+    "head_lr_scale": (Interval(0, None, "left"), "0: the merging head frozen"),
+}
+
+NO_SUPERPIXELS = ("the batch has no superpixels, but model.pipeline.superpixels is 'color_watershed', which "
+                  "trains on the loaders' superpixels: hiseg's data modules compute them when the model hands "
+                  "them its pipeline (use_pipeline, in setup); another loader must give batches with a graph "
+                  "(hiseg.data.collate), or use a pipeline that builds them from the prediction "
+                  "(boundary_watershed, all_minima)")
+PIXEL_BATCH = ("the data module gives pixel-stage batches (crops with consensus labels, no regions): the model "
+               "needs closest_weight: 0, triplet_weight: 0, pixel_loss: edge and pixel_weight > 0 "
+               "(configs/bsds500_pixel.yaml)")
+
+
+class LossResult(NamedTuple):
+    """What :meth:`HierarchicalSegmentationModule.compute_losses` computed: the losses (name ->
+    scalar tensor, ``"loss"`` their weighted sum), the ultrametric (E_total,), its hierarchy,
+    and the batch whose graphs they are on (rebuilt from the prediction when the pipeline
+    builds the superpixels)."""
+
+    losses: dict
+    ultrametric: torch.Tensor
+    hierarchy: object
+    batch: object
+
+
+def start_and_pipeline(init_from, pipeline, pipeline_from_init):
+    """(the checkpoint that starts the run or None, the :class:`~hiseg.segmentation.Pipeline`)
+    of the module's settings ``init_from`` (a file or a shipped name), ``pipeline`` (a dict,
+    a Pipeline or None: :data:`hiseg.data.datamodule.TRAINING_PIPELINE`) and
+    ``pipeline_from_init`` (the start's own pipeline). Reads the checkpoint once
+    (``weights_only``). Raises ValueError for ``pipeline_from_init`` without ``init_from`` or
+    with ``pipeline``, a start holding no pipeline, and the ``closest`` linkage (a fit, not a
+    layer); the checkpoint reader's errors for a bad file."""
+    from .segmentation.pipeline import Pipeline
+
+    start = None
+    if init_from:
+        from .models.weights import Weights, read_checkpoint
+
+        start = read_checkpoint(Weights.resolve(init_from))  # a file, or a shipped model's name
+    if pipeline_from_init:
+        if start is None or pipeline is not None:
+            raise ValueError("model.pipeline_from_init takes the pipeline of model.init_from's checkpoint: give "
+                             "model.init_from, and no model.pipeline")
+        pipeline = start.metadata.get("pipeline") or start.hyper_parameters.get("pipeline")
+        if not isinstance(pipeline, dict):
+            raise ValueError(f"model.pipeline_from_init: checkpoint {init_from} holds no pipeline settings")
+    if pipeline is None:
+        from .data.datamodule import TRAINING_PIPELINE
+
+        pipeline = dict(TRAINING_PIPELINE)
+    pipeline = pipeline if isinstance(pipeline, Pipeline) else Pipeline.from_dict(pipeline, source="model.pipeline")
+    if pipeline.linkage == "closest":
+        raise ValueError("model.pipeline.linkage 'closest' is a fit, not a differentiable layer (inference "
+                         "only): train with linkage 'average' or 'single'")
+    return start, pipeline
+
+
+def merge_head_of(pipeline, model: torch.nn.Module, trainable: bool, freeze_network: bool):
+    """The pipeline's merging head (a :class:`~hiseg.segmentation.merging.MergeHead`, its
+    parameters trainable or not) or None. Raises MergeHeadError when the head was fitted on
+    another network than ``model`` and ValueError for ``freeze_network`` without a head."""
+    if pipeline.merge_head is None:
+        if freeze_network:
+            raise ValueError("model.freeze_network trains the merging head alone: the pipeline needs a merge_head")
+        return None
+    from .segmentation.merging import MergeHead
+
+    head = MergeHead.from_spec(pipeline.merge_head)
+    head.check_network(model)
+    return head.requires_grad_(trainable)
+
+
+def batch_consensus(batch, positive_threshold: float):
+    """(pos, neg) masks (B, H, W) of the ``edge`` pixel loss of a graph batch, on its device:
+    the annotators' one-pixel-wide boundaries, made on the host (one copy)."""
+    from .data.targets import mean_boundary
+
+    b, hp, wp = batch.boundary.shape
+    cons = np.full((b, hp, wp), -1.0, np.float32)
+    for i, (seg, (h, w)) in enumerate(zip(batch.segmentations, batch.image_sizes)):
+        if len(seg):
+            cons[i, :h, :w] = mean_boundary(seg, thick=False)
+    cons = torch.from_numpy(cons).to(batch.boundary.device, non_blocking=True)
+    return loss_terms.consensus_targets(cons, cons >= 0, positive_threshold)
+
+
+def step_triplets(batch, device, rng: np.random.Generator, per_image: int):
+    """(ref, pos, neg, valid) on the device (:func:`hiseg.losses.sample_batch_triplets_torch`),
+    from a device generator seeded by one draw of the step's ``rng``."""
+    gen = torch.Generator(device=device)
+    gen.manual_seed(int(rng.integers(2 ** 63 - 1)))
+    ptr = batch.vertex_offsets
+    if ptr is None:  # a batch made without the field: one more (small) copy
+        ptr = torch.as_tensor(np.asarray(batch.graph.vertex_ptr, dtype=np.int64), device=device)
+    num_labels = batch.num_labels or int(batch.sp_labels.max()) + 1
+    return loss_terms.sample_batch_triplets_torch(batch.sp_labels, ptr, int(per_image), num_labels, gen)
+
+
+def check_finite(host: np.ndarray, n_weights: int, names, step: int) -> None:
+    """FloatingPointError for non-finite edge weights (``host[:n_weights]``: a diverged
+    network) or terms (``host[n_weights:]``, named ``names``) at ``step``."""
+    from .segmentation.pipeline import DIVERGED
+
+    if not np.isfinite(host[:n_weights]).all():
+        raise FloatingPointError(DIVERGED)
+    bad = {n: float(v) for n, v in zip(names, host[n_weights:]) if not np.isfinite(v)}
+    if bad:
+        raise FloatingPointError(f"non-finite training loss at step {step} ({bad}); the last checkpoint stays "
+                                 "loadable; lower the learning rate or check the data")
+
+
+class StageClock:
+    """Stage timings of ``compute_losses``: ``clock(stage)`` stores the seconds since the last
+    call in ``timings[stage]``; nothing without ``timings``; on CUDA it waits for the device at
+    each stage boundary (only when timings are asked for)."""
+
+    def __init__(self, timings: Optional[dict], device):
+        self.timings, self.cuda = timings, device.type == "cuda"
+        self.device, self.last = device, time.perf_counter()
+
+    def __call__(self, stage: str) -> None:
+        if self.timings is None:
+            return
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        now = time.perf_counter()
+        self.timings[stage], self.last = now - self.last, now
+
+
+def warmup_cosine(step: int, total, warmup: float, final_lr: float) -> float:
+    """The step size of optimiser step ``step`` as a fraction of ``lr``: a linear warm-up over
+    ``warmup`` steps (a fraction of ``total`` below 1), then a cosine decay to ``final_lr`` at
+    step ``total``; 1 when ``total`` is unknown (None, 0 or infinite). O(1)."""
+    if not total or math.isinf(total):
+        return 1.0
+    warm = max(1, int(warmup * total) if warmup < 1 else int(warmup))
+    if step < warm:
+        return (step + 1) / warm
+    prog = min(1.0, (step - warm) / max(1, total - warm))
+    return final_lr + (1 - final_lr) * 0.5 * (1 + math.cos(math.pi * prog))
