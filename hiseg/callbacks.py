@@ -21,14 +21,10 @@ from typing import Optional
 import pytorch_lightning as pl
 
 __all__ = ["LastCheckpoint", "CSVLogger", "TensorBoardLogger", "RandomStateCheckpoint", "ValidateAtStart",
-           "FiniteLossGuard", "AtomicCheckpointIO", "use_atomic_checkpoints", "LIGHTNING_PRIVATE_MEMBERS"]
+           "FiniteLossGuard", "AtomicCheckpointIO", "use_atomic_checkpoints"]
 
-#: (class, attribute) pairs of Lightning's private API that this module relies on
-LIGHTNING_PRIVATE_MEMBERS = (
-    (pl.callbacks.ModelCheckpoint, "_save_last_checkpoint"),
-    (pl.callbacks.ModelCheckpoint, "_monitor_candidates"),
-    (pl.loggers.csv_logs.ExperimentWriter, "_check_log_dir_exists"),
-)
+# Lightning's private members this module relies on are listed, with why, in hiseg/_compat.py
+# (tests/test_compat.py fails when the installed version lacks one).
 
 
 def _epoch_end_loops(loops: dict, completed: bool = True) -> dict:

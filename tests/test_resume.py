@@ -215,15 +215,6 @@ def test_seeded_sampler_and_augmentation_depend_on_seed_and_epoch_only():
     assert len({ds[(0, (5, e))]["image"].numpy().tobytes() for e in range(8)}) > 1  # and with the epoch
 
 
-def test_lightning_private_members_exist():
-    """hiseg.callbacks relies on these private members of Lightning (pyproject bounds the
-    versions): an upgrade that removes one fails here, loudly, before any resume goes wrong."""
-    from hiseg.callbacks import LIGHTNING_PRIVATE_MEMBERS
-
-    missing = [f"{cls.__name__}.{name}" for cls, name in LIGHTNING_PRIVATE_MEMBERS if not hasattr(cls, name)]
-    assert not missing, f"Lightning {pl.__version__} lacks {missing}: update hiseg/callbacks.py"
-
-
 def test_pixel_stage_resume_is_exact(tmp_path):
     """Killed at step 6 (mid-epoch: 4 steps per epoch) and resumed from last.ckpt (written every
     2 steps), the pixel stage ends with the weights of the run done in one go."""
