@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 import warnings
@@ -262,8 +263,8 @@ HISEG = """
 
 def hiseg(*argv, go=None):
     """``hiseg ARGV`` in a child process (started at once, or when the file ``go`` appears)."""
-    if go is None:
-        go = Path(argv[-1]).parent / "go-now"
+    if go is None:  # start at once: the go file, already there, in a folder of its own (never the cwd)
+        go = Path(tempfile.mkdtemp(prefix="hiseg-go-")) / "go-now"
         go.touch()
     return python(HISEG, go, *argv)
 
