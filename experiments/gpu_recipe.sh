@@ -5,8 +5,9 @@
 #      throughput, benchmarks/results/pixel_arch.md), bf16-mixed, for PIXEL_MINUTES of this command
 #      (a run stopped by the clock resumes where it stopped from RESUME);
 #   2. once the pixel stage has reached its step budget: the learned-merging head with the network
-#      frozen (experiments/merge_recipe.py: maps at scales 0.5, 1 + flip, the head recipe selected on val
-#      by experiments/merge_head.py, trained on train+val), exported as one checkpoint for hiseg predict.
+#      frozen (experiments/merge_recipe.py: train.py fit --config configs/bsds500_merge_head.yaml, maps at
+#      scales 0.5, 1 + flip, the head recipe selected on val by experiments/merge_head.py, trained on
+#      train+val), exported as one checkpoint for hiseg predict.
 # Defaults: 5 min of pixel stage per command, then ~4 min of merging once the 9000 steps are done. Measured on an
 # H200 (2026-11-27, benchmarks/results/gpu.md): ~305 crops/s, not the ~1100 projected, so 9000 steps take about
 # 16 min over several resumed commands (channels-last and the sync-free NaN guard, added since, are unmeasured).
@@ -126,7 +127,7 @@ if [ "${TINY:-0}" != 1 ] && [ $(( $(date +%s) - START + 60 * MERGE_MINUTES )) -g
 fi
 MERGE="$WORK/merge"
 N=()
-[ "${TINY:-0}" = 1 ] && N=(--limit 2 --recipe '{"steps": 4, "batch": 2}')
+[ "${TINY:-0}" = 1 ] && N=(--recipe '{"steps": 4, "batch": 2}')
 $PY experiments/merge_recipe.py --checkpoint "$OUT/pixel_last.ckpt" --bsds "$BSDS" --work "$MERGE" \
   --out "$OUT/hiseg_gpu_merge.ckpt" --splits "$([ "$SPLIT" = train ] && echo train || echo train,val)" --workers "$WORKERS" "${N[@]}" >> "$OUT/recipe.log" 2>&1 \
   || { log "merging stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }

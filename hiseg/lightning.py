@@ -71,8 +71,12 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         of ``lr`` (0 freezes it); it is saved back into the checkpoint's pipeline with the
         fingerprint of the network it now runs with, and must have been fitted on this
         network's maps (refused by name otherwise).
-    freeze_network : train the merging head alone, the network frozen (``lr`` is then the
-        head's; ``configs/bsds500_merge_head.yaml``).
+    freeze_network : train the merging head alone, the network frozen and kept in eval mode
+        (its batch-norm statistics unchanged; ``lr`` is then the head's;
+        ``configs/bsds500_merge_head.yaml``).
+    new_merge_head : a new merging head to train (``features``, ``hidden``, ``output``, ``context``;
+        standardised on its first batch), saved into the pipeline with the network's fingerprint.
+    optimizer : ``"adamw"``, or ``"amsgrad"`` (Adam, amsgrad, L2 weight decay: the head recipe's).
     Bad values are refused by name (ValueError ``model.<name> must be ...``; the table:
     :data:`hiseg.training.MODULE_CONSTRAINTS`).
     host_workers : processes that build a batch's trees and rebuild its superpixels
@@ -94,7 +98,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  pipeline: Optional[dict] = None, pixel_loss: str = "balanced_bce", warmup: float = 0.05,
                  final_lr: float = 0.05, positive_threshold: float = 0.3, dice_weight: float = 1.0,
                  head_lr_scale: float = 1.0, pipeline_from_init: bool = False, losses: Optional[dict] = None,
-                 freeze_network: bool = False, host_workers: Optional[int] = None):
+                 freeze_network: bool = False, host_workers: Optional[int] = None,
+                 new_merge_head: Optional[dict] = None, optimizer: str = "adamw"):
         check_parameters(MODULE_CONSTRAINTS, locals(), "model.")  # hiseg.training: one line per parameter
         super().__init__()
         start, self.pipeline = start_and_pipeline(init_from, pipeline, pipeline_from_init)
@@ -113,8 +118,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             from .models.weights import load_weights
 
             load_weights(self.model, start)
-        # the pipeline's merging head: a trained copy, from the network it was fitted on
-        self.merge_head = merge_head_of(self.pipeline, self.model, head_lr_scale > 0, freeze_network)
+        self.merge_head = merge_head_of(self.pipeline, self.model, head_lr_scale > 0, freeze_network, new_merge_head)
         self.model.requires_grad_(not freeze_network)
         self._rng = np.random.default_rng(0)
         self._seed: Optional[int] = None  # the run's seed (restored from checkpoints)
@@ -151,6 +155,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
     def on_train_batch_start(self, batch, batch_idx):
         self._draw(0, self.global_step, batch_idx)
+        if self.hparams.get("freeze_network"):  # Lightning restores its submodules' modes one by one
+            self.model.eval()
 
     def on_validation_batch_start(self, batch, batch_idx, dataloader_idx=0):
         self._draw(1, batch_idx)
@@ -167,8 +173,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             self.merge_head.network = network_fingerprint(self.model)
             self.pipeline = self.pipeline.with_overrides(merge_head=self.merge_head.to_spec())
             self.hparams["pipeline"] = self.pipeline.to_dict()
-            if isinstance(checkpoint.get("hyper_parameters"), dict):
-                checkpoint["hyper_parameters"]["pipeline"] = dict(self.hparams["pipeline"])
+            if isinstance(checkpoint.get("hyper_parameters"), dict):  # the head is the pipeline's now
+                checkpoint["hyper_parameters"].update(pipeline=dict(self.hparams["pipeline"]), new_merge_head=None)
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if checkpoint.get("hiseg") is not None:
@@ -318,13 +324,15 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):
-        """AdamW with a linear warm-up then a cosine decay to ``final_lr * lr`` (:meth:`lr_factor`);
-        the merging head at ``head_lr_scale * lr``, alone with ``freeze_network``."""
+        """AdamW (or Adam with amsgrad), a linear warm-up then a cosine decay to ``final_lr * lr``
+        (:meth:`lr_factor`); the merging head at ``head_lr_scale * lr``, alone with ``freeze_network``."""
         hp = self.hparams
         groups = [] if hp.get("freeze_network") else [{"params": list(self.model.parameters())}]
         if self.merge_head is not None and hp.get("head_lr_scale", 1.0) > 0:
             groups.append({"params": list(self.merge_head.parameters()), "lr": hp.lr * hp.get("head_lr_scale", 1.0)})
-        opt = torch.optim.AdamW(groups, lr=hp.lr, weight_decay=hp.weight_decay)
+        amsgrad = hp.get("optimizer", "adamw") == "amsgrad"  # Adam with L2 decay, else AdamW's decoupled decay
+        opt = (torch.optim.Adam if amsgrad else torch.optim.AdamW)(groups, lr=hp.lr, weight_decay=hp.weight_decay,
+                                                                   amsgrad=amsgrad)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
 

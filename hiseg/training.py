@@ -42,7 +42,11 @@ MODULE_CONSTRAINTS = {
     "positive_threshold": (Interval(0, 1, "right"), None),
     "dice_weight": (Interval(0, None, "left"), None),
     "head_lr_scale": (Interval(0, None, "left"), "0: the merging head frozen"),
+    "optimizer": (Options(("adamw", "amsgrad")), "AdamW, or Adam with amsgrad and L2 weight decay"),
 }
+
+#: the settings of ``model.new_merge_head`` (a :class:`~hiseg.segmentation.merging.MergeHead`'s)
+NEW_HEAD_KEYS = ("features", "hidden", "output", "context")
 
 NO_SUPERPIXELS = ("the batch has no superpixels, but model.pipeline.superpixels is 'color_watershed', which "
                   "trains on the loaders' superpixels: hiseg's data modules compute them when the model hands "
@@ -99,16 +103,33 @@ def start_and_pipeline(init_from, pipeline, pipeline_from_init):
     return start, pipeline
 
 
-def merge_head_of(pipeline, model: torch.nn.Module, trainable: bool, freeze_network: bool):
-    """The pipeline's merging head (a :class:`~hiseg.segmentation.merging.MergeHead`, its
-    parameters trainable or not) or None. Raises MergeHeadError when the head was fitted on
-    another network than ``model`` and ValueError for ``freeze_network`` without a head."""
+def merge_head_of(pipeline, model: torch.nn.Module, trainable: bool, freeze_network: bool, new=None):
+    """The merging head to train, or None: a new one of the settings ``new`` (``features``,
+    ``hidden``, ``output``, ``context``; standardised on its first training batch), else the
+    pipeline's (its parameters trainable or not). Raises ValueError naming
+    ``model.new_merge_head`` for bad settings or next to a pipeline's head, MergeHeadError when
+    the pipeline's head was fitted on another network than ``model``, and ValueError for
+    ``freeze_network`` without a head."""
+    from .segmentation.merging import MergeHead, MergeHeadError
+
+    if new is not None:
+        if not isinstance(new, dict):
+            raise ValueError(f"model.new_merge_head must be a mapping of {NEW_HEAD_KEYS}, got {new!r}")
+        unknown = sorted(set(new) - set(NEW_HEAD_KEYS))
+        if unknown or "features" not in new:
+            raise ValueError(f"model.new_merge_head: unknown setting(s) {unknown}; known: {NEW_HEAD_KEYS}" if unknown
+                             else "model.new_merge_head needs its features (names of hiseg.segmentation.merging.FEATURES)")
+        if pipeline.merge_head is not None:
+            raise ValueError("model.new_merge_head: the pipeline already holds a merge_head; give one of them")
+        try:
+            return MergeHead(new["features"], new.get("hidden", (32,)), new.get("output", "sigmoid"),
+                             context=new.get("context", 0), normalise_on_first_batch=True)
+        except MergeHeadError as e:
+            raise ValueError(f"model.new_merge_head: {e}") from None
     if pipeline.merge_head is None:
         if freeze_network:
             raise ValueError("model.freeze_network trains the merging head alone: the pipeline needs a merge_head")
         return None
-    from .segmentation.merging import MergeHead
-
     head = MergeHead.from_spec(pipeline.merge_head)
     head.check_network(model)
     return head.requires_grad_(trainable)
@@ -174,10 +195,11 @@ class StageClock:
 def warmup_cosine(step: int, total, warmup: float, final_lr: float) -> float:
     """The step size of optimiser step ``step`` as a fraction of ``lr``: a linear warm-up over
     ``warmup`` steps (a fraction of ``total`` below 1), then a cosine decay to ``final_lr`` at
-    step ``total``; 1 when ``total`` is unknown (None, 0 or infinite). O(1)."""
+    step ``total`` (``warmup`` 0: the cosine from step 0, ``CosineAnnealingLR``'s); 1 when
+    ``total`` is unknown (None, 0 or infinite). O(1)."""
     if not total or math.isinf(total):
         return 1.0
-    warm = max(1, int(warmup * total) if warmup < 1 else int(warmup))
+    warm = int(warmup * total) if warmup < 1 else int(warmup)
     if step < warm:
         return (step + 1) / warm
     prog = min(1.0, (step - warm) / max(1, total - warm))

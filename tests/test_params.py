@@ -41,7 +41,7 @@ def test_check_parameters_message_shape():
 #: one bad value per parameter of the module's table
 BAD = {"lr": 0, "weight_decay": -1e-4, "margin": -0.2, "triplets_per_image": 0, "val_threshold": 1.5,
        "pixel_loss": "dice", "warmup": -1, "final_lr": 2, "positive_threshold": 0, "dice_weight": -1,
-       "head_lr_scale": -1}
+       "head_lr_scale": -1, "optimizer": "sgd"}
 
 
 def test_every_module_parameter_of_the_table_has_a_bad_value_here():
@@ -65,3 +65,13 @@ def test_warmup_cosine_is_its_definition():
             ref = (s + 1) / w if s < w else final + (1 - final) * (1 + math.cos(math.pi * p)) / 2
             assert warmup_cosine(s, total, warmup, final) == pytest.approx(ref, abs=1e-15)
     assert warmup_cosine(3, None, 0.1, final) == warmup_cosine(3, float("inf"), 0.1, final) == 1.0
+    # warmup 0: torch's CosineAnnealingLR (eta_min 0), step for step
+    import torch
+
+    p = torch.nn.Parameter(torch.zeros(1))
+    opt = torch.optim.SGD([p], lr=1.0)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, 50)
+    for s in range(50):
+        assert warmup_cosine(s, 50, 0, 0.0) == pytest.approx(opt.param_groups[0]["lr"], abs=1e-12)
+        opt.step()
+        sched.step()

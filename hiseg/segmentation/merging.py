@@ -429,6 +429,10 @@ class MergeHead(torch.nn.Module):
         trained on (``None``: any).
     context : width of the message-passing layer over the RAG (module docstring); 0 (the
         default): none, the weight of an edge depends on its own features only.
+    normalise_on_first_batch : a new head to train: ``mean`` and ``std`` are set from the
+        features of its first forward pass in training mode (their mean and standard
+        deviation + 1e-6, as ``experiments/merge_head.py`` set them from its whole training
+        set); a persistent ``pending`` buffer says whether that is still to come (resumes keep it).
 
     ``forward(x, graph)`` takes (E, F) raw features (and, with ``context``, the graph whose
     edges they describe, any form :func:`hiseg.graph.as_edge_list` takes, batched graphs
@@ -437,7 +441,8 @@ class MergeHead(torch.nn.Module):
     """
 
     def __init__(self, features: Sequence[str], hidden: Sequence[int] = (32,), output: str = "sigmoid",
-                 mean=None, std=None, network: Optional[str] = None, context: int = 0):
+                 mean=None, std=None, network: Optional[str] = None, context: int = 0,
+                 normalise_on_first_batch: bool = False):
         super().__init__()
         features = list(features)
         if not features or not all(isinstance(n, str) for n in features):
@@ -470,11 +475,18 @@ class MergeHead(torch.nn.Module):
             raise MergeHeadError(f"merge_head.mean / merge_head.std must be {nf} finite numbers (std > 0)")
         self.register_buffer("mean", m)
         self.register_buffer("std", s)
+        if normalise_on_first_batch:
+            self.register_buffer("pending", torch.tensor(True))
 
     def forward(self, x, graph=None) -> torch.Tensor:
         x = torch.as_tensor(x).to(self.mean.dtype)
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise MergeHeadError(f"merge head expects (E, {len(self.features)}) features, got {tuple(x.shape)}")
+        if self.training and "pending" in self._buffers and bool(self.pending):
+            with torch.no_grad():  # the first training batch standardises the features
+                self.mean.copy_(x.mean(0))
+                self.std.copy_(x.std(0, unbiased=False) + 1e-6)
+                self.pending.fill_(False)
         z = (x - self.mean) / self.std
         if self.context:
             z = torch.cat([z, self._messages(z, graph)], 1)
@@ -484,6 +496,13 @@ class MergeHead(torch.nn.Module):
                 z = torch.relu(z)
         z = z[:, 0]
         return torch.sigmoid(z) if self.output == "sigmoid" else z
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # a trained head read back from its spec has no ``pending`` buffer: the state of the
+        # run that trained it (a standardised head) loads into it
+        if "pending" not in self._buffers:
+            state_dict.pop(prefix + "pending", None)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _messages(self, z: torch.Tensor, graph) -> torch.Tensor:
         """(E, 2 c): per edge, the sum and absolute difference of its two regions' mean
