@@ -24,9 +24,9 @@ import numpy as np
 import torch
 
 from .graph import RegionAdjacencyGraph
-from .io import (AtomicFiles, display_path, file_complete, read_image, remove_stray_temps, to_float_rgb, write_png,
-                 write_ucm2_mat)
-from .segmentation.saliency import (cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
+from .io import (AtomicFiles, decode_image, display_path, file_complete, reduce_image, remove_stray_temps, rgb_view,
+                 to_float_rgb, write_png, write_png_rows, write_ucm2_mat)
+from .segmentation.saliency import (UCM2Blocks, cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
                                    upsample_labels)
 from .ultrametric import Hierarchy, build_hierarchy
 
@@ -35,6 +35,12 @@ __all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "
 
 #: The most regions a label image (16-bit PNG, labels 0..65535) holds.
 MAX_LABELS = 65536
+
+#: Pixels of the image per band where a large image is reduced to the working resolution
+#: (:meth:`Segmenter.read`) and its full-size outputs are drawn (:func:`write_outputs`): a
+#: band's float arrays take some tens of bytes a pixel (a ucm2 block: 32), so memory beyond
+#: the decoded image and the one output image being encoded stays near 64 MB.
+BAND_PIXELS = 1 << 21
 
 
 @dataclass
@@ -84,6 +90,13 @@ class SegmentationResult:
         """(H, W) saliency map (``ucm2[2::2, 2::2]``, as the benchmark reads boundaries)."""
         return self.ucm2[2::2, 2::2]
 
+    def ucm2_blocks(self):
+        """:attr:`ucm2` drawn a block at a time (:class:`~hiseg.segmentation.saliency.UCM2Blocks`:
+        ``blocks[r0:r1, c0:c1]``, the same values), or :attr:`ucm2` itself once computed."""
+        if self._ucm2 is not None:
+            return self._ucm2
+        return UCM2Blocks(self.rag.labels, self.rag.graph, self.ultrametric, self.shape)
+
     def cut(self, n_regions: Optional[int] = None, threshold: Optional[float] = None,
             min_size="auto") -> np.ndarray:
         """Segmentation (H, W) int32: ``n_regions`` regions, or merged below ``threshold``.
@@ -102,6 +115,14 @@ class SegmentationResult:
         [0, 1] or a bad ``min_size``; TypeError for an ``n_regions`` that is not an integer
         (:func:`hiseg.cuts.check_count`).
         """
+        labels = self.working_cut(n_regions, threshold, min_size)
+        return upsample_labels(labels, self.shape) if self.upsampled else labels
+
+    def working_cut(self, n_regions: Optional[int] = None, threshold: Optional[float] = None,
+                    min_size="auto") -> np.ndarray:
+        """:meth:`cut` at the working resolution (``rag.labels``' shape), before it is drawn at
+        the image's (:func:`~hiseg.segmentation.saliency.upsample_labels`); same arguments
+        (``min_size`` in pixels of the image) and errors."""
         if (n_regions is None) == (threshold is None):
             raise ValueError("cut: give exactly one of n_regions or threshold")
         if n_regions is not None:
@@ -112,7 +133,7 @@ class SegmentationResult:
             n_regions = check_count(n_regions, name="n_regions")
             if n_regions > self.rag.num_regions:
                 warnings.warn(f"n_regions={n_regions}: the hierarchy has only {self.rag.num_regions} region(s) "
-                              f"(superpixels); returning the finest cut, {self.rag.num_regions}", stacklevel=2)
+                              f"(superpixels); returning the finest cut, {self.rag.num_regions}", stacklevel=3)
             n_regions = min(int(n_regions), self.rag.num_regions)
             # pixels of the image -> pixels of the working resolution
             scale = self.rag.labels.size / float(np.prod(self.shape))
@@ -121,12 +142,19 @@ class SegmentationResult:
             if used < px:
                 warnings.warn(f"the hierarchy has fewer than {n_regions} regions of at least {px / scale:.0f} pixels "
                               f"(min_size={min_size!r}); returning {n_regions} regions of at least "
-                              f"{used / scale:.0f} pixels", stacklevel=2)
+                              f"{used / scale:.0f} pixels", stacklevel=3)
         else:
             if not 0.0 <= float(threshold) <= 1.0:  # also refuses nan
                 raise ValueError(f"threshold must be in [0, 1] (the UCM's range), got {threshold!r}")
             labels = cut_at_threshold(self.rag, self.ultrametric, threshold)
-        return upsample_labels(labels, self.shape) if self.upsampled else labels
+        return labels
+
+    def label_rows(self, labels: np.ndarray):
+        """A function ``(r0, r1) -> rows r0..r1-1`` of ``labels`` (a :meth:`working_cut`)
+        drawn at the image's resolution, as :meth:`cut` draws them (O(rows))."""
+        if not self.upsampled:
+            return lambda r0, r1: labels[r0:r1]
+        return lambda r0, r1: upsample_labels(labels, self.shape, rows=(r0, r1))
 
 
 #: The smallest network tile (pixels a side) of :meth:`Segmenter.segment`: each tile also
@@ -170,13 +198,6 @@ def resolve_device(device, name: str = "device") -> torch.device:
                          + (" (meta tensors hold no data: nothing can be computed on them)" if d.type == "meta"
                             else "") + "; use auto for CUDA when present, else the CPU")
     return d
-
-
-def _as_image(image) -> np.ndarray:
-    """A path or an (H, W[, 1-4]) array as float32 RGB in [0, 1] (rules: :mod:`hiseg.io`)."""
-    if isinstance(image, (str, os.PathLike)):
-        return read_image(image)
-    return to_float_rgb(image)
 
 
 def _load_named(spec, pipeline=None):
@@ -321,10 +342,9 @@ class Segmenter:
         when the network's boundary map holds NaN or infinite values (diverged weights).
         """
         check_tile(tile)
-        full = _as_image(image)
+        img, out_shape, _ = self.read(image)
         t = {}
         t0 = time.perf_counter()
-        img, out_shape = self.working_image(full)
         pmap = self.network_map(img, tile)
         t["network"] = time.perf_counter() - t0
         return self.finish(img, pmap, out_shape, t)
@@ -343,6 +363,8 @@ class Segmenter:
         """The steps of :meth:`segment` after the network (superpixels, RAG, hierarchy): CPU
         only, no model needed (``hiseg predict --workers`` runs them in worker processes)."""
         t = {} if t is None else t
+        if out_shape is not None:  # a large image's outputs come next: the network's freed memory back first
+            _release_heap()
         t0 = time.perf_counter()
         rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
         t["hierarchy"] = time.perf_counter() - t0
@@ -350,8 +372,31 @@ class Segmenter:
             return self._flat(rag, t, out_shape)
         return SegmentationResult(rag, u, h, pmap, t, output_shape=out_shape)
 
+    def read(self, image, bgr: bool = False):
+        """(working image, full (H, W) or None, image) of a path or an (H, W[, 1-4]) array
+        (``bgr``: its colour channels in OpenCV's order): the float32 RGB image at the working
+        resolution (:meth:`working_image`), and the image as :func:`write_outputs` takes it.
+
+        An image at or below ``max_pixels`` is converted whole (:func:`hiseg.io.to_float_rgb`:
+        the image returned is that float image). A larger 8- or 16-bit one is reduced band by
+        band (:func:`hiseg.io.reduce_image`, :data:`BAND_PIXELS` at a time) and never held
+        in float: the image returned is the decoded array, a view in RGB order
+        (:func:`hiseg.io.rgb_view`; a 12000x9000 photograph: 324 MB instead of 1.3 GB).
+        Raises FileNotFoundError, DataError (:func:`hiseg.io.read_image`'s)."""
+        name = "image"
+        if isinstance(image, (str, os.PathLike)):
+            name = display_path(image)
+            image, bgr = decode_image(image)
+        arr = np.asarray(image)
+        hw = self.pipeline.working_size(*arr.shape[:2]) if arr.ndim in (2, 3) else None
+        if hw is None or hw == arr.shape[:2] or arr.dtype.kind not in "ub":
+            full = to_float_rgb(arr, bgr=bgr, name=name)
+            return (*self.working_image(full), full)
+        return reduce_image(arr, hw, bgr=bgr, name=name, band=BAND_PIXELS), arr.shape[:2], rgb_view(arr, bgr)
+
     def working_image(self, img: np.ndarray):
-        """(image at the working resolution, full (H, W) or None when unchanged)."""
+        """(image at the working resolution, full (H, W) or None when unchanged) of a float
+        RGB image (:meth:`read` reads and reduces a large one without a float copy)."""
         hw = self.pipeline.working_size(*img.shape[:2])
         if hw == img.shape[:2]:
             return img, None
@@ -375,25 +420,66 @@ def _quantise(x: np.ndarray, top: int, dtype) -> np.ndarray:
     return y.astype(dtype)
 
 
-def _colour_overlay(image: np.ndarray, labels: np.ndarray) -> np.ndarray:
-    """Mean colour of each region blended with the image, region boundaries as a white line
-    with a black outline on both sides (visible on light and dark areas alike; uint8 BGR).
-    uint8 arithmetic: a few bytes per pixel for a photograph."""
+def _rgb8_rows(image: np.ndarray, r0: int, r1: int) -> np.ndarray:
+    """Rows r0..r1-1 of an image (float RGB, or integer as :meth:`Segmenter.read` gives a
+    reduced one) as uint8 RGB."""
+    band = image[r0:r1]
+    if band.dtype.kind in "ub":
+        band = to_float_rgb(band)
+    return (np.clip(band[..., :3], 0, 1) * 255 + 0.5).astype(np.uint8)
+
+
+def _overlay_rows(image: np.ndarray, label_rows, k: int, step: int):
+    """The rows of :func:`_colour_overlay` (uint8 RGB) as a function ``(r0, r1) -> rows``, of
+    label rows given the same way (:meth:`SegmentationResult.label_rows`): the regions' mean
+    colours are summed ``step`` rows at a time first (whole numbers: the same in any order)."""
     import cv2
 
-    k = int(labels.max()) + 1
-    flat = labels.ravel()
-    cnt = np.maximum(np.bincount(flat, minlength=k), 1)
-    img8 = (np.clip(image[..., :3], 0, 1) * 255 + 0.5).astype(np.uint8)
-    mean = np.stack([np.bincount(flat, weights=img8[..., c].ravel(), minlength=k) for c in range(3)], 1)
-    lut = (mean / cnt[:, None] + 0.5).astype(np.uint8)
-    out = cv2.addWeighted(lut[labels], 0.5, img8, 0.5, 0)
-    line = np.zeros(labels.shape, np.uint8)
-    line[:, 1:][labels[:, 1:] != labels[:, :-1]] = 1
-    line[1:][labels[1:] != labels[:-1]] = 1
-    out[cv2.dilate(line, np.ones((3, 3), np.uint8)) > 0] = 0  # the dark outline
-    out[line > 0] = 255
-    return np.ascontiguousarray(out[..., ::-1])
+    h = image.shape[0]
+    cnt, sums = np.zeros(k, np.int64), np.zeros((k, 3))
+    for r0 in range(0, h, step):
+        flat, img8 = label_rows(r0, r0 + step).ravel(), _rgb8_rows(image, r0, r0 + step)
+        cnt += np.bincount(flat, minlength=k)
+        for c in range(3):
+            sums[:, c] += np.bincount(flat, weights=img8[..., c].ravel(), minlength=k)
+    lut = (sums / np.maximum(cnt, 1)[:, None] + 0.5).astype(np.uint8)
+
+    def rows(r0, r1):
+        r1 = min(h, r1)
+        lo = max(0, r0 - 2)  # the outline of rows r0..r1-1 sees the labels two rows around them
+        lab = label_rows(lo, min(h, r1 + 1))
+        band = cv2.addWeighted(lut[lab[r0 - lo:r1 - lo]], 0.5, _rgb8_rows(image, r0, r1), 0.5, 0)
+        line = np.zeros(lab.shape, np.uint8)
+        line[:, 1:][lab[:, 1:] != lab[:, :-1]] = 1
+        line[1:][lab[1:] != lab[:-1]] = 1
+        band[cv2.dilate(line, np.ones((3, 3), np.uint8))[r0 - lo:r1 - lo] > 0] = 0  # the dark outline
+        band[line[r0 - lo:r1 - lo] > 0] = 255
+        return band
+    return rows
+
+
+def _colour_overlay(image: np.ndarray, labels: np.ndarray, rows: Optional[int] = None) -> np.ndarray:
+    """Mean colour of each region blended with the image, region boundaries as a white line
+    with a black outline on both sides (visible on light and dark areas alike; uint8 BGR).
+    ``rows``: drawn that many rows at a time (default: all; the same image). uint8
+    arithmetic: a few bytes per pixel for a photograph."""
+    h = image.shape[0]
+    step = max(1, int(rows or h))
+    draw = _overlay_rows(image, lambda r0, r1: labels[r0:r1], int(labels.max()) + 1, step)
+    return np.ascontiguousarray(np.concatenate([draw(r0, r0 + step) for r0 in range(0, h, step)])[..., ::-1])
+
+
+def _release_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``): the memory
+    the network freed otherwise stays resident (410 MB after the default model on an
+    816x612 working image, measured), under the full-size outputs drawn next. No-op where
+    the C library has no ``malloc_trim``."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):
+        pass
 
 
 def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndarray,
@@ -406,38 +492,56 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     ``{stem}_ucm.png`` (8-bit), ``{stem}_ucm16.png`` (16-bit), ``{stem}.mat`` (BSDS
     ``ucm2``, double), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
     (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
-    :meth:`SegmentationResult.cut`). ``stem`` may hold any bytes a file name may (not only
-    UTF-8). Returns the written paths. A cut of more than :data:`MAX_LABELS` regions does
-    not fit a 16-bit label image: ValueError, nothing written. ``overwrite=False``: the
+    :meth:`SegmentationResult.cut`). ``image``: the float RGB image, or what
+    :meth:`Segmenter.read` returns for it. ``stem`` may hold any bytes a file name may (not
+    only UTF-8). Returns the written paths. A cut of more than :data:`MAX_LABELS` regions
+    does not fit a 16-bit label image: ValueError, nothing written. ``overwrite=False``: the
     files are created exclusively; when one exists, even made by another process meanwhile,
     FileExistsError names it and none of this image's files is left by this call.
+
+    Memory: the full-size outputs are drawn from the cut and the hierarchy at the working
+    resolution, :data:`BAND_PIXELS` at a time; an image above that size is encoded band by
+    band (:func:`hiseg.io.write_png_rows`, the same pixels as OpenCV's whole-image PNG) and
+    the ``.mat`` column block by column block: no full-size output array is ever whole
+    (a 12000x9000 photograph: about 100 MB beyond the image).
     """
     out = Path(out_dir)
     names = output_paths(out, stem)
     cut = n_regions is not None or threshold is not None
-    # the cut first, then the (large) ucm2 and its files: a photograph's full-size arrays
-    # are not all held at once
+    h, w = result.shape
+    step = max(1, BAND_PIXELS // max(w, 1))
     labels = None
     if cut:
-        labels = (result.cut(n_regions=n_regions, min_size=min_size) if n_regions is not None
-                  else result.cut(threshold=threshold))
+        labels = (result.working_cut(n_regions=n_regions, min_size=min_size) if n_regions is not None
+                  else result.working_cut(threshold=threshold))
         k = int(labels.max()) + 1
         if k > MAX_LABELS:
             shown = display_path(stem)
             raise ValueError(f"{shown}: the cut has {k} regions, more than a 16-bit label image "
                              f"({display_path(names['labels'].name)}) holds ({MAX_LABELS}); choose a higher threshold "
                              f"or fewer regions (nothing of {shown} was written)")
+
+    def png(rows_of, dtype):  # a large image's band by band, a small one's whole
+        if h * w > BAND_PIXELS:
+            return write_png_rows(rows_of, h, dtype, step)
+        whole = np.asarray(rows_of(0, h)).astype(dtype)
+        return write_png(np.ascontiguousarray(whole[..., ::-1]) if whole.ndim == 3 else whole)
+
+    blocks = result.ucm2_blocks()
+
+    def saliency(top, dtype):
+        return lambda r0, r1: _quantise(np.clip(blocks[2 * r0 + 2:2 * min(h, r1) + 1, 2:2 * w + 1][::2, ::2], 0, 1)
+                                        .astype(np.float32), top, dtype)
+
     out.mkdir(parents=True, exist_ok=True)
     with AtomicFiles(overwrite) as files:
         if cut:
-            files.write(names["labels"], write_png(labels.astype(np.uint16)))
-            files.write(names["overlay"], write_png(_colour_overlay(image, labels)))
-            del labels
-        sal = np.clip(result.saliency, 0, 1).astype(np.float32)
-        files.write(names["ucm"], write_png(_quantise(sal, 255, np.uint8)))
-        files.write(names["ucm16"], write_png(_quantise(sal, 65535, np.uint16)))
-        del sal
-        files.write(names["mat"], lambda tmp: write_ucm2_mat(tmp, result.ucm2))
+            label_rows = result.label_rows(labels)
+            files.write(names["labels"], png(label_rows, np.uint16))
+            files.write(names["overlay"], png(_overlay_rows(image, label_rows, k, step), np.uint8))
+        files.write(names["ucm"], png(saliency(255, np.uint8), np.uint8))
+        files.write(names["ucm16"], png(saliency(65535, np.uint16), np.uint16))
+        files.write(names["mat"], lambda tmp: write_ucm2_mat(tmp, blocks))
         files.commit()
     return image_outputs(out, stem, cut)
 
@@ -480,7 +584,8 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
     interrupted run) is done again, its files replaced and the interrupted run's temporary
     files removed.
 
-    Returns (image, result, the warnings' messages), or None for a skipped image.
+    Returns (image, result, the warnings' messages), or None for a skipped image; the image
+    as :meth:`Segmenter.read` gives it (a large one: its decoded integer array, RGB order).
     """
     import warnings
 
@@ -493,8 +598,7 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
         for p in [*mine, *also]:
             remove_stray_temps(p)
         overwrite = overwrite or any(os.path.lexists(p) for p in mine)
-    img = read_image(path)
-    work, out_shape = seg.working_image(img)
+    work, out_shape, img = seg.read(path)
     res = seg.finish(work, seg.network_map(work, tile) if boundary is None else boundary, out_shape)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

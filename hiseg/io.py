@@ -66,7 +66,10 @@ __all__ = [
     "image_header",
     "set_usual_mode",
     "write_png",
+    "write_png_rows",
     "write_ucm2_mat",
+    "reduce_image",
+    "rgb_view",
 ]
 
 #: How far outside [0, 1] a float image may go and still be clipped (resize rounding).
@@ -217,12 +220,7 @@ def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
         Unsupported shape or dtype, NaN / infinite values, or a float image outside [0, 1]
         by more than :data:`FLOAT_TOLERANCE` (e.g. values in [0, 255]).
     """
-    a = np.asarray(arr)
-    if a.ndim == 2:
-        a = a[:, :, None]
-    if a.ndim != 3 or a.shape[2] not in (1, 2, 3, 4) or a.shape[0] == 0 or a.shape[1] == 0:
-        raise DataError(f"{name}: unsupported image shape {np.asarray(arr).shape} "
-                        "(expected (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4))")
+    a = _check_image_shape(arr, name)
     c = a.shape[2]
     if c in (1, 2):  # gray, gray + alpha
         a = np.repeat(a[:, :, :1], 3, axis=2)
@@ -253,6 +251,59 @@ def to_float_rgb(arr, *, bgr: bool = False, name: str = "image") -> np.ndarray:
     else:
         raise DataError(f"{name}: unsupported image dtype {a.dtype}")
     return np.ascontiguousarray(out)
+
+
+def _check_image_shape(arr, name: str) -> np.ndarray:
+    """``arr`` as an (H, W, C) array (a view), C in 1..4, H and W > 0; DataError otherwise."""
+    a = np.asarray(arr)
+    if a.ndim == 2:
+        a = a[:, :, None]
+    if a.ndim != 3 or a.shape[2] not in (1, 2, 3, 4) or a.shape[0] == 0 or a.shape[1] == 0:
+        raise DataError(f"{name}: unsupported image shape {np.asarray(arr).shape} "
+                        "(expected (H, W), (H, W, 1), (H, W, 2), (H, W, 3) or (H, W, 4))")
+    return a
+
+
+def rgb_view(arr: np.ndarray, bgr: bool) -> np.ndarray:
+    """A decoded image (:func:`decode_image`) as a view whose :func:`to_float_rgb` without
+    ``bgr`` is ``to_float_rgb(arr, bgr=bgr)``: BGR(A) colour turned to RGB, no copy."""
+    a = np.asarray(arr)
+    return a[..., 2::-1] if bgr and a.ndim == 3 and a.shape[2] >= 3 else a
+
+
+def reduce_image(arr: np.ndarray, size, *, bgr: bool = False, name: str = "image", band: int = 1 << 21) -> np.ndarray:
+    """``cv2.resize(to_float_rgb(arr, bgr=bgr), size[::-1], interpolation=cv2.INTER_AREA)``
+    (float32 RGB (h, w, 3)) for an integer or boolean image ``arr`` (H, W[, C]) reduced to
+    ``size`` = (h, w) <= (H, W), without its full-size float copy: converted ``band``
+    pixels at a time. Memory: O(band + H w). The same values as the whole-image resize
+    except where OpenCV's area resize takes another path for the whole image than for its
+    parts: for W/w a whole number >= 2 with H/h not one, each value may differ by a float32
+    rounding (at most 3e-7 measured). Other dtypes: the whole-image resize itself. Raises
+    DataError as :func:`to_float_rgb`."""
+    import cv2
+
+    a = _check_image_shape(arr, name)
+    (H, W), (h, w) = a.shape[:2], (int(size[0]), int(size[1]))
+    if not (1 <= h <= H and 1 <= w <= W):
+        raise ValueError(f"reduce_image: size {size} must be at least 1 and at most the image's {(H, W)}")
+    if a.dtype.kind not in "ub":
+        return cv2.resize(to_float_rgb(a, bgr=bgr, name=name), (w, h), interpolation=cv2.INTER_AREA)
+    rows = max(1, band // W)
+    k = round(H / h)
+    if abs(H / h - k) < np.finfo(float).eps:  # whole rows per output row: bands of k rows resize alone
+        out = np.empty((h, w, 3), np.float32)
+        step = max(1, rows // k) * k
+        for r0 in range(0, H, step):
+            part = to_float_rgb(a[r0:r0 + step], bgr=bgr, name=name)
+            out[r0 // k:(r0 + part.shape[0]) // k] = cv2.resize(part, (w, part.shape[0] // k),
+                                                                interpolation=cv2.INTER_AREA)
+        return out
+    # otherwise the area resize is a horizontal pass then a vertical one, as OpenCV's own
+    across = np.empty((H, w, 3), np.float32)
+    for r0 in range(0, H, rows):
+        part = to_float_rgb(a[r0:r0 + rows], bgr=bgr, name=name)
+        across[r0:r0 + part.shape[0]] = cv2.resize(part, (w, part.shape[0]), interpolation=cv2.INTER_AREA)
+    return cv2.resize(across, (w, h), interpolation=cv2.INTER_AREA)
 
 
 def read_image(path) -> np.ndarray:
@@ -667,17 +718,61 @@ def write_png(arr: np.ndarray) -> Callable[[str], None]:
     return w
 
 
+def write_png_rows(rows_of: Callable[[int, int], np.ndarray], height: int, dtype, band: int) -> Callable[[str], None]:
+    """A writer for :func:`atomic_write`: the PNG of an image of ``height`` rows given by
+    ``rows_of(r0, r1)`` (its rows r0..r1-1: (n, W) gray or (n, W, 3) RGB, cast to ``dtype``,
+    uint8 or uint16), encoded ``band`` rows at a time: the image is never whole in memory
+    (:func:`write_png` holds it and its encoded copy). The same pixels as :func:`write_png`
+    of the whole image (given there in BGR order), other bytes: each row filtered by the one
+    above (PNG's "Up"), zlib level 1 with run-length matching (on a 12000x9000 overlay:
+    84.6 MB in 4.9 s, OpenCV's encoder 89.2 MB in 5.6 s). Cost O(H W)."""
+    import struct
+    import zlib
+
+    def chunk(f, kind: bytes, data: bytes) -> None:
+        f.write(struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data)))
+
+    def w(tmp):
+        big = np.dtype(dtype).newbyteorder(">")  # PNG's samples are big-endian
+        with open(tmp, "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n")
+            z = zlib.compressobj(1, zlib.DEFLATED, 15, 9, zlib.Z_RLE)
+            prev = None
+            for r0 in range(0, height, band):
+                rows = np.ascontiguousarray(rows_of(r0, min(height, r0 + band)), dtype=big)
+                raw = rows.view(np.uint8).reshape(rows.shape[0], -1)
+                if prev is None:  # the header, from the first rows' width and channels
+                    chunk(f, b"IHDR", struct.pack(">IIBBBBB", rows.shape[1], height, 8 * big.itemsize,
+                                                  0 if rows.ndim == 2 else 2, 0, 0, 0))
+                    prev = np.zeros(raw.shape[1], np.uint8)  # the row above the first: zeros
+                out = np.empty((raw.shape[0], raw.shape[1] + 1), np.uint8)
+                out[:, 0] = 2  # filter "Up": each byte minus the one above it, modulo 256
+                np.subtract(raw[:1], prev, out=out[:1, 1:])
+                np.subtract(raw[1:], raw[:-1], out=out[1:, 1:])
+                prev = raw[-1].copy()
+                data = z.compress(out.tobytes())
+                if data:
+                    chunk(f, b"IDAT", data)
+            chunk(f, b"IDAT", z.flush())
+            chunk(f, b"IEND", b"")
+    return w
+
+
 def write_ucm2_mat(path, ucm2: np.ndarray, name: str = "ucm2", level: int = 1) -> None:
     """Write a 2-D float64 array as a compressed MATLAB (level 5) ``.mat`` variable,
     streaming: column blocks go through zlib one at a time, so a photograph's ucm2
     (48 M values for 4000x3000) needs no copy of the array in memory (scipy's
-    ``savemat`` holds two). ``scipy.io.loadmat(path)[name]`` returns the array. Raises
-    ValueError for a variable above the format's 4 GiB element limit.
+    ``savemat`` holds two). ``ucm2`` may also be any object with ``shape``, ``ndim`` and
+    2-D slicing ``ucm2[:, c0:c1]`` that is not an array (e.g.
+    :class:`hiseg.segmentation.saliency.UCM2Blocks`, which draws each block when asked:
+    the map is never whole in memory). ``scipy.io.loadmat(path)[name]`` returns the
+    array. Raises ValueError for a variable above the format's 4 GiB element limit.
     """
     import struct
     import zlib
 
-    a = np.asarray(ucm2, dtype=np.float64)
+    lazy = not isinstance(ucm2, np.ndarray) and hasattr(ucm2, "shape") and hasattr(ucm2, "__getitem__")
+    a = ucm2 if lazy else np.asarray(ucm2, dtype=np.float64)
     if a.ndim != 2:
         raise ValueError(f"{name} must be 2-D, got shape {a.shape}")
     rows, cols = a.shape
@@ -701,7 +796,7 @@ def write_ucm2_mat(path, ucm2: np.ndarray, name: str = "ucm2", level: int = 1) -
         size = f.write(z.compress(head))
         step = max(1, (1 << 22) // max(rows, 1))  # ~32 MB blocks of columns
         for c0 in range(0, cols, step):
-            size += f.write(z.compress(np.ascontiguousarray(a[:, c0:c0 + step].T).tobytes()))
+            size += f.write(z.compress(np.ascontiguousarray(a[:, c0:c0 + step].T, dtype=np.float64).tobytes()))
         size += f.write(z.flush())
         f.seek(pos)
         f.write(struct.pack("<II", 15, size))

@@ -33,7 +33,7 @@ from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
 from .inference import Segmenter, image_done, output_paths, predict_file
-from .io import read_image, refuse_overwrite
+from .io import refuse_overwrite
 
 __all__ = ["predict_files", "PredictionFilesWriter", "IMAGE_ERRORS"]
 
@@ -56,7 +56,7 @@ class _Images(Dataset):
 
     def __getitem__(self, i):
         try:
-            return {"index": i, "image": self.seg.working_image(read_image(self.files[i]))[0], "error": None}
+            return {"index": i, "image": self.seg.read(self.files[i])[0], "error": None}
         except IMAGE_ERRORS as e:
             return {"index": i, "image": None, "error": str(e)}
 

@@ -271,9 +271,7 @@ def _in_worker(step, f: Path, *rest):
 
     try:
         if step == "decode":
-            from ..io import read_image
-
-            return "ok", _WORKER["seg"].working_image(read_image(f))
+            return "ok", _WORKER["seg"].read(f)[:2]
         return "ok", _predict_one(_WORKER["seg"], f, _WORKER["opts"], *rest)
     except PER_FILE_ERRORS as e:
         return "fail", str(e)

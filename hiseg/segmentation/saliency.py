@@ -30,7 +30,7 @@ from ..graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
-           "upsample_labels", "ucm2_from_labels",
+           "upsample_labels", "ucm2_from_labels", "UCM2Blocks",
            "ucm2_edge_views"]
 
 
@@ -97,17 +97,52 @@ def ucm2_edge_views(ucm2: np.ndarray):
     return ucm2[1::2, 2:-1:2], ucm2[2:-1:2, 1::2]
 
 
-def upsample_labels(labels: np.ndarray, shape) -> np.ndarray:
+def upsample_labels(labels: np.ndarray, shape, rows=None, cols=None) -> np.ndarray:
     """Nearest-neighbour resize of a label image to ``shape`` (H, W): every output pixel
-    takes the label under its centre. Upsampling keeps the 4-adjacency of regions."""
+    takes the label under its centre. Upsampling keeps the 4-adjacency of regions.
+    ``rows`` / ``cols``: ``(start, stop)`` of a window of the output, computed alone (the
+    same values as ``[start:stop]`` of the whole, stops past the end clipped; O(window))."""
     lab = np.asarray(labels)
     h, w = lab.shape
     oh, ow = int(shape[0]), int(shape[1])
-    r = np.minimum(((np.arange(oh) + 0.5) * h / oh).astype(np.int64), h - 1)
-    c = np.minimum(((np.arange(ow) + 0.5) * w / ow).astype(np.int64), w - 1)
+    r0, r1 = (max(0, rows[0]), min(oh, rows[1])) if rows is not None else (0, oh)
+    c0, c1 = (max(0, cols[0]), min(ow, cols[1])) if cols is not None else (0, ow)
+    r = np.minimum(((np.arange(r0, r1) + 0.5) * h / oh).astype(np.int64), h - 1)
+    c = np.minimum(((np.arange(c0, c1) + 0.5) * w / ow).astype(np.int64), w - 1)
     if lab.dtype.itemsize > 4 and lab.size and lab.min() >= 0 and lab.max() < 2 ** 31:
         lab = lab.astype(np.int32)  # half the memory of a photograph-size label image
     return lab[r[:, None], c[None, :]]
+
+
+class _EdgeValues:
+    """The ultrametric value of the graph edge joining two labels, looked up by sorted key."""
+
+    def __init__(self, graph, ultrametric):
+        self.u = _np(ultrametric).astype(np.float64)
+        self.n = int(graph.num_vertices)
+        src, dst = np.asarray(graph.sources, np.int64), np.asarray(graph.targets, np.int64)
+        key = np.minimum(src, dst) * self.n + np.maximum(src, dst)
+        self.order = np.argsort(key)
+        self.skey = key[self.order]
+
+    def draw(self, view, a, b):
+        """``view`` := the value of the edge between ``a`` and ``b`` where they differ."""
+        rr, cc = np.nonzero(a != b)
+        la, lb = a[rr, cc].astype(np.int64), b[rr, cc].astype(np.int64)
+        k = np.minimum(la, lb) * self.n + np.maximum(la, lb)
+        pos = np.minimum(np.searchsorted(self.skey, k), max(self.skey.size - 1, 0))
+        if k.size and (self.skey.size == 0 or np.any(self.skey[pos] != k)):
+            raise ValueError("labels have neighbouring regions that are not joined by an edge of the graph")
+        view[rr, cc] = self.u[self.order[pos]]
+
+    def ucm2(self, lab: np.ndarray) -> np.ndarray:
+        h, w = lab.shape
+        ucm = np.zeros((2 * h + 1, 2 * w + 1))
+        horizontal, vertical = ucm2_edge_views(ucm)
+        self.draw(horizontal, lab[:, :-1], lab[:, 1:])
+        self.draw(vertical, lab[:-1], lab[1:])
+        _corners_in_place(ucm)
+        return ucm
 
 
 def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
@@ -115,37 +150,49 @@ def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
     regions ``0..R-1``) drawn on a label image of those regions, e.g. the superpixels
     upsampled to a photograph's full resolution (:func:`upsample_labels`). Every pair of
     4-neighbours with different labels must be an edge of the graph (ValueError if not).
-    O(H W + B log E) for B frontier pixel pairs; the map is the only full-size float array.
+    O(H W + B log E) for B frontier pixel pairs; the map is the only full-size float array
+    (:class:`UCM2Blocks` draws it a block at a time).
     numpy only: higra draws the same map (tested bit for bit, :func:`_ucm2_from_labels_higra`:
     its region adjacency graph of ``labels``, ``rag_back_project_edge_weights``,
     ``graph_4_adjacency_2_khalimsky``) 8.6-14.6 times slower at 481x321, 17.4-19.8 times
     at 4000x3000, with a full-size pixel graph and weight array besides the map
     (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
     """
-    lab = np.asarray(labels)
-    u = _np(ultrametric).astype(np.float64)
-    n = int(graph.num_vertices)
-    src, dst = np.asarray(graph.sources, np.int64), np.asarray(graph.targets, np.int64)
-    key = np.minimum(src, dst) * n + np.maximum(src, dst)
-    order = np.argsort(key)
-    skey = key[order]
-    h, w = lab.shape
-    ucm = np.zeros((2 * h + 1, 2 * w + 1))
+    return _EdgeValues(graph, ultrametric).ucm2(np.asarray(labels))
 
-    def draw(view, a, b):
-        rr, cc = np.nonzero(a != b)
-        la, lb = a[rr, cc].astype(np.int64), b[rr, cc].astype(np.int64)
-        k = np.minimum(la, lb) * n + np.maximum(la, lb)
-        pos = np.minimum(np.searchsorted(skey, k), max(skey.size - 1, 0))
-        if k.size and (skey.size == 0 or np.any(skey[pos] != k)):
-            raise ValueError("labels have neighbouring regions that are not joined by an edge of the graph")
-        view[rr, cc] = u[order[pos]]
 
-    horizontal, vertical = ucm2_edge_views(ucm)
-    draw(horizontal, lab[:, :-1], lab[:, 1:])
-    draw(vertical, lab[:-1], lab[1:])
-    _corners_in_place(ucm)
-    return ucm
+class UCM2Blocks:
+    """The ucm2 of :func:`ucm2_from_labels` of ``labels`` upsampled to ``shape``
+    (:func:`upsample_labels`; ``shape=None``: ``labels`` as they are), drawn a block at a
+    time: ``blocks[r0:r1, c0:c1]`` (steps of 1) is that block of the (2H+1, 2W+1) map,
+    float64, the same values as the whole map's, from a window of the label image two
+    pixels wider than the block. Memory: O(block); ``shape`` and ``ndim`` as an array's.
+    :func:`hiseg.io.write_ucm2_mat` writes it column block by column block."""
+
+    def __init__(self, labels: np.ndarray, graph, ultrametric, shape=None):
+        self.labels = np.asarray(labels)
+        self.full = tuple(int(v) for v in (shape if shape is not None else self.labels.shape))
+        self.shape = (2 * self.full[0] + 1, 2 * self.full[1] + 1)
+        self.ndim = 2
+        self._edges = _EdgeValues(graph, ultrametric)
+
+    def __getitem__(self, key) -> np.ndarray:
+        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, slice) for k in key)):
+            raise TypeError("UCM2Blocks takes two slices: blocks[r0:r1, c0:c1]")
+        (r0, r1, rs), (c0, c1, cs) = (k.indices(n) for k, n in zip(key, self.shape))
+        if rs != 1 or cs != 1:
+            raise ValueError("UCM2Blocks takes slices with a step of 1")
+        r1, c1 = max(r0, r1), max(c0, c1)
+        if r0 == r1 or c0 == c1:
+            return np.zeros((r1 - r0, c1 - c0))
+        # the pixels whose edges and corners make ucm2 rows r0..r1-1: (r0 // 2 - 1) .. ((r1 + 1) // 2)
+        (a0, b0), (a1, b1) = ((max(0, lo // 2 - 1), min(n, (hi + 1) // 2 + 1))
+                              for lo, hi, n in ((r0, r1, self.full[0]), (c0, c1, self.full[1])))
+        if self.full == self.labels.shape:
+            lab = self.labels[a0:b0, a1:b1]
+        else:
+            lab = upsample_labels(self.labels, self.full, rows=(a0, b0), cols=(a1, b1))
+        return self._edges.ucm2(lab)[r0 - 2 * a0:r1 - 2 * a0, c0 - 2 * a1:c1 - 2 * a1]
 
 
 def _ucm2_from_labels_higra(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
