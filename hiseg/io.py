@@ -27,6 +27,10 @@ complete temporary file, which fails when the name exists): two runs writing the
 at once cannot replace each other's file; the second gets :class:`FileExistsError` naming it.
 :func:`folder_lock` keeps a second run out of a folder for the whole run.
 
+Large images, never whole in float: :func:`reduce_image` converts and area-resizes a decoded
+image band by band (the working image of ``hiseg predict``), :func:`write_png_rows` encodes a
+PNG from row bands and :func:`write_ucm2_mat` writes the ``.mat`` from column blocks.
+
 File names: any name the file system allows, also bytes that are not valid UTF-8 (Python
 holds them as surrogate escapes). OpenCV never sees a path: files are decoded and encoded in
 memory (``cv2.imdecode`` / ``cv2.imencode``) and read and written by Python, and messages
