@@ -57,7 +57,7 @@ def stray_temps(folder) -> list:
 
 def python(code: str, *args, **kw) -> subprocess.Popen:
     """A Python process running ``code`` (dedented) with ``args`` as sys.argv[1:]."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="0")
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONFAULTHANDLER="0", **kw.pop("env", {}))
     return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *map(str, args)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="backslashreplace", **kw)
 
@@ -250,10 +250,18 @@ def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path)
 
 # ----------------------------------------------------------------------------- the same through `hiseg predict`
 HISEG = """
-    import sys, time
+    import os, sys, time
     from pathlib import Path
     from hiseg.cli import main
     go, argv = Path(sys.argv[1]), sys.argv[2:]
+    if os.environ.get("HISEG_TEST_PAUSE"):  # each image takes at least this long (an interruption lands mid-folder)
+        import hiseg.inference as inference
+        plain = inference.predict_file
+
+        def predict_file(*a, **k):
+            time.sleep(float(os.environ["HISEG_TEST_PAUSE"]))
+            return plain(*a, **k)
+        inference.predict_file = predict_file
     Path(str(go) + ".ready" + argv[argv.index("--regions") + 1] if "--regions" in argv else str(go) + ".ready").touch()
     while not go.exists():
         time.sleep(0.005)
@@ -261,12 +269,13 @@ HISEG = """
 """
 
 
-def hiseg(*argv, go=None):
-    """``hiseg ARGV`` in a child process (started at once, or when the file ``go`` appears)."""
+def hiseg(*argv, go=None, pause=None):
+    """``hiseg ARGV`` in a child process (started at once, or when the file ``go`` appears);
+    ``pause``: seconds each image waits before it is predicted."""
     if go is None:  # start at once: the go file, already there, in a folder of its own (never the cwd)
         go = Path(tempfile.mkdtemp(prefix="hiseg-go-")) / "go-now"
         go.touch()
-    return python(HISEG, go, *argv)
+    return python(HISEG, go, *argv, env={"HISEG_TEST_PAUSE": str(pause)} if pause else {})
 
 
 def test_two_hiseg_predicts_into_one_folder_at_once_the_second_is_refused_naming_the_folder(tmp_path):
@@ -325,7 +334,7 @@ def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
     d = photo_folder(tmp_path, [f"{c}.png" for c in "abcdefgh"])
     out = tmp_path / "out"
     argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "4", "--html", str(d), "-o", str(out))
-    p = hiseg(*argv)
+    p = hiseg(*argv, pause=0.5)  # 8 images of at least 0.5 s each: the Ctrl-C lands mid-folder
     deadline = time.time() + 300
     while not (out.exists() and len([q for q in out.iterdir() if q.suffix == ".html"]) >= 2):
         assert time.time() < deadline and p.poll() is None, p.communicate()
