@@ -75,9 +75,11 @@ def hiseg_process(*argv, go=None):
     """``hiseg ARGV`` in a new process; with ``go``, it waits for that file to appear (after
     its imports, having touched ``go.ready<pid>``), so that several start together."""
     code = textwrap.dedent("""
-        import os, sys, time
+        import os, signal, sys, time
         from pathlib import Path
         from hiseg.cli import main
+        # Ctrl-C as in a terminal, also when the probe runs in a background job (whose SIGINT is ignored)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         go = sys.argv[1]
         if go:
             Path(f"{go}.ready{os.getpid()}").touch()
@@ -191,6 +193,7 @@ def interrupted(tmp, n):
         time.sleep(0.002)
     p.send_signal(signal.SIGINT)
     p.communicate(timeout=120)
+    check(p.returncode != 0, "the run was not interrupted (it finished before the Ctrl-C landed)")
     check(not [g for g in names(out) if b".tmp" in g], "temporary files left by the interrupted run")
     rc, _, err = hiseg_inline(*argv, "--resume")
     check(rc == 0, f"--resume: exit {rc}: {err.strip()[-300:]}")

@@ -250,9 +250,11 @@ def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path)
 
 # ----------------------------------------------------------------------------- the same through `hiseg predict`
 HISEG = """
-    import os, sys, time
+    import os, signal, sys, time
     from pathlib import Path
     from hiseg.cli import main
+    # Ctrl-C as in a terminal, also when the tests run in a background job (whose SIGINT is ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     go, argv = Path(sys.argv[1]), sys.argv[2:]
     if os.environ.get("HISEG_TEST_PAUSE"):  # each image takes at least this long (an interruption lands mid-folder)
         import hiseg.inference as inference
