@@ -475,7 +475,7 @@ def _discard(tmp) -> None:
 
 def remove_stray_temps(path) -> int:
     """Remove the temporary files that a killed :func:`atomic_write` of ``path`` left beside
-    it (``.NAME.XXXXXXXX.tmpSUFFIX``; only those). Returns how many; O(files in the folder)."""
+    it (named ``.NAME.<random>.tmpSUFFIX``; only those). Returns how many; O(files in the folder)."""
     path = Path(path)
     head, tail = f".{path.name}.", ".tmp" + path.suffix
     n = 0

@@ -16,7 +16,6 @@ from _train import ROOT, load_ckpt
 from test_recipe import make_bsds
 
 from hiseg.data.edges import load_edge_dataset
-from hiseg.models import list_models
 
 
 def _env(**kw):
@@ -58,7 +57,6 @@ def _curve(path):
     return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
-@pytest.mark.skipif("pdc_boundary_net" not in list_models(), reason="pdc_boundary_net is not registered yet")
 def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     data = make_bsds(tmp_path / "bsds")
     env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4")

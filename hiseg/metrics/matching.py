@@ -186,9 +186,6 @@ class BoundaryMatcher:
         Tolerance as a fraction of the image diagonal.
     outlier_cost : float, default 100
         Cost of an unmatched pixel in units of the tolerance.
-    cache : bool, default True
-        Kept for compatibility; the assignment is now cheap enough that no solution is
-        remembered between maps (the counts never depended on it).
 
     Raises
     ------
@@ -201,9 +198,7 @@ class BoundaryMatcher:
         gt_boundaries: Sequence[np.ndarray],
         max_dist: float = DEFAULT_MAX_DIST,
         outlier_cost: float = DEFAULT_OUTLIER_COST,
-        cache: bool = True,
     ):
-        self.use_cache = bool(cache)
         gts = [_check_map(g, "ground-truth boundary map") for g in gt_boundaries]
         if not gts:
             raise ValueError("no ground-truth boundary map given")
@@ -224,9 +219,6 @@ class BoundaryMatcher:
         # per annotator pixel, the positions within the tolerance and their costs
         self._hoods = [neighbourhoods(np.flatnonzero(g).astype(np.int64), *shape, dy, dx, cost) for g in gts]
         self._ids = np.full(gts[0].size, -1, dtype=np.int64)
-
-    def clear_cache(self) -> None:
-        """Nothing to forget (kept for compatibility)."""
 
     @property
     def n_annotators(self) -> int:
@@ -329,7 +321,7 @@ def correspond_pixels(
     pred = _check_map(pred, "predicted boundary map")
     if pred.shape != gt.shape:
         raise ValueError(f"shape mismatch: {pred.shape} vs {gt.shape}")
-    matcher = BoundaryMatcher([gt], max_dist, outlier_cost, cache=False)
+    matcher = BoundaryMatcher([gt], max_dist, outlier_cost)
     mp, mg = matcher.match(pred)[0]
     m1 = np.zeros(pred.size, dtype=bool)
     m1[np.flatnonzero(pred)[mp]] = True

@@ -477,16 +477,18 @@ class MergeHead(torch.nn.Module):
         self.register_buffer("std", s)
         if normalise_on_first_batch:
             self.register_buffer("pending", torch.tensor(True))
+        self._pending = bool(normalise_on_first_batch)  # the buffer's host copy: no device read per step
 
     def forward(self, x, graph=None) -> torch.Tensor:
         x = torch.as_tensor(x).to(self.mean.dtype)
         if x.ndim != 2 or x.shape[1] != len(self.features):
             raise MergeHeadError(f"merge head expects (E, {len(self.features)}) features, got {tuple(x.shape)}")
-        if self.training and "pending" in self._buffers and bool(self.pending):
+        if self.training and self._pending:
             with torch.no_grad():  # the first training batch standardises the features
                 self.mean.copy_(x.mean(0))
                 self.std.copy_(x.std(0, unbiased=False) + 1e-6)
                 self.pending.fill_(False)
+            self._pending = False
         z = (x - self.mean) / self.std
         if self.context:
             z = torch.cat([z, self._messages(z, graph)], 1)
@@ -502,6 +504,8 @@ class MergeHead(torch.nn.Module):
         # run that trained it (a standardised head) loads into it
         if "pending" not in self._buffers:
             state_dict.pop(prefix + "pending", None)
+        elif prefix + "pending" in state_dict:  # a resumed run: read once here, not at every step
+            self._pending = bool(state_dict[prefix + "pending"])
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def _messages(self, z: torch.Tensor, graph) -> torch.Tensor:
