@@ -113,6 +113,59 @@ def test_matcher_pairs_equal_scipy_on_the_whole_graph(seed):
     assert set(zip(mp.tolist(), mg.tolist())) == _scipy_whole_graph_match(pred, gt)
 
 
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), nested=st.booleans(), n_maps=st.integers(2, 6))
+def test_a_reused_matcher_pairs_as_scipy_on_every_map_of_a_sequence(seed, nested, n_maps):
+    """The components kept from the last map (copied when unchanged) never change a pair:
+    a sequence of maps, nested as a ucm2's thresholds or unrelated (and repeated), each
+    matched by one matcher against several annotators, gives scipy's pairs on the whole
+    graph for every map."""
+    rng = np.random.default_rng(seed)
+    h, w = int(rng.integers(8, 40)), int(rng.integers(8, 40))
+    gts = [rng.random((h, w)) < 0.1 for _ in range(2)]
+    gts[1] |= np.roll(gts[0], 1, axis=0)  # correlated annotators: big components
+    pred = rng.random((h, w)) < 0.15
+    maps = []
+    for _ in range(n_maps):
+        maps.append(pred)
+        # nested: drop some pixels (often a whole region, often none); else a fresh map
+        pred = pred & (rng.random((h, w)) < rng.choice([1.0, 0.9, 0.5])) if nested else rng.random((h, w)) < 0.15
+    maps.append(maps[0])  # back to the first: its components were forgotten, solved again
+    m = bd.BoundaryMatcher(gts)
+    for pmap in maps:
+        got = m.match(pmap)
+        for k, gt in enumerate(gts):
+            assert set(zip(got[k][0].tolist(), got[k][1].tolist())) == _scipy_whole_graph_match(pmap, gt)
+
+
+def test_a_component_with_as_many_pixels_but_other_ones_is_solved_again():
+    """The next map's component shares its first pixel and its size with the last map's,
+    not its pixels: it is solved, not copied."""
+    gt = np.zeros((300, 300), dtype=bool)  # a tolerance of 3.2 pixels
+    gt[50, 50] = True
+    a, b = np.zeros_like(gt), np.zeros_like(gt)
+    a[50, 48] = a[50, 50] = True  # (50, 50) pairs with the annotator's pixel
+    b[50, 48] = b[50, 51] = True  # (50, 51) does now
+    m = bd.BoundaryMatcher([gt])
+    m.match(a)
+    mp, mg = m.match(b)[0]
+    assert (mp.tolist(), mg.tolist()) == ([1], [0])
+
+
+def test_a_reused_matcher_counts_as_fresh_ones_on_a_bsds_image(shared_data):
+    """The 99 thresholds of a real ucm2 (a giant component, many copied components): one
+    matcher's counts equal a fresh matcher's at every threshold."""
+    from hiseg.io import load_ground_truth
+    from hiseg.metrics.predictions import load_prediction
+
+    pred = load_prediction(shared_data / "BSDS500" / "ucm2" / "val" / "102061.mat")
+    _, gts = load_ground_truth(shared_data / "BSDS500" / "data" / "groundTruth" / "val" / "102061.mat")
+    m = bd.BoundaryMatcher(gts)
+    for t in np.linspace(0.01, 0.99, 25):
+        pmap = bd.thin_boundaries(pred.data[2::2, 2::2] >= t)
+        assert m.counts(pmap) == bd.BoundaryMatcher(gts).counts(pmap), t
+
+
 def test_matcher_pairs_equal_scipy_on_a_bsds_image(shared_data):
     """One real image at a low threshold (thousands of pixels, one giant component)."""
     from hiseg.io import load_ground_truth

@@ -212,6 +212,17 @@ def evaluate(
     tasks = [(s, str(p), str(g), n_thresholds, kind, boundary, region, max_dist, fop, first_label)
              for s, p, g in pairs]
     t_start = time.perf_counter()
+    per_image = _run(tasks, workers, progress)
+    total = time.perf_counter() - t_start
+    _check_results(per_image, pred_dir)
+    out = _collect(per_image, boundary, region, fop, official_rounding)
+    out["timing"] = _timing(per_image, total, workers)
+    return out
+
+
+def _run(tasks: list, workers: int, progress) -> list[dict]:
+    """:func:`evaluate_image` of every task, in a pool of ``workers`` processes (in this one
+    for 1), in task order."""
     _warm_up()  # compiled once here, inherited by forked workers
     per_image: list[dict] = []
     if workers == 1:
@@ -219,14 +230,18 @@ def evaluate(
             per_image.append(_evaluate_task(task))
             if progress:
                 progress(i + 1, len(tasks), task[0])
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for i, res in enumerate(pool.map(_evaluate_task, tasks, chunksize=1)):
-                per_image.append(res)
-                if progress:
-                    progress(i + 1, len(tasks), res["name"])
-    total = time.perf_counter() - t_start
+        return per_image
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        for i, res in enumerate(pool.map(_evaluate_task, tasks, chunksize=1)):
+            per_image.append(res)
+            if progress:
+                progress(i + 1, len(tasks), res["name"])
+    return per_image
 
+
+def _check_results(per_image: list[dict], pred_dir) -> None:
+    """ValueError when there was nothing to evaluate, or the predictions mix kinds or
+    numbers of segmentations."""
     if all(r["boundary"] is None and r["region"] is None for r in per_image):
         raise ValueError(f"nothing to evaluate: predictions in {pred_dir} are soft boundary maps "
                          "(no regions) and the boundary benchmark is disabled")
@@ -242,6 +257,10 @@ def evaluate(
                 f"images have different numbers of segmentations ({counts[first]} for {first!r}, "
                 f"different for: {names_list(odd)})"
             )
+
+
+def _collect(per_image: list[dict], boundary: bool, region: bool, fop: bool, official_rounding: bool) -> dict:
+    """The dataset figures of :func:`evaluate`'s per-image results (all but ``timing``)."""
     out: dict = {
         "images": [r["name"] for r in per_image],
         "kind": per_image[0]["kind"],
@@ -266,7 +285,12 @@ def evaluate(
         counts_tab["reg_best"] = {r.name: r.cnt_r_best for r in rres}
         counts_tab["ri_vi"] = {r.name: np.column_stack([r.thresholds, r.ri, r.vi]).tolist() for r in rres}
     out["per_image_counts"] = counts_tab
-    out["timing"] = {
+    return out
+
+
+def _timing(per_image: list[dict], total: float, workers: int) -> dict:
+    """:func:`evaluate`'s ``timing``: the wall clock ``total``, and the per-image times summed."""
+    return {
         "total_s": total,
         "boundary_s": float(sum(r["time_boundary"] for r in per_image)),
         "region_s": float(sum(r["time_region"] for r in per_image)),
@@ -276,4 +300,3 @@ def evaluate(
                                for r in per_image)),
         "workers": workers,
     }
-    return out

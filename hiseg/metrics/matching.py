@@ -175,7 +175,11 @@ class BoundaryMatcher:
     (:func:`hiseg.metrics.kernels.neighbourhoods`), so that matching a predicted map
     costs, per annotator, a gather over those lists and one exact assignment per
     connected component of the candidate graph (:func:`hiseg.metrics.kernels.match_map`,
-    compiled).
+    compiled). The components of the last map matched are kept: a component of the next
+    map with the same predicted pixels keeps its pairs instead of being solved again (the
+    thresholded maps of a ucm2 nest, and most of one threshold's components are the
+    previous one's). The pairs are those of a fresh matcher (the assignment of a component
+    depends on its pixels only), in any order of calls.
 
     Parameters
     ----------
@@ -219,6 +223,7 @@ class BoundaryMatcher:
         # per annotator pixel, the positions within the tolerance and their costs
         self._hoods = [neighbourhoods(np.flatnonzero(g).astype(np.int64), *shape, dy, dx, cost) for g in gts]
         self._ids = np.full(gts[0].size, -1, dtype=np.int64)
+        self._earlier: list = [None] * len(gts)  # per annotator, the last match's components
 
     @property
     def n_annotators(self) -> int:
@@ -249,13 +254,20 @@ class BoundaryMatcher:
         pred = _check_map(pred, "predicted boundary map")
         if pred.shape != self.shape:
             raise ValueError(f"predicted map shape {pred.shape} != ground-truth shape {self.shape}")
-        plin = np.flatnonzero(pred)
+        plin = np.flatnonzero(pred).astype(np.int64)
         ids = self._ids
         ids[plin] = np.arange(plin.size, dtype=np.int64)
         try:
             out = []
-            for hood in self._hoods:
-                mp, mg = match_map(ids, plin.size, *hood, self.outlier_weight)
+            for k, hood in enumerate(self._hoods):
+                earlier = self._earlier[k]
+                if earlier is None:  # no earlier match with this annotator
+                    none = np.zeros(0, dtype=np.int64)
+                    earlier = (np.full(ids.size, -1, dtype=np.int64), none, none, np.zeros(1, dtype=np.int64),
+                               none, none)
+                self._earlier[k] = None  # until this match has updated its components (an error: none)
+                mp, mg, *components = match_map(ids, plin, *hood, self.outlier_weight, *earlier)
+                self._earlier[k] = (earlier[0], plin, *components)
                 order = np.argsort(mp)
                 out.append((mp[order], mg[order]))
         finally:

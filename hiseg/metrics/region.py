@@ -213,6 +213,28 @@ class RegionImageResult:
     fop: np.ndarray | None = None
 
 
+def _segmentation_counts(seg, fop_seg, gt_segs, fop: bool) -> tuple:
+    """:func:`region_counts`' figures of one distinct segmentation: (cntR, sumR, cntP,
+    sumP, RI, VI, best covering of each annotator region, their areas, the Fop row or
+    None, the CPU seconds of Fop). ``fop_seg``: the segmentation Fop scores, when it is
+    not ``seg`` (SEISM's labelling)."""
+    tables = gt_tables(seg, gt_segs)
+    ms, mg, a_s, a_g, r_i, v_i = covering_matches(seg, gt_segs, tables)
+    mg_all = np.concatenate(mg) if mg else np.zeros(0)
+    a_g_all = np.concatenate(a_g) if a_g else np.zeros(0)
+    f_row, fop_cpu = None, 0.0
+    if fop:
+        c0 = time.process_time()
+        if fop_seg is None:
+            f = fop_from_tables(tables, seg, gt_segs)
+        else:
+            f = fop_from_tables(gt_tables(fop_seg, gt_segs), fop_seg, gt_segs)
+        f_row = (f.f, f.precision, f.recall)
+        fop_cpu = time.process_time() - c0
+    return (float((a_g_all * mg_all).sum()), float(a_g_all.sum()), float((a_s * ms).sum()), float(a_s.sum()),
+            r_i, v_i, mg_all, a_g_all, f_row, fop_cpu)
+
+
 def region_counts(
     segs: Iterable[tuple],
     gt_segs: Sequence[np.ndarray],
@@ -273,32 +295,10 @@ def region_counts(
         fop_seg = item[2] if len(item) > 2 else None
         n += 1
         if key is None or key != cache_key:
-            tables = gt_tables(seg, gt_segs)
-            ms, mg, a_s, a_g, r_i, v_i = covering_matches(seg, gt_segs, tables)
-            mg_all = np.concatenate(mg) if mg else np.zeros(0)
-            a_g_all = np.concatenate(a_g) if a_g else np.zeros(0)
-            f_row = None
-            if fop:
-                c0 = time.process_time()
-                if fop_seg is None:
-                    f = fop_from_tables(tables, seg, gt_segs)
-                else:
-                    f = fop_from_tables(gt_tables(fop_seg, gt_segs), fop_seg, gt_segs)
-                f_row = (f.f, f.precision, f.recall)
-                fop_cpu += time.process_time() - c0
-            cache = (
-                float((a_g_all * mg_all).sum()),
-                float(a_g_all.sum()),
-                float((a_s * ms).sum()),
-                float(a_s.sum()),
-                r_i,
-                v_i,
-                mg_all,
-                a_g_all,
-                f_row,
-            )
+            cache = _segmentation_counts(seg, fop_seg, gt_segs, fop)
+            fop_cpu += cache[-1]
             cache_key = key
-        cnt_r[t], sum_r[t], cnt_p[t], sum_p[t], ri[t], vi[t], mg_all, a_g_all, f_row = cache
+        cnt_r[t], sum_r[t], cnt_p[t], sum_p[t], ri[t], vi[t], mg_all, a_g_all, f_row, _ = cache
         if fop:
             fop_rows[t] = f_row
         best_gt = mg_all if best_gt is None else np.maximum(best_gt, mg_all)

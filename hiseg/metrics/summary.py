@@ -223,6 +223,14 @@ def collect_boundary(
     }
 
 
+def _mean_figure(key: str, thresh: np.ndarray, avg: np.ndarray, ois: float, pick) -> dict:
+    """PRI's or VI's dataset figure (``collect_eval_reg``): the per-threshold mean ``avg``
+    over the images, its best (``pick``: argmax for PRI, argmin for VI) and ``ois``."""
+    i = int(pick(avg))
+    return {"ods": float(avg[i]), "ods_threshold": float(thresh[i]), "ois": float(ois),
+            "per_threshold": [{"threshold": float(t), key: float(v)} for t, v in zip(thresh, avg)]}
+
+
 def collect_region(results: Sequence[RegionImageResult], official_rounding: bool = True) -> dict:
     """Dataset region figures, as the official ``collect_eval_reg``.
 
@@ -297,22 +305,8 @@ def collect_region(results: Sequence[RegionImageResult], official_rounding: bool
         "per_threshold": [{"threshold": float(t), "covering": float(c)} for t, c in zip(thresh, cov)],
         "per_image": per_image,
     }
-    ri_avg = ri_sum / m
-    vi_avg = vi_sum / m
-    i_ri = int(np.argmax(ri_avg))
-    i_vi = int(np.argmin(vi_avg))
-    pri = {
-        "ods": float(ri_avg[i_ri]),
-        "ods_threshold": float(thresh[i_ri]),
-        "ois": float(ri_best / m),
-        "per_threshold": [{"threshold": float(t), "pri": float(v)} for t, v in zip(thresh, ri_avg)],
-    }
-    vi = {
-        "ods": float(vi_avg[i_vi]),
-        "ods_threshold": float(thresh[i_vi]),
-        "ois": float(vi_best / m),
-        "per_threshold": [{"threshold": float(t), "vi": float(v)} for t, v in zip(thresh, vi_avg)],
-    }
+    pri = _mean_figure("pri", thresh, ri_sum / m, ri_best / m, np.argmax)
+    vi = _mean_figure("vi", thresh, vi_sum / m, vi_best / m, np.argmin)
     return {"covering": cover, "pri": pri, "vi": vi}
 
 
