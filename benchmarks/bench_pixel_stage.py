@@ -161,7 +161,8 @@ def real_step(args, device: torch.device) -> tuple[float, int]:
     """crops/s of the pixel stage's training step through ``Trainer.fit``; and its step count."""
     import pytorch_lightning as pl
 
-    from hiseg.data.edges import BSDS500PixelDataModule, CompileNetwork, load_edge_dataset
+    from hiseg.callbacks import CompileNetwork
+    from hiseg.data.edges import BSDS500PixelDataModule, load_edge_dataset
     from hiseg.lightning import HierarchicalSegmentationModule
 
     if args.data:

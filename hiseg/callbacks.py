@@ -5,7 +5,8 @@
   done in one go (``tests/test_resume.py``);
 * :class:`CSVLogger`: Lightning's, appending to ``metrics.csv`` when a run resumes into its
   folder; :class:`TensorBoardLogger`: Lightning's; both log under the trainer's
-  ``default_root_dir`` when no ``save_dir`` is given.
+  ``default_root_dir`` when no ``save_dir`` is given;
+* :class:`CompileNetwork`: ``torch.compile`` of the network when a fit starts (off by default).
 
 Lightning's private members touched here (``ModelCheckpoint._save_last_checkpoint``,
 ``_monitor_candidates``, ``_last_global_step_saved``; ``ExperimentWriter._check_log_dir_exists``)
@@ -20,8 +21,8 @@ from typing import Optional
 
 import pytorch_lightning as pl
 
-__all__ = ["LastCheckpoint", "CSVLogger", "TensorBoardLogger", "RandomStateCheckpoint", "ValidateAtStart",
-           "FiniteLossGuard", "AtomicCheckpointIO", "use_atomic_checkpoints"]
+__all__ = ["CompileNetwork", "LastCheckpoint", "CSVLogger", "TensorBoardLogger", "RandomStateCheckpoint",
+           "ValidateAtStart", "FiniteLossGuard", "AtomicCheckpointIO", "use_atomic_checkpoints"]
 
 # Lightning's private members this module relies on are listed, with why, in hiseg/_compat.py
 # (tests/test_compat.py fails when the installed version lacks one).
@@ -340,3 +341,28 @@ class FiniteLossGuard(pl.Callback):
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
         self.check()
+
+
+class CompileNetwork(pl.Callback):
+    """``torch.compile`` the module's network (``pl_module.model``) in place when a fit starts:
+    an option of the pixel stage, **off by default** (not in any config), to be turned on only
+    where ``benchmarks/bench_pixel_stage.py --compile MODE`` measured it to pay on that GPU
+    (``mode="reduce-overhead"`` adds CUDA graphs). ``nn.Module.compile`` keeps the state-dict
+    keys, so checkpoints are unchanged. Validation's whole images have other shapes than the
+    crops: they compile again (once per shape). In a config::
+
+        trainer:
+          callbacks:
+            - class_path: hiseg.callbacks.CompileNetwork
+              init_args: {mode: max-autotune}
+
+    Parameters: ``mode``, ``backend``, ``dynamic``: as :func:`torch.compile`'s.
+    """
+
+    def __init__(self, mode: Optional[str] = None, backend: str = "inductor", dynamic: Optional[bool] = None):
+        super().__init__()
+        self.mode, self.backend, self.dynamic = mode, backend, dynamic
+
+    def setup(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":
+            pl_module.model.compile(mode=self.mode, backend=self.backend, dynamic=self.dynamic)

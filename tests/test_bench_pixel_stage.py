@@ -70,11 +70,11 @@ def test_unknown_network_is_named(tmp_path):
 
 
 def test_compile_network_option_keeps_outputs_and_keys():
-    """hiseg.data.edges.CompileNetwork (off by default) compiles the network in place: the same
+    """hiseg.callbacks.CompileNetwork (off by default) compiles the network in place: the same
     outputs, the same state-dict keys (checkpoints unchanged). The eager backend: no compiler."""
     import torch
 
-    from hiseg.data.edges import CompileNetwork
+    from hiseg.callbacks import CompileNetwork
     from hiseg.lightning import HierarchicalSegmentationModule
 
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}).eval()

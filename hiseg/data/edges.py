@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
-import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
@@ -48,7 +47,7 @@ from .bsds import DEFAULT_BSDS_ROOT, BSDS500
 from .datamodule import BSDS500DataModule, _GraphDataModule
 
 __all__ = ["load_edge_dataset", "pack_edge_dataset", "GPUAugmenter", "PixelBatch", "PixelStep", "step_seed",
-           "BSDS500PixelDataModule", "CompileNetwork", "CROP_DRAWS"]
+           "BSDS500PixelDataModule", "CROP_DRAWS"]
 
 #: random numbers drawn per crop: image, angle, scale, flip, centre y, centre x, 3 jitter
 CROP_DRAWS = 9
@@ -446,28 +445,3 @@ class BSDS500PixelDataModule(_GraphDataModule):
     def _device(self) -> torch.device:
         t = self.trainer
         return t.strategy.root_device if t is not None else self.augmenter.device
-
-
-class CompileNetwork(pl.Callback):
-    """``torch.compile`` the module's network (``pl_module.model``) in place when a fit starts:
-    an option of the pixel stage, **off by default** (not in any config), to be turned on only
-    where ``benchmarks/bench_pixel_stage.py --compile MODE`` measured it to pay on that GPU
-    (``mode="reduce-overhead"`` adds CUDA graphs). ``nn.Module.compile`` keeps the state-dict
-    keys, so checkpoints are unchanged. Validation's whole images have other shapes than the
-    crops: they compile again (once per shape). In a config::
-
-        trainer:
-          callbacks:
-            - class_path: hiseg.data.edges.CompileNetwork
-              init_args: {mode: max-autotune}
-
-    Parameters: ``mode``, ``backend``, ``dynamic``: as :func:`torch.compile`'s.
-    """
-
-    def __init__(self, mode: Optional[str] = None, backend: str = "inductor", dynamic: Optional[bool] = None):
-        super().__init__()
-        self.mode, self.backend, self.dynamic = mode, backend, dynamic
-
-    def setup(self, trainer, pl_module, stage: str) -> None:
-        if stage == "fit":
-            pl_module.model.compile(mode=self.mode, backend=self.backend, dynamic=self.dynamic)
