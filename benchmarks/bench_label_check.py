@@ -1,12 +1,14 @@
-"""Cost of the start-up label check of a folder data set (issue 32: under 2 s for the 200 BSDS
+"""Cost of the start-up label check of a training set (issue 32: under 2 s for the 200 BSDS
 train images), against a floor measured in the same run.
 
 The 200 BSDS500 train images are laid out as a user's folder (``images/`` linked, the
 annotators' label images written once as ``labels/NAME.npy``, (A, H, W) uint16, and as
 ``labels/NAME_k.png``, one 16-bit PNG per annotator); then
 :meth:`hiseg.data.folder.FolderSegmentation.check_labels` (a header pass, then the values)
-is timed on each layout. The floor: decoding the 200 images once (what the first epoch's
-loaders pay in any case), and reading every label file once (``read_labels``).
+is timed on each layout; so is :meth:`hiseg.data.bsds.BSDS500.check_labels` on the BSDS500
+layout itself (every ``.mat`` read and checked, the images' sizes from their headers). The
+floor: decoding the 200 images once (what the first epoch's loaders pay in any case), and
+reading every label file once (``read_labels``; for BSDS500 ``load_ground_truth``).
 
 Usage: ``python benchmarks/bench_label_check.py [--bsds DIR] [--repeats 3]``; appends its
 table to ``benchmarks/results/label_check.md``. Needs the BSDS500 data (``../shared/data``).
@@ -75,6 +77,14 @@ def main(argv=None):
             labels = best_of(lambda: [read_labels(p) for p in files], 1)
             images = best_of(lambda: [read_image(ds.image_path(i)) for i in range(len(ds))], 1)
             rows.append((kind, len(ds), len(files), check, labels, images))
+        from hiseg.data.bsds import BSDS500
+        from hiseg.io import load_ground_truth
+
+        ds = BSDS500(bsds, "train")
+        check = best_of(ds.check_labels, args.repeats)
+        labels = best_of(lambda: [load_ground_truth(ds.groundtruth_path(i)) for i in range(len(ds))], 1)
+        images = best_of(lambda: [read_image(ds.image_path(i)) for i in range(len(ds))], 1)
+        rows.append(("BSDS500 .mat", len(ds), len(ds), check, labels, images))
     head = ("| labels | images | label files | check s | read every label s | decode every image s (floor) "
             "| check / floor |\n|---|---|---|---|---|---|---|")
     lines = [f"| {k} | {n} | {f} | {c:.3f} | {lab:.3f} | {im:.3f} | {c / im:.3f} |" for k, n, f, c, lab, im in rows]

@@ -545,6 +545,69 @@ def test_the_start_up_label_check_reads_headers_then_values_and_accepts_good_lab
     FolderSegmentation(data).check_labels([0, 2])  # a subset without it passes
 
 
+def bsds_folder(root: Path, bad=None) -> Path:
+    """A BSDS500-layout folder: 3 train and 1 val images (two colour halves, 40x48) with their
+    ground truth (2 annotators each); ``bad(path)`` then rewrites train image b's ``.mat``."""
+    import cv2
+    import scipy.io
+
+    for split, names in (("train", "abc"), ("val", "d")):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "groundTruth" / split).mkdir(parents=True)
+        for n in names:
+            img = np.zeros((40, 48, 3), np.uint8)
+            img[:, 24:] = 200
+            cv2.imwrite(str(root / "images" / split / f"{n}.jpg"), img)
+            seg = np.ones((40, 48), np.uint16)
+            seg[:, 24:] = 2
+            gt = np.empty((1, 2), dtype=object)
+            for k in range(2):
+                gt[0, k] = {"Segmentation": seg, "Boundaries": np.zeros(seg.shape, np.uint8)}
+            scipy.io.savemat(str(root / "groundTruth" / split / f"{n}.mat"), {"groundTruth": gt})
+    if bad is not None:
+        bad(root / "groundTruth" / "train" / "b.mat")
+    return root
+
+
+def _gt_mat(path, seg):
+    import scipy.io
+
+    gt = np.empty((1, 1), dtype=object)
+    gt[0, 0] = {"Segmentation": seg, "Boundaries": np.zeros(seg.shape, np.uint8)}
+    scipy.io.savemat(str(path), {"groundTruth": gt})
+
+
+BAD_GROUND_TRUTH = [
+    (lambda p: _gt_mat(p, -np.ones((40, 48), np.int16)), ("b.mat", "negative labels (min -1)")),
+    (lambda p: _gt_mat(p, np.ones((30, 48), np.uint16)), ("b.mat", "(30, 48)", "(40, 48)")),
+    (lambda p: p.write_bytes(b""), ("b.mat", "cannot read MATLAB file")),
+]
+
+
+@pytest.mark.parametrize("bad, needles", BAD_GROUND_TRUTH)
+def test_a_bad_bsds_ground_truth_is_found_by_the_start_up_check(tmp_path, bad, needles):
+    from hiseg.data.bsds import BSDS500
+    from hiseg.io import DataError
+
+    BSDS500(bsds_folder(tmp_path / "good"), "train").check_labels()  # good ground truth passes
+    ds = BSDS500(bsds_folder(tmp_path / "bad", bad), "train")
+    with pytest.raises(DataError) as err:
+        ds.check_labels()
+    assert all(n in str(err.value) for n in needles), err.value
+    ds.check_labels([0, 2])  # a subset without it passes
+
+
+def test_a_bad_bsds_ground_truth_is_refused_by_train_py_before_the_first_step(tmp_path):
+    from _train import ROOT
+
+    data = bsds_folder(tmp_path / "bsds", BAD_GROUND_TRUTH[0][0])
+    r = train_py(tmp_path, "fit", "--config", str(ROOT / "configs" / "bsds500.yaml"), "--data.init_args.data_root",
+                 str(data), "--data.init_args.num_workers", "0", "--data.init_args.crop_size", "32",
+                 "--data.init_args.batch_size", "2", "--trainer.max_steps", "2", "--model.arch_kwargs",
+                 '{"width": 8}', "--trainer.enable_progress_bar", "false")
+    assert_refused(r, *BAD_GROUND_TRUTH[0][1], tmp_path=tmp_path)
+
+
 # ----------------------------------------------------------------------------- minor: the default run, one override
 def test_the_default_run_with_one_override_trains_it(tmp_path):
     r = train_py(tmp_path, "--trainer.max_epochs", "1", "--data.init_args.n_train", "8", "--data.init_args.n_val", "2",

@@ -20,7 +20,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..io import DataError, load_ground_truth, read_image
+from ..io import DataError, image_size, load_ground_truth, read_image
 
 __all__ = ["BSDS500", "find_bsds_root", "DEFAULT_BSDS_ROOT"]
 
@@ -124,6 +124,26 @@ class BSDS500:
 
     def groundtruth_path(self, index: int) -> Path:
         return self._items[index][2]
+
+    def check_labels(self, indices: Sequence[int] | None = None) -> None:
+        """Check the ground truth of the samples ``indices`` (all: None) before training
+        reads them: every ``.mat`` is read and its label images checked
+        (:func:`hiseg.io.load_ground_truth`: readable, annotators present, whole
+        non-negative labels, one shape), and that shape compared with its image's, read
+        from the image's header (no image decoded). About 8 ms per image
+        (``benchmarks/bench_label_check.py``).
+
+        Raises
+        ------
+        DataError
+            The first bad file, named, with what is wrong.
+        """
+        for i in range(len(self)) if indices is None else indices:
+            name, ipath, gpath = self._items[i]
+            shape = load_ground_truth(gpath)[0][0].shape
+            if shape != image_size(ipath):
+                raise DataError(f"BSDS500 {name}: image {ipath} is {image_size(ipath)} but its ground truth "
+                                f"{gpath} is {shape}")
 
     def __getitem__(self, index: int) -> dict:
         if not -len(self) <= index < len(self):

@@ -356,8 +356,10 @@ class BSDS500DataModule(_GraphDataModule):
 
     Raises
     ------
-    FileNotFoundError
-        In :meth:`setup`: missing data root / split / ground truth (see ``BSDS500``).
+    FileNotFoundError, hiseg.io.DataError
+        In :meth:`setup`: missing data root / split / ground truth (see ``BSDS500``); a
+        ground-truth file of the training or validation set that cannot be read or does not
+        fit its image (every one is checked there, :meth:`hiseg.data.bsds.BSDS500.check_labels`).
     """
 
     def __init__(self, data_root: str = DEFAULT_BSDS_ROOT, crop_size: int = 320, batch_size: int = 8,
@@ -377,7 +379,9 @@ class BSDS500DataModule(_GraphDataModule):
 
     def setup(self, stage: Optional[str] = None) -> None:
         if stage in (None, "fit") and self.train_set is None:
-            self.train_set = self._dataset(BSDS500(self.data_root, self.train_split), self.train_transform)
+            raw = BSDS500(self.data_root, self.train_split)
+            _check_labels(raw)  # every ground truth, before the first step (not in a loader worker)
+            self.train_set = self._dataset(raw, self.train_transform)
         self.setup_bsds_eval(stage)
 
     def setup_bsds_eval(self, stage: Optional[str]) -> None:
@@ -386,14 +390,16 @@ class BSDS500DataModule(_GraphDataModule):
             raw = BSDS500(self.data_root, self.val_split)
             if self.max_val_images > 0:
                 raw = Subset(raw, range(min(self.max_val_images, len(raw))))
+            _check_labels(raw)
             self.val_set = self._dataset(raw, seed=0)
         if stage in ("test", "predict") and self.test_set is None:
             self.test_set = self._dataset(BSDS500(self.data_root, self.test_split), seed=0)
 
 
 def _check_labels(raw) -> None:
-    """:meth:`hiseg.data.folder.FolderSegmentation.check_labels` of a folder data set or of a
-    subset of one (the hold-out split): a bad label file is a DataError naming it at start-up."""
+    """The ``check_labels`` of a data set (:meth:`hiseg.data.folder.FolderSegmentation.check_labels`,
+    :meth:`hiseg.data.bsds.BSDS500.check_labels`) or of a subset of one (a hold-out split, the
+    first validation images): a bad label file is a DataError naming it at start-up."""
     if isinstance(raw, Subset):
         raw.dataset.check_labels(list(raw.indices))
     else:
