@@ -25,6 +25,9 @@
 #      -> the pixel stage resumed from the checkpoint just committed; copy and commit the same way; give_back.
 # The next session resumes from experiments/state/pdc_pixel_last.ckpt (RESUME) the same way.
 #
+# The CUDA machine's Python has no numba (nor a wheel for it here): hiseg.metrics runs its numpy/scipy twins there
+# (hiseg/metrics/_kernels_py.py, the same figures, ~3.5x the CPU time); summary.txt's first line says which.
+#
 # environment: RESUME (experiments/state/pdc_pixel_last.ckpt when that file exists; '' starts afresh),
 #   CURVE (the curve so far, experiments/state/pdc_pixel_metrics.csv), BUDGET_SECONDS (570: the whole command;
 #   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
@@ -60,7 +63,8 @@ if ! $PY -c 'import higra, jsonargparse' 2>/dev/null; then
 fi
 log "gpu_session: $( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU') | head -1); \
 $($PY -c 'import torch; print("torch", torch.__version__)'); git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); \
-RESUME=${RESUME:-none} SPLIT=$SPLIT"
+RESUME=${RESUME:-none} SPLIT=$SPLIT; \
+$($PY -c 'import hiseg.metrics.kernels as k; print("numba" if k.HAVE_NUMBA else "no numba: the numpy/scipy metrics")' 2>&1 | tail -1)"
 
 # ---------------------------------------------------------------- (a) the benchmark, both networks
 if [ "$BENCH" = 1 ]; then

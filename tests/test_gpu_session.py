@@ -58,11 +58,18 @@ def _curve(path):
 
 
 def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
+    """Run where numba cannot be imported, as on the CUDA machine (its Python has none): the
+    validation's boundary F comes from hiseg.metrics' numpy/scipy twins."""
     data = make_bsds(tmp_path / "bsds")
-    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4")
+    hide = tmp_path / "no-numba" / "numba"
+    hide.mkdir(parents=True)
+    (hide / "__init__.py").write_text("raise ImportError('no numba here, as on the CUDA machine')\n")
+    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4",
+               PYTHONPATH=os.pathsep.join([str(hide.parent), str(ROOT)]))
     r = _bash("gpu_session.sh", str(tmp_path / "a"), env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     a = tmp_path / "a"
+    assert "no numba: the numpy/scipy metrics" in (a / "summary.txt").read_text()
     names = sorted(p.name for p in a.iterdir())
     assert len(names) <= 8 and {"summary.txt", "bench.log", "pixel_stage.md", "recipe.log", "pixel_last.ckpt",
                                 "pixel_metrics.csv"} <= set(names), names

@@ -216,3 +216,99 @@ def test_contingency_equals_a_dense_bincount(seed):
     np.testing.assert_array_equal(nb, np.bincount(b.ravel(), minlength=kb))
     with pytest.raises(ValueError, match="non-negative"):
         contingency(a - 1, b)
+
+
+# ----------------------------------------------------------------------------
+# without numba: the numpy/scipy twins (hiseg.metrics._kernels_py)
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("seed", range(6))
+def test_the_numpy_twins_equal_the_compiled_kernels(seed):
+    """Each twin against its compiled kernel: thinning, neighbourhoods, the pairs of one
+    annotator (sparse and correlated maps), ucm2 labels (BSDS's and SEISM's) and contingency
+    tables."""
+    from hiseg.metrics import _kernels_py as py
+
+    rng = np.random.default_rng(seed)
+    h, w = int(rng.integers(20, 60)), int(rng.integers(20, 60))
+    img = rng.random((h, w)) < 0.3
+    np.testing.assert_array_equal(py.thin(img), kernels.thin(img))
+    pred = rng.random((h, w)) < 0.1
+    gt = np.roll(pred, 1, axis=1) | (rng.random((h, w)) < 0.03) if seed % 2 else rng.random((h, w)) < 0.1
+    dy, dx, cost = bd._offsets(3.2)
+    glin = np.flatnonzero(gt).astype(np.int64)
+    hood = kernels.neighbourhoods(glin, h, w, dy, dx, cost)
+    for x, y in zip(py.neighbourhoods(glin, h, w, dy, dx, cost), hood):
+        np.testing.assert_array_equal(x, y)
+    plin = np.flatnonzero(pred).astype(np.int64)
+    pid = np.full(h * w, -1, dtype=np.int64)
+    pid[plin] = np.arange(plin.size)
+    none = np.zeros(0, dtype=np.int64)
+    fresh = lambda: (np.full(h * w, -1, dtype=np.int64), none, none, np.zeros(1, dtype=np.int64), none, none)  # noqa
+    got = py.match_map(pid, plin, *hood, 32000, *fresh())
+    want = kernels.match_map(pid, plin, *hood, 32000, *fresh())
+    assert sorted(zip(got[0].tolist(), got[1].tolist())) == sorted(zip(want[0].tolist(), want[1].tolist()))
+    ucm2 = np.round(rng.random((2 * h + 1, 2 * w + 1)) * 4) / 4
+    for eight, no_vertices in ((True, False), (False, True)):
+        n = ucm2.size
+        state = (np.full(n, -1, dtype=np.int64), np.zeros(n, dtype=np.int64), np.zeros(n + 1, dtype=np.int64),
+                 np.full(n, -1, dtype=np.int64))
+        for t_prev, t in ((-np.inf, 0.25), (0.25, 0.5), (0.5, 1.0)):
+            np.testing.assert_array_equal(py.ucm_labels_advance(ucm2, t_prev, t, eight, no_vertices, *state),
+                                          kernels.ucm_labels_advance(ucm2, t_prev, t, eight, no_vertices, *state))
+    a, b = rng.integers(0, 7, 500), rng.integers(0, 5, 500)
+    assert py.label_range(a, b) == kernels.label_range(a, b)
+    for x, y in zip(py.pair_counts(a, b, 7, 5, np.zeros(35, dtype=np.int64)),
+                    kernels.pair_counts(a, b, 7, 5, np.zeros(35, dtype=np.int64))):
+        np.testing.assert_array_equal(x, y)
+
+
+NO_NUMBA = """
+import json, sys
+sys.modules["numba"] = None  # numba cannot be imported, as on the CUDA machine
+from hiseg.metrics import kernels
+from hiseg.metrics.bsds import evaluate
+assert not kernels.HAVE_NUMBA
+res = evaluate(sys.argv[1], sys.argv[2], n_thresholds=25, workers=1)
+res.pop("timing")
+print(json.dumps(res))
+"""
+
+
+def test_an_evaluation_without_numba_gives_the_same_figures(tmp_path):
+    """hiseg evaluate in a Python where numba cannot be imported (the CUDA machine's) gives
+    every figure the compiled kernels give, to the last digit: 3 images of hiseg's classical
+    hierarchies against 2 made-up annotators each, boundaries, regions and Fop at 25
+    thresholds."""
+    import json
+    import subprocess
+    import sys
+
+    from scipy.io import savemat
+
+    from hiseg.inference import Segmenter
+    from hiseg.metrics.bsds import evaluate
+
+    rng = np.random.default_rng(0)
+    (tmp_path / "pred").mkdir()
+    (tmp_path / "gt").mkdir()
+    seg = Segmenter.classical()
+    for k in range(3):
+        img = np.zeros((48, 64, 3))
+        img[:, 20 + 5 * k:] = 0.8
+        img[30:, :, 1] = 0.6
+        img += rng.normal(0, 0.05, img.shape)
+        savemat(str(tmp_path / "pred" / f"im{k}.mat"), {"ucm2": seg.segment(np.clip(img, 0, 1)).ucm2})
+        gt = np.empty((1, 2), dtype=object)
+        for a in range(2):
+            lab = np.ones((48, 64), np.uint16)
+            lab[:, 20 + 5 * k + a:] = 2
+            lab[30 - a:, :] += 2
+            gt[0, a] = {"Segmentation": lab, "Boundaries": bd.seg_to_boundaries(lab).astype(np.uint8)}
+        savemat(str(tmp_path / "gt" / f"im{k}.mat"), {"groundTruth": gt})
+    want = evaluate(tmp_path / "pred", tmp_path / "gt", n_thresholds=25, workers=1)
+    want.pop("timing")
+    assert 0.3 < want["boundary"]["ods"]["f"] < 1 and 0 < want["fop"]["ods"]["f"] < 1  # not a degenerate case
+    r = subprocess.run([sys.executable, "-c", NO_NUMBA, str(tmp_path / "pred"), str(tmp_path / "gt")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout) == json.loads(json.dumps(want))

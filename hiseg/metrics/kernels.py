@@ -45,6 +45,12 @@ gPb-owt-ucm maps at 99 thresholds this cuts the boundary benchmark's CPU time by
 (the giant component of a low threshold changes at almost every threshold; the small
 ones mostly do not).
 
+Without numba
+-------------
+A Python where numba cannot be imported (the CUDA machine the project trains on has none)
+gets the numpy/scipy twins of :mod:`hiseg.metrics._kernels_py` under the same names: the same
+results, several times slower (enough for a training run's validation metric).
+
 Why only the touched columns are reset
 --------------------------------------
 Volgenant's code resets the distance of every column before each augmenting path and
@@ -56,10 +62,19 @@ O(columns reached) instead of O(all columns).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
-__all__ = ["label_range", "lapjvsp", "match_map", "neighbourhoods", "pair_counts", "thin", "thinning_tables",
-           "ucm_labels_advance"]
+try:
+    from numba import njit
+
+    HAVE_NUMBA = True
+except ImportError:  # e.g. the CUDA machine's Python, which has no numba: the numpy/scipy twins (end of file)
+    HAVE_NUMBA = False
+
+    def njit(*args, **kwargs):
+        return lambda f: f
+
+__all__ = ["HAVE_NUMBA", "label_range", "lapjvsp", "match_map", "neighbourhoods", "pair_counts", "thin",
+           "thinning_tables", "ucm_labels_advance"]
 
 _INF = np.inf
 
@@ -892,3 +907,6 @@ def pair_counts(a, b, ka, kb, dense):
         dense[keys[q]] = 0
     return keys, n, na, nb
 
+
+if not HAVE_NUMBA:  # the same results from numpy and scipy, several times slower (hiseg.metrics._kernels_py)
+    from ._kernels_py import label_range, match_map, neighbourhoods, pair_counts, thin, ucm_labels_advance  # noqa: F811
