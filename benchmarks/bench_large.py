@@ -11,11 +11,13 @@ The floor is a process that imports hiseg (torch), reads the JPEG and writes one
 PNG of that size: what any tool in this stack pays before doing anything (at 4000x3000 it
 reads the float image, as the earlier tables did; at 12000x9000 the decoded 8-bit one).
 The 12000x9000 rows run the default model (``hiseg predict`` without ``--checkpoint``) and
-``--classical``.
+``--classical``; ``--html`` adds a row of the default model with ``--html`` (the explorer
+page too), and the table gives each run's page size. ``--big-size WxH`` makes the large
+photograph another size (e.g. 6000x4500).
 
 Usage: ``python benchmarks/bench_large.py [--checkpoint CKPT] [--full] [--big] [--threads 2]``
 (``--full`` adds ``--max-pixels 0``, the whole image at full resolution: minutes, GBs;
-``--big-only``: the 12000x9000 rows alone; ``--keep DIR``: work in DIR and keep the
+``--big-only``: the 12000x9000 rows alone; ``--html``, ``--big-size``: above; ``--keep DIR``: work in DIR and keep the
 photographs and outputs, e.g. to compare two versions' outputs).
 """
 import argparse
@@ -83,7 +85,10 @@ def main():
     ap.add_argument("--big", action="store_true", help="also the 12000x9000 rows")
     ap.add_argument("--big-only", action="store_true", help="the 12000x9000 rows alone")
     ap.add_argument("--keep", default=None, help="work in this folder and keep it (photographs, outputs)")
+    ap.add_argument("--html", action="store_true", help="also the large photograph with --html (default model)")
+    ap.add_argument("--big-size", default="12000x9000", metavar="WxH", help="the large photograph's size")
     args = ap.parse_args()
+    big_w, big_h = (int(v) for v in args.big_size.lower().split("x"))
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     hiseg = [sys.executable, "-m", "hiseg.cli"]
     tables = []
@@ -104,24 +109,38 @@ def main():
                            [(name,) + measure(cmd, env) for name, cmd in configs]))
         if args.big or args.big_only:
             large = tmp / "large.jpg"
-            bigger(photo, large)
+            bigger(photo, large, (big_h, big_w))
             configs = [("floor: import + decode (8-bit) + write one PNG",
                         [sys.executable, "-c", FLOOR8, str(large), str(tmp / "f8.png")]),
                        ("hiseg predict --regions 8 (default model)",
                         hiseg + ["predict", str(large), "-o", str(tmp / "big"), "--regions", "8"]),
                        ("hiseg predict --classical --regions 8",
                         hiseg + ["predict", str(large), "--classical", "-o", str(tmp / "bigc"), "--regions", "8"])]
-            tables.append((f"12000x9000 photograph ({args.threads} threads)", "target 2048 MB",
-                           lambda t, m: m < 2048, [(name,) + measure(cmd, env) for name, cmd in configs]))
+            if args.html:
+                configs.append(("hiseg predict --regions 8 --html (default model)",
+                                hiseg + ["predict", str(large), "-o", str(tmp / "bigh"), "--regions", "8", "--html"]))
+            tables.append((f"{big_w}x{big_h} photograph ({args.threads} threads)", "target 2048 MB",
+                           lambda t, m: m < 2048,
+                           [(name,) + measure(cmd, env) + (_page_mb(cmd),) for name, cmd in configs]))
     for title, target, met, rows in tables:
         floor_t, floor_m = rows[0][1], rows[0][2]
+        pages = any(len(r) > 3 and r[3] for r in rows)
         print(f"# hiseg predict on a {title}\n")
-        print(f"| run | seconds | x floor | peak RSS (MB) | x floor | {target} |")
-        print("|---|---:|---:|---:|---:|---|")
-        for name, t, m in rows:
+        print(f"| run | seconds | x floor | peak RSS (MB) | x floor | {target} |" + (" page (MB) |" if pages else ""))
+        print("|---|---:|---:|---:|---:|---|" + ("---:|" if pages else ""))
+        for name, t, m, *page in rows:
             ok = "" if name.startswith("floor") else ("met" if met(t, m) else "missed")
-            print(f"| {name} | {t:.1f} | {t / floor_t:.2f} | {m:.0f} | {m / floor_m:.2f} | {ok} |")
+            size = (f" {page[0]:.1f} |" if page and page[0] else " |") if pages else ""
+            print(f"| {name} | {t:.1f} | {t / floor_t:.2f} | {m:.0f} | {m / floor_m:.2f} | {ok} |" + size)
         print()
+
+
+def _page_mb(cmd) -> float:
+    """Size in MB of the explorer page a ``hiseg predict --html`` command wrote (0: none)."""
+    if "--html" not in cmd:
+        return 0.0
+    out, image = Path(cmd[cmd.index("-o") + 1]), Path(cmd[cmd.index("predict") + 1])
+    return (out / f"{image.stem}.html").stat().st_size / 2 ** 20
 
 
 if __name__ == "__main__":

@@ -90,6 +90,15 @@ class SegmentationResult:
         """(H, W) saliency map (``ucm2[2::2, 2::2]``, as the benchmark reads boundaries)."""
         return self.ucm2[2::2, 2::2]
 
+    def working_ucm2(self) -> np.ndarray:
+        """BSDS ``ucm2`` at the working resolution, (2h+1, 2w+1) for ``rag.labels``' (h, w):
+        its regions at each level are :meth:`working_cut` at that threshold. :attr:`ucm2`
+        itself when the image was not reduced; else drawn anew (O(h w), not kept), without
+        the full-size map (the explorer page of a large image, :mod:`hiseg.view`)."""
+        if not self.upsampled:
+            return self.ucm2
+        return ucm2_from_rag(self.rag, self.ultrametric)
+
     def ucm2_blocks(self):
         """:attr:`ucm2` drawn a block at a time (:class:`~hiseg.segmentation.saliency.UCM2Blocks`:
         ``blocks[r0:r1, c0:c1]``, the same values), or :attr:`ucm2` itself once computed."""

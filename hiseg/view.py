@@ -1,7 +1,7 @@
 """Interactive explorer pages: one self-contained HTML file per image's hierarchy.
 
 >>> from hiseg.view import build_page
->>> html = build_page(image, result.ucm2, title="photo")    # result: a SegmentationResult
+>>> html = build_page(image, result, title="photo")    # result: a SegmentationResult, or a ucm2
 
 A page needs no server, no network and no other file (it opens by double-click; a
 Content-Security-Policy forbids it any request). It carries the image and the UCM as
@@ -12,6 +12,16 @@ merge tree); per slider move, one pass over that tree. The regions at level ``t`
 the 4-connected components of pixels joined by ucm2 entries ``<= t``:
 ``SegmentationResult.cut(threshold=t)`` for hiseg's hierarchies, the benchmark's reading
 (:func:`hiseg.metrics.region.ucm_to_labels`) for any ucm2 in the BSDS layout.
+
+A page of a :class:`~hiseg.inference.SegmentationResult` whose image was larger than the
+pipeline's ``max_pixels`` (processed at a reduced working resolution) shows the image and
+the hierarchy at that working resolution: the image reduced as :meth:`Segmenter.read
+<hiseg.inference.Segmenter.read>` reduces it, the ucm2 the hierarchy's own there
+(``SegmentationResult.working_ucm2``: its cut at a level is ``working_cut(threshold=level)``);
+the page says so beside its title and carries the image's own size (``fullWidth``,
+``fullHeight``). The full-size ucm2 is never built: a 12000x9000 photograph's would be 3.5 GB,
+and a page of its full resolution hundreds of MB. Any other page is drawn at the image's
+resolution.
 
 ``hiseg view`` (:mod:`hiseg.cli.view`) writes the pages of images (segmented on the spot, or read from a folder
 of ucm2 ``.mat`` files with ``--ucm``), and an ``index.html`` of thumbnails for several;
@@ -33,8 +43,8 @@ import numpy as np
 
 from .io import atomic_write, display_path, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
-__all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs",
-           "write_pages", "write_page_file", "write_index_file", "start_of", "INDEX"]
+__all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs", "shown",
+           "page_entry", "write_pages", "write_page_file", "write_index_file", "start_of", "INDEX"]
 
 INDEX = "index.html"
 _MAX_LEVELS = 1 << 24  # ranks travel in the 24 bits of an RGB pixel
@@ -105,15 +115,42 @@ def _script_json(obj) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def build_page(image, ucm2: np.ndarray, title: str = "", source: str = "", n_regions=None, threshold=None) -> str:
-    """The explorer page (HTML text) of one image and its ucm2 (see the module docstring).
+def build_page(image, hierarchy, title: str = "", source: str = "", n_regions=None, threshold=None) -> str:
+    """The explorer page (HTML text) of one image and its hierarchy (see the module docstring).
 
-    ``image``: (H, W[, 3]) float in [0, 1] or integers; ``ucm2``: (2H+1, 2W+1), checked by
-    :func:`check_ucm2`. ``source`` (what made the hierarchy) is shown beside the title. The
-    page opens at the level ``threshold``, or at the finest level with at most
-    ``n_regions`` regions (default: 12).
+    ``image``: (H, W[, 3]) float in [0, 1] or integers; ``hierarchy``: its ucm2 (2H+1,
+    2W+1), checked by :func:`check_ucm2`, or its :class:`~hiseg.inference.SegmentationResult`
+    (a large image's page is then drawn at the working resolution: :func:`shown`).
+    ``source`` (what made the hierarchy) is shown beside the title. The page opens at the
+    level ``threshold``, or at the finest level with at most ``n_regions`` regions
+    (default: 12).
     """
-    return _build_page(image, ucm2, title, source, start_of(n_regions, threshold))[0]
+    return _build_page(*shown(image, hierarchy), title, source, start_of(n_regions, threshold))[0]
+
+
+def shown(image, hierarchy) -> tuple:
+    """(image, ucm2, full (H, W) or None): what the page of ``image`` and ``hierarchy`` (a
+    ucm2, or a :class:`~hiseg.inference.SegmentationResult` of the image) draws.
+
+    A ucm2, and the result of an image processed at its own resolution: the image and the
+    ucm2 (``result.ucm2``), None. The result of an image reduced to a working resolution
+    (``result.upsampled``): the image reduced to it (:func:`hiseg.io.reduce_image`, band by
+    band for an integer image, as :meth:`Segmenter.read <hiseg.inference.Segmenter.read>`
+    reduces it), the hierarchy's ucm2 there (``result.working_ucm2()``) and the image's own
+    (H, W); the full-size ucm2 is not built. ValueError when the image is not the result's size.
+    """
+    if not hasattr(hierarchy, "working_ucm2"):
+        return image, hierarchy, None
+    if tuple(np.shape(image)[:2]) != tuple(hierarchy.shape):
+        raise ValueError(f"the image is {np.shape(image)[0]}x{np.shape(image)[1]} (HxW) but the hierarchy is of a "
+                         f"{hierarchy.shape[0]}x{hierarchy.shape[1]} image: the hierarchy belongs to another image")
+    if not hierarchy.upsampled:
+        return image, hierarchy.ucm2, None
+    from .inference import BAND_PIXELS
+    from .io import reduce_image
+
+    return (reduce_image(np.asarray(image), hierarchy.rag.labels.shape, band=BAND_PIXELS),
+            hierarchy.working_ucm2(), tuple(hierarchy.shape))
 
 
 def start_of(n_regions=None, threshold=None) -> dict:
@@ -123,16 +160,22 @@ def start_of(n_regions=None, threshold=None) -> dict:
     return {"regions": int(n_regions) if n_regions is not None else 12}
 
 
-def _build_page(image, ucm2: np.ndarray, title: str, source: str, start=None) -> tuple[str, int]:
-    """(page text, number of distinct levels) of :func:`build_page`."""
+def _build_page(image, ucm2: np.ndarray, full, title: str, source: str, start=None) -> tuple[str, int]:
+    """(page text, number of distinct levels) of :func:`build_page`, from :func:`shown`'s
+    (image, ucm2, full): a ``full`` (H, W) says the image is shown reduced from that size."""
     rgb = _rgb8(image)
     u = check_ucm2(ucm2, rgb.shape, where=f"ucm2 of {title or 'the image'}")
     levels, ranks = ucm2_ranks(u)
     packed = np.stack([(ranks >> 16) & 255, (ranks >> 8) & 255, ranks & 255], axis=-1).astype(np.uint8)
+    if full is not None:  # the page shows "(SOURCE; the image reduced from WxH to ..., wxh)"
+        source = (f"{source}; " if source else "") + (f"the image reduced from {full[1]}x{full[0]} to the "
+                                                       "hierarchy's working resolution")
     data = {"title": title, "source": source, "width": rgb.shape[1], "height": rgb.shape[0],
             "image": _b64(_png(rgb)), "ucm": _b64(_png(packed)),
             "levels": _b64(levels.astype("<f8").tobytes()), "rankSum": int(ranks.sum(dtype=np.int64)),
             "start": start or start_of()}
+    if full is not None:
+        data.update(fullWidth=int(full[1]), fullHeight=int(full[0]))
     template = resources.files("hiseg").joinpath("view_page.html").read_text(encoding="utf-8")
     text = template.replace("__HISEG_TITLE__", html.escape(title)).replace("__HISEG_DATA__", _script_json(data))
     return text, levels.size
@@ -204,11 +247,13 @@ def page_outputs(out, stems: Sequence[str]) -> dict:
     return {n: out / n for n in names}
 
 
-def _page(stem: str, image, ucm2, source: str, start=None):
-    """(page text, index entry) of one image; ``stem`` may hold any bytes a file name may (the
-    page's title and caption show the ones that are not UTF-8 as ``\\xNN``)."""
+def _page(stem: str, image, hierarchy, source: str, start=None):
+    """(page text, index entry) of one image and its hierarchy (a ucm2 or a result:
+    :func:`shown`); ``stem`` may hold any bytes a file name may (the page's title and caption
+    show the ones that are not UTF-8 as ``\\xNN``). The thumbnail is drawn from what the page shows."""
     title = display_path(stem)
-    text, levels = _build_page(image, ucm2, title, source, start)  # one np.unique of the ucm2, not two
+    image, ucm2, full = shown(image, hierarchy)
+    text, levels = _build_page(image, ucm2, full, title, source, start)  # one np.unique of the ucm2, not two
     return text, _entry(stem, levels, image, ucm2)
 
 
@@ -216,17 +261,38 @@ def _entry(stem: str, levels: int, image, ucm2) -> tuple:
     return f"{stem}.html", f"{display_path(stem)} ({levels} levels)", thumbnail(image, ucm2)
 
 
-def index_entry(stem: str, image, ucm2) -> tuple:
-    """The :func:`write_index_file` entry of an image whose page exists already (a resumed
-    ``hiseg predict --html``): (page file name, caption, thumbnail). O(pixels log pixels)."""
-    return _entry(stem, ucm2_ranks(check_ucm2(ucm2, np.shape(image), where=f"ucm2 of {display_path(stem)}"))[0].size,
-                  image, ucm2)
+_DATA_OPEN, _DATA_CLOSE = '<script type="application/json" id="hiseg-data">', "</script>"
 
 
-def write_page_file(out, stem: str, image, ucm2, source: str = "", start=None) -> tuple:
-    """Write ``out/STEM.html`` atomically (``hiseg predict --html``; ``start``: :func:`start_of`);
-    returns its index entry for :func:`write_index_file`."""
-    text, entry = _page(stem, image, ucm2, source, start)
+def page_entry(out, stem: str) -> tuple:
+    """The :func:`write_index_file` entry of image ``stem`` whose page ``out/STEM.html``
+    exists already (a resumed ``hiseg predict --html``), read from the page itself: the entry
+    its writing returned (the thumbnail of the image and ucm2 the page carries, at the page's
+    resolution). ValueError naming the file when it is not an explorer page."""
+    import cv2
+
+    path = Path(out) / f"{stem}.html"
+    with naming_the_file(path):
+        text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        start = text.index(_DATA_OPEN) + len(_DATA_OPEN)
+        data = json.loads(text[start:text.index(_DATA_CLOSE, start)])
+        image, packed = (cv2.imdecode(np.frombuffer(base64.b64decode(data[k], validate=True), np.uint8),
+                                      cv2.IMREAD_UNCHANGED)[..., ::-1] for k in ("image", "ucm"))
+        levels = np.frombuffer(base64.b64decode(data["levels"], validate=True), "<f8")
+        ranks = (packed[..., 0].astype(np.int64) << 16) | (packed[..., 1].astype(np.int64) << 8) | packed[..., 2]
+        ucm2 = levels[ranks]
+    except (ValueError, KeyError, TypeError, IndexError) as e:  # a bad PNG: cv2 gives None, subscripted: TypeError
+        raise ValueError(f"{display_path(path)} is not a hiseg explorer page ({type(e).__name__}: {e}); remove it "
+                         "or rerun with --overwrite") from None
+    return _entry(stem, levels.size, image, ucm2)
+
+
+def write_page_file(out, stem: str, image, hierarchy, source: str = "", start=None) -> tuple:
+    """Write ``out/STEM.html`` of ``image`` and ``hierarchy`` (a ucm2 or a result:
+    :func:`shown`) atomically (``hiseg predict --html``; ``start``: :func:`start_of`); returns
+    its index entry for :func:`write_index_file`."""
+    text, entry = _page(stem, image, hierarchy, source, start)
     atomic_write(Path(out) / entry[0], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
     return entry
 
@@ -240,8 +306,9 @@ def write_index_file(out, entries: Sequence[tuple]) -> Path:
 
 
 def write_pages(out, items, progress=None) -> list[Path]:
-    """Write the pages of ``items`` (an iterable of ``(stem, image, ucm2, source)``) into
-    ``out``, with an ``index.html`` for several; all or nothing.
+    """Write the pages of ``items`` (an iterable of ``(stem, image, hierarchy, source)``, the
+    hierarchy a ucm2 or a result: :func:`shown`) into ``out``, with an ``index.html`` for
+    several; all or nothing.
 
     Every file is first written into a temporary folder inside ``out`` (pages one at a
     time: a folder of photographs is never held in memory) and moved into place
@@ -269,8 +336,8 @@ def write_pages(out, items, progress=None) -> list[Path]:
                 break
     try:
         entries, stems = [], []
-        for stem, image, ucm2, source in (progress(items) if progress else items):
-            text, entry = _page(stem, image, ucm2, source)
+        for stem, image, hierarchy, source in (progress(items) if progress else items):
+            text, entry = _page(stem, image, hierarchy, source)
             with naming_the_file(out / entry[0]):
                 (stage / entry[0]).write_text(text, encoding="utf-8")
             entries.append(entry)

@@ -168,6 +168,90 @@ def test_predict_html(tmp_path, capsys, classical):
     assert capsys.readouterr().out.splitlines()[-1] == f"wrote 2 image(s) to {out} and index.html (open it)"
 
 
+def page_ucm2(d):
+    """The ucm2 a page carries: its levels at the ranks of its PNG."""
+    rgb = decode_png(d["ucm"])[..., ::-1].astype(np.int64)
+    return np.frombuffer(base64.b64decode(d["levels"]), "<f8")[(rgb[..., 0] << 16) | (rgb[..., 1] << 8) | rgb[..., 2]]
+
+
+def test_a_large_images_page_shows_the_hierarchy_at_its_working_resolution(tmp_path, capsys):
+    """An image above max_pixels: predict --html and view draw its page at the working
+    resolution (not the full-size ucm2); its cut at every level is the hierarchy's cut there."""
+    from hiseg.io import read_image
+
+    img = blocks_image(150, 200, seed=3)  # 30,000 pixels, worked at 4,096
+    src = tmp_path / "big.png"
+    save_png(src, img)
+    seg = Segmenter.classical()  # hiseg predict --classical's
+    seg.pipeline = seg.pipeline.with_overrides(max_pixels=4096)
+    work, full, read = seg.read(src)
+    res = seg.finish(work, seg.network_map(work), full)
+    h, w = res.rag.labels.shape
+    assert full == (150, 200) and h * w <= 4096 and (h, w) == work.shape[:2]
+    argv = ["--classical", "--max-pixels", "4096", "-q", str(src)]
+    assert cli_main(["predict", *argv, "--html", "-o", str(tmp_path / "p")]) == 0
+    assert cli_main(["view", *argv, "-o", str(tmp_path / "v")]) == 0
+    text = (tmp_path / "p" / "big.html").read_text()
+    assert (tmp_path / "v" / "big.html").read_text() == text  # the same page either way
+    d = page_data(text)
+    assert (d["width"], d["height"], d["fullWidth"], d["fullHeight"]) == (w, h, 200, 150)
+    assert d["source"] == "classical path (no network); the image reduced from 200x150 to the hierarchy's working resolution"
+    np.testing.assert_array_equal(decode_png(d["image"])[..., ::-1], (work * 255 + 0.5).astype(np.uint8))
+    u = page_ucm2(d)
+    assert u.shape == (2 * h + 1, 2 * w + 1)
+    levels = np.unique(u)
+    np.testing.assert_array_equal(levels, np.unique(np.concatenate([[0.0], res.ultrametric])))
+    for t in levels:  # the page's regions (the benchmark's reading of its ucm2) = the hierarchy's cut
+        cut = res.working_cut(threshold=t)
+        assert cut.shape == (h, w) and same_partition(ucm_to_labels(u, t), cut), t
+    # in process: the page of the result never builds the full-size ucm2
+    assert build_page(read_image(src), res, title="big", source="classical path (no network)") == text
+    assert res._ucm2 is None
+    with pytest.raises(ValueError, match="belongs to another image"):
+        build_page(img[:100], res)
+
+
+def test_a_small_images_page_is_the_page_of_its_full_ucm2(tmp_path, classical):
+    """At or below max_pixels nothing changes: predict --html's and view's pages are
+    build_page of the image and its full ucm2, byte for byte."""
+    from hiseg.io import read_image
+
+    name, img = photograph()
+    src = tmp_path / f"{name}.jpg"
+    if VAL.is_dir():
+        shutil.copy(VAL / f"{name}.jpg", src)
+    else:
+        save_png(src, img)
+    seg = Segmenter.classical()
+    ucm2 = seg.segment(read_image(src)).ucm2
+    assert cli_main(["predict", "--classical", "-q", "--html", "--regions", "5", str(src), "-o", str(tmp_path / "p")]) == 0
+    assert cli_main(["view", "--classical", "-q", str(src), "-o", str(tmp_path / "v")]) == 0
+    kw = dict(title=name, source="classical path (no network)")
+    assert (tmp_path / "p" / f"{name}.html").read_text() == build_page(read_image(src), ucm2, n_regions=5, **kw)
+    assert (tmp_path / "v" / f"{name}.html").read_text() == build_page(read_image(src), ucm2, **kw)
+    assert "fullWidth" not in page_data((tmp_path / "v" / f"{name}.html").read_text())
+
+
+def test_a_resumed_index_reads_each_entry_from_its_page(tmp_path, classical):
+    """page_entry (a resumed predict --html's index): the entry the page's writing returned,
+    for a page at full and at reduced resolution, without the image or its ucm2 file."""
+    from hiseg.view import page_entry, write_page_file
+
+    _, img, res = classical
+    entry = write_page_file(tmp_path, "small", img, res.ucm2, "src")
+    assert page_entry(tmp_path, "small") == entry
+    seg = Segmenter.classical(region_size=6.0, fit_iterations=20)
+    seg.pipeline = seg.pipeline.with_overrides(max_pixels=4096)
+    big = cv2.resize(img, (160, 120), interpolation=cv2.INTER_NEAREST)
+    reduced = seg.segment(big)
+    assert reduced.upsampled
+    entry = write_page_file(tmp_path, "big", big, reduced, "src")
+    assert page_entry(tmp_path, "big") == entry and reduced._ucm2 is None
+    (tmp_path / "bad.html").write_text("<html>not a page</html>")
+    with pytest.raises(ValueError, match="bad.html is not a hiseg explorer page"):
+        page_entry(tmp_path, "bad")
+
+
 def refused(capsys, argv, *fragments):
     assert cli_main(argv) == 2
     err = capsys.readouterr().err
@@ -314,6 +398,27 @@ def test_browser_cuts_match_python_learned_path(browser, learned, tmp_path):
         assert int(d.find_element("id", "regions").text) == res.cut(threshold=levels[k]).max() + 1
     # no request left the page
     assert d.execute_script("return performance.getEntriesByType('resource').length") == 0
+
+
+def test_browser_a_reduced_page_cuts_as_the_hierarchy_at_its_working_resolution(browser, tmp_path):
+    """The page of an image above max_pixels: the browser's regions at a level are the
+    hierarchy's cut there (working_cut), and the page says it shows the image reduced."""
+    d = browser
+    name, img = photograph()
+    seg = Segmenter.classical(region_size=4.0, fit_iterations=20)
+    seg.pipeline = seg.pipeline.with_overrides(max_pixels=8192)
+    res = seg.segment(img)
+    h, w = res.rag.labels.shape
+    assert res.upsampled and h * w <= 8192
+    page = tmp_path / "reduced.html"
+    page.write_text(build_page(img, res, title=name, source="classical"))
+    open_page(d, page)
+    assert d.find_element("id", "source").text == (f"(classical; the image reduced from 321x481 to the hierarchy's "
+                                                   f"working resolution, {w}x{h})")
+    levels = np.unique(np.concatenate([[0.0], res.ultrametric]))
+    assert d.execute_script("return hisegView.levels()") == levels.tolist()
+    check_three_levels(d, tmp_path, "reduced", levels, lambda t: res.working_cut(threshold=t))
+    assert res._ucm2 is None
 
 
 def test_browser_click_shows_area_and_merge_level(browser, learned, tmp_path):

@@ -172,15 +172,12 @@ def _run(args, files: list, ddp: bool) -> int:
 
 def _resumed_index(out: Path, files: list, pages: list) -> list:
     """The index entries of every image of a resumed run, in input order: this run's
-    ``pages``, and for the images it skipped an entry made from the image and its ``.mat``."""
+    ``pages``, and for the images it skipped the entry read from their page
+    (:func:`hiseg.view.page_entry`: neither the image nor its full-size ucm2 is read)."""
     from .. import view
-    from ..inference import output_paths
-    from ..io import loadmat, read_image
 
     made = {e[0]: e for e in pages}
-    return [made.get(f"{f.stem}.html") or view.index_entry(f.stem, read_image(f),
-                                                           loadmat(output_paths(out, f.stem)["mat"])["ucm2"])
-            for f in files]
+    return [made.get(f"{f.stem}.html") or view.page_entry(out, f.stem) for f in files]
 
 
 def source_of(args) -> str:
@@ -241,7 +238,8 @@ def _predict_one(seg, f: Path, opts: dict, pmap=None):
     if done is None:  # --resume: complete already
         return None, []
     img, res, caught = done
-    page = view.write_page_file(opts["out"], f.stem, img, res.ucm2, opts["source"], opts["start"]) if opts["html"] else True
+    # the page of the result, not of res.ucm2: a large image's is drawn at the working resolution (hiseg.view.shown)
+    page = view.write_page_file(opts["out"], f.stem, img, res, opts["source"], opts["start"]) if opts["html"] else True
     return page, caught
 
 

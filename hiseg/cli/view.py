@@ -68,12 +68,15 @@ def run(args) -> int:
     failures = []
 
     def hierarchy(f, mat):
+        """(image, hierarchy) of one page: a ucm2 read from ``mat``, or the image's result (a
+        large image read and reduced band by band, its page drawn at the working resolution)."""
         from ..metrics.predictions import load_prediction
 
-        img = read_image(f)
         if seg is None:
+            img = read_image(f)
             return img, check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
-        return img, seg.segment(img).ucm2
+        work, full, img = seg.read(f)
+        return img, seg.finish(work, seg.network_map(work), full)
 
     def items():
         for f, mat in zip(files, mats):
