@@ -29,8 +29,8 @@ ORDER = ["_compat", "_params", "io", "_neighbors", "graph", "ultrametric", "cuts
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool", "pipeline"],
-    "metrics": ["summary", "kernels", "matching", "validation", "tables", "fop", "region", "seism", "predictions", "bsds", "report", "kcut",
-                "hierarchy"],
+    "metrics": ["summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
+                "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "models": ["weights", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "cli": ["options", "predict", "view", "evaluate", "ensemble", "train", "__main__"],
