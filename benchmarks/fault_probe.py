@@ -158,8 +158,8 @@ def bad_name(tmp, n):
     d = photos(tmp, [BAD] + [f"p{i}.png" for i in range(n - 1)])
     rc, out, err = hiseg_inline("predict", "--classical", "-q", "--workers", "0", d, "-o", tmp / "o")
     check(rc == 0, f"exit {rc}: {err.strip()[-300:]}")
-    got = names(tmp / "o")
-    check(b"bad\xff\xfename.mat" in got and len(got) == 3 * n, f"files: {got}")
+    got = names(tmp / "o")  # three files per image and the run record (.hiseg-predict.json)
+    check(b"bad\xff\xfename.mat" in got and len(got) == 3 * n + 1, f"files: {got}")
     check(not [g for g in got if b".tmp" in g], "temporary files left")
 
 
@@ -169,7 +169,7 @@ def bad_name_workers(tmp, n):
     p = hiseg_process("predict", "--classical", "-q", "--workers", "2", d, "-o", tmp / "o")
     _, err = p.communicate(timeout=300)
     check(p.returncode == 0, f"exit {p.returncode}: {err.strip()[-300:]}")
-    check(len(names(tmp / "o")) == 3 * n, f"files: {names(tmp / 'o')}")
+    check(len(names(tmp / "o")) == 3 * n + 1, f"files: {names(tmp / 'o')}")
 
 
 @case("hiseg view on a non-UTF-8 file name")
@@ -181,7 +181,7 @@ def bad_name_view(tmp, n):
 
 
 # ----------------------------------------------------------------------------- 5: interrupted predict
-@case("a predict interrupted (Ctrl-C) mid-folder, rerun with --resume")
+@case("a predict interrupted (Ctrl-C) mid-folder, rerun with --resume (other options refused)")
 def interrupted(tmp, n):
     d = photos(tmp, [f"p{i}.png" for i in range(max(n, 3))])
     out = tmp / "o"
@@ -195,6 +195,11 @@ def interrupted(tmp, n):
     p.communicate(timeout=120)
     check(p.returncode != 0, "the run was not interrupted (it finished before the Ctrl-C landed)")
     check(not [g for g in names(out) if b".tmp" in g], "temporary files left by the interrupted run")
+    before = {q.name: q.stat().st_mtime_ns for q in out.iterdir()}
+    rc, _, err = hiseg_inline(*[a if a != "4" else "5" for a in argv], "--resume")  # other options: refused
+    check(rc == 2 and "was written with --regions 4, this run asks for --regions 5" in err,
+          f"--resume --regions 5: exit {rc}: {err.strip()[-300:]}")
+    check({q.name: q.stat().st_mtime_ns for q in out.iterdir()} == before, "a refused --resume changed files")
     rc, _, err = hiseg_inline(*argv, "--resume")
     check(rc == 0, f"--resume: exit {rc}: {err.strip()[-300:]}")
     from hiseg.inference import image_done

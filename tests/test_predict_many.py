@@ -39,7 +39,7 @@ def test_workers_write_the_same_bytes_as_one_process(tmp_path, capsys, checkpoin
     extra = ["--checkpoint", checkpoint, "--level", "0.2"] if network else ["--regions", "3", "--html"]
     rc0, err0, one = predict(capsys, tmp_path, "o0", str(d), "--workers", "0", *extra)
     assert rc0 == 0, err0
-    assert len(one) == 4 * 5 + (5 if "--html" in extra else 0)
+    assert len(one) == 4 * 5 + (5 if "--html" in extra else 0) + 1  # and the run record (.hiseg-predict.json)
     for n in (2, 3):
         rc, err, many = predict(capsys, tmp_path, f"o{n}", str(d), "--workers", str(n), *extra)
         assert rc == 0, err
@@ -147,6 +147,7 @@ def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path,
         except ProcessExitedException as e:
             if "SIGABRT" not in str(e) or attempt == 2:
                 raise
+    truth.pop(".hiseg-predict.json")  # hiseg predict's run record: the command's, not predict_files'
     assert snapshot(out) == truth
     with pytest.raises(ValueError, match="a.mat"):  # refused before anything runs
         predict_files(Segmenter.from_checkpoint(checkpoint), files, out, trainer_kwargs=dict(accelerator="cpu"))
@@ -206,6 +207,8 @@ def test_predict_devices_runs_the_lightning_ddp_back_end(tmp_path, checkpoint):
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.splitlines() == [f"hiseg predict: model {checkpoint} on cpu", f"wrote 4 image(s) to {out}"]
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+    # the run record, written by the first process: the same options as one process's (--devices is not one)
+    assert (out / ".hiseg-predict.json").read_bytes() == (tmp_path / "one" / ".hiseg-predict.json").read_bytes()
     for f in out.glob("*.mat"):
         np.testing.assert_allclose(loadmat(f)["ucm2"], loadmat(tmp_path / "one" / f.name)["ucm2"], atol=1e-6)
     for opts, says in ((["--html"], "--html writes its pages in one process"),

@@ -351,7 +351,18 @@ def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
     p = hiseg(*argv)
     _, se = p.communicate(timeout=300)
     assert p.returncode == 2 and "--overwrite" in se
-    kept = {q.name: q.stat().st_mtime_ns for q in out.iterdir() if done["abcdefgh".index(q.name[0])]}
+    # (the run record, .hiseg-predict.json, is no image's)
+    kept = {q.name: q.stat().st_mtime_ns for q in out.iterdir()
+            if q.name[0] in "abcdefgh" and done["abcdefgh".index(q.name[0])]}
+    # with other options --resume is refused before anything is written, naming both values
+    every = {q.name: q.stat().st_mtime_ns for q in out.iterdir()}
+    other = list(argv)
+    other[other.index("--regions") + 1] = "5"
+    p = hiseg(*other, "--resume")
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 2 and "Traceback" not in se, se
+    assert f"--resume: {out} was written with --regions 4, this run asks for --regions 5;" in se
+    assert {q.name: q.stat().st_mtime_ns for q in out.iterdir()} == every
     p = hiseg(*[a for a in argv if a != "-q"], "--resume")
     so, se = p.communicate(timeout=300)
     assert p.returncode == 0, se
@@ -363,6 +374,120 @@ def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
     p = hiseg(*argv, "--resume", "--overwrite")
     _, se = p.communicate(timeout=300)
     assert p.returncode == 2 and "at most one of --overwrite" in se
+
+
+def test_hiseg_predict_resume_with_other_options_is_refused_and_with_the_same_ones_goes_on(tmp_path):
+    import json
+
+    d = photo_folder(tmp_path, [f"{c}.png" for c in "abc"])
+    out = tmp_path / "out"
+    argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "6", "--html", str(d), "-o", str(out))
+    p = hiseg(*argv)
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 0, se
+    record = json.loads((out / ".hiseg-predict.json").read_text())
+    assert record["images"] == {"a": 0, "b": 0, "c": 0} and len(record["options"]) == 1
+    assert record["options"][0]["regions"] == 6 and record["options"][0]["html"] is True
+    index = (out / "index.html").read_text(encoding="utf-8")
+    assert index.count('class="card"') == 3 and "hiseg-predict" not in index  # the record is no image
+    every = {q.name: q.stat().st_mtime_ns for q in out.iterdir()}
+    # three options changed: refused, each named with both values, on one line; nothing written
+    p = hiseg("predict", "--classical", "-q", "--workers", "0", "--regions", "3", "--max-pixels", "5000", str(d),
+              "-o", str(out), "--resume")
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 2 and "Traceback" not in se and len(se.splitlines()) == 1, se
+    assert (f"hiseg predict: error: --resume: {out} was written with no --max-pixels (the model's), --regions 6 "
+            "and --html, this run asks for --max-pixels 5000, --regions 3 and no --html; rerun with the same "
+            "options, or --overwrite") in se
+    p = hiseg(*[a for a in argv if a != "--classical"], "-c", "bsds500", "--resume")  # another model
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 2 and "written with --classical, this run asks for --checkpoint bsds500;" in se, se
+    assert {q.name: q.stat().st_mtime_ns for q in out.iterdir()} == every
+    # the same options (--tile and --workers may change: how the maps are computed, not what): goes on
+    p = hiseg(*[a for a in argv if a != "-q"], "--tile", "0", "--resume")
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 0 and "3 of 3 image(s) are complete" in se and "warning" not in se, se
+    assert {q.name: q.stat().st_mtime_ns for q in out.iterdir()} == every  # the record too: unchanged
+    # a plain rerun names the existing files, never the record
+    p = hiseg(*argv)
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 2 and "exist already" in se and "hiseg-predict" not in se, se
+
+
+def test_hiseg_predict_resume_of_a_folder_without_a_record_warns_and_goes_on(tmp_path):
+    import json
+
+    from hiseg.inference import image_done
+
+    d = photo_folder(tmp_path, [f"{c}.png" for c in "abc"])
+    out = tmp_path / "out"
+    argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "4", str(d), "-o", str(out))
+    p = hiseg(*argv)
+    assert p.wait(300) == 0
+    (out / ".hiseg-predict.json").unlink()  # as an older hiseg left it
+    (out / "c.mat").unlink()  # and interrupted before c was complete
+    kept = {q.name: q.stat().st_mtime_ns for q in out.iterdir() if q.name[0] in "ab"}
+    p = hiseg(*argv, "--resume")
+    so, se = p.communicate(timeout=300)
+    assert p.returncode == 0, se
+    assert (f"hiseg predict: warning: --resume: {out} has no .hiseg-predict.json (written by an older hiseg, or by "
+            "hand): the options that made its 2 complete image(s) cannot be checked; they are skipped as they are "
+            "(--overwrite does them again)") in se  # a warning: with -q too
+    assert "wrote 1 image(s)" in so and all(image_done(out, s, True) for s in "abc") and stray_temps(out) == []
+    assert {q.name: q.stat().st_mtime_ns for q in out.iterdir() if q.name[0] in "ab"} == kept
+    # the record names what this run wrote, not the images it could not check
+    assert json.loads((out / ".hiseg-predict.json").read_text())["images"] == {"c": 0}
+
+
+def test_the_run_record_keeps_each_images_options_across_runs(tmp_path):
+    """:class:`hiseg.cli.predict.RunRecord` over several runs into one folder: another run's
+    images, an --overwrite run with other options (its images are either run's until it ends),
+    a name that is not UTF-8, the model known by its file's digest, a corrupt record."""
+    from hiseg.cli import build_parser
+    from hiseg.cli.predict import RECORD, RunRecord, output_options
+
+    def options(*argv):
+        return output_options(build_parser().parse_args(["predict", "x.png", "-o", "o", *argv]))
+
+    six, three = options("--classical", "--regions", "6"), options("--classical", "--regions", "3")
+    bad = os.fsdecode(b"bad\xff\xfename")
+    record = RunRecord(tmp_path)
+    assert not record.found
+    record.assign(six, ["a", "b", bad], set(), overwrite=False)
+    record.save()
+    record = RunRecord(tmp_path)
+    assert record.found and record.check_resume(six, ["a", "b", bad, "new"], tmp_path) == ["new"]
+    with pytest.raises(ValueError, match=rf"{tmp_path} was written with --regions 6, this run asks for --regions 3"):
+        record.check_resume(three, ["a", bad], tmp_path)
+    # an --overwrite run with --regions 3 over a and b, stopped: their files may be either run's
+    record.assign(three, ["a", "b"], {"a", "b"}, overwrite=True)
+    record.save()
+    for opts in (six, three):
+        with pytest.raises(ValueError, match=r"2 image\(s\) in .*, e.g. a, were being replaced by an --overwrite"):
+            RunRecord(tmp_path).check_resume(opts, ["a", "b"], tmp_path)
+    # it ends: a written, b failed (its files untouched, --regions 6's)
+    record.finish(["a", "b"], {"a"})
+    record.save()
+    record = RunRecord(tmp_path)
+    assert record.images == {"a": 1, "b": 0, bad: 0} and len(record.options) == 2
+    assert record.check_resume(three, ["a"], tmp_path) == record.check_resume(six, ["b", bad], tmp_path) == []
+    with pytest.raises(ValueError, match=r"holds 2 image\(s\), e.g. b, that were written with --regions 6, this "
+                                         r"run asks for --regions 3"):
+        record.check_resume(three, ["a", "b", bad], tmp_path)
+    # a model is its file: a shipped name and its checkpoint's path are one model, another file another
+    from hiseg.models.weights import Weights
+
+    by_name, by_path = options("-c", "bsds500"), options("-c", str(Weights.BSDS500.path()))
+    assert by_name["checkpoint"] == "bsds500" and by_path["checkpoint"] == str(Weights.BSDS500.path().resolve())
+    assert by_name["sha256"] == by_path["sha256"] != options("-c", "bsds500_merge")["sha256"]
+    record.assign(by_name, ["m"], set(), overwrite=False)
+    assert record.check_resume(by_path, ["m"], tmp_path) == []
+    with pytest.raises(ValueError, match="written with --checkpoint bsds500, this run asks for --checkpoint "
+                                         "bsds500_merge;"):
+        record.check_resume(options("-c", "bsds500_merge"), ["m"], tmp_path)
+    (tmp_path / RECORD).write_text('{"format": "hiseg predict run record 1"')
+    with pytest.raises(ValueError, match=r"\.hiseg-predict\.json is not a hiseg predict run record"):
+        RunRecord(tmp_path)
 
 
 # ----------------------------------------------------------------------------- 12: HISEG_WEIGHTS_DIR

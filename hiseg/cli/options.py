@@ -15,7 +15,7 @@ from typing import Sequence
 __all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_workers", "add_quiet", "add_overwrite",
            "add_model", "image_command", "add_regions", "add_level", "add_min_region_size", "EXIT_STATUS",
            "collect_images", "default_workers", "resolve_workers", "make_segmenter", "model_name", "announce",
-           "PER_FILE_ERRORS", "per_file", "report_failures"]
+           "first_process", "PER_FILE_ERRORS", "per_file", "report_failures"]
 
 #: The epilog of the image commands (predict, view).
 EXIT_STATUS = ("Exit status: 0 when every image was written; 1 when some images failed (unreadable, ...): the "
@@ -256,9 +256,17 @@ def make_segmenter(args):
     return seg
 
 
+def first_process() -> bool:
+    """Whether this process is the first of a DDP run (``RANK``, ``LOCAL_RANK`` and ``NODE_RANK``
+    unset or 0: Lightning's launcher sets them in the processes it starts from this one, other
+    launchers in each process), or of no DDP run: the one that prints and writes what is
+    written once. Read it before the run starts (launchers may set them in this process)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
+
+
 def announce(command: str, seg, args) -> None:
     """The one line naming the model and the device (unless ``--quiet``)."""
-    if getattr(args, "quiet", False) or os.environ.get("LOCAL_RANK", "0") != "0" or os.environ.get("NODE_RANK", "0") != "0":
+    if getattr(args, "quiet", False) or not first_process():
         return  # quiet, or not the first process of a DDP run
     what = ("the classical path (no network)" if seg.model is None else
             f"model {seg.name}" + (" (the shipped default; --classical: the no-network baseline)"

@@ -12,23 +12,33 @@ byte for byte whichever runs (all go through :func:`hiseg.inference.predict_file
   devices per node (:mod:`hiseg.predict_ddp`; no ``--html``).
 
 The driver does the rest once: collect the inputs, refuse existing outputs before anything is
-loaded or written, build and name the model, report warnings and failed images in input order,
-write the index page, exit 0 / 1 / 2 (:data:`hiseg.cli.options.EXIT_STATUS`).
+loaded or written, check ``--resume`` against the run record and write it (:data:`RECORD`),
+build and name the model, report warnings and failed images in input order, write the index
+page, exit 0 / 1 / 2 (:data:`hiseg.cli.options.EXIT_STATUS`).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
+import os
 import sys
 from pathlib import Path
 
 from .options import (add_level, add_min_region_size, add_model, add_overwrite, add_quiet, add_regions, add_workers,
-                      announce, at_least_one, collect_images, default_text, image_command, make_segmenter, model_name,
-                      option_type, per_file, report_failures, resolve_workers)
+                      announce, at_least_one, collect_images, default_text, first_process, image_command,
+                      make_segmenter, model_name, option_type, per_file, report_failures, resolve_workers)
 
-__all__ = ["add_arguments", "add_pipeline_overrides", "run", "POOL_MIN_IMAGES"]
+__all__ = ["add_arguments", "add_pipeline_overrides", "run", "POOL_MIN_IMAGES", "RECORD", "RunRecord",
+           "output_options"]
 
 #: ``--workers auto`` starts worker processes for this many images or more (each takes seconds to start).
 POOL_MIN_IMAGES = 8
+
+#: The run record in ``--out`` (:class:`RunRecord`): the options that made each image's files,
+#: which ``--resume`` checks. Hidden, and never one of the outputs: not refused as an existing
+#: file, not in the index, not a temporary file.
+RECORD = ".hiseg-predict.json"
 
 HELP = "saliency maps (UCM), ucm2 .mat files and cuts of images"
 
@@ -83,7 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="finish an interrupted run into the same --out: skip the images whose files are all there "
                         "and complete, do the others again (a partly written image's files are replaced); give the "
-                        "interrupted run's options (not with --overwrite)")
+                        "interrupted run's options: another model, cut, --html or pipeline setting is refused "
+                        f"(checked against the run's record, {RECORD}; --tile, --device and --workers may change), "
+                        "and images written without a record are skipped with a warning (not with --overwrite)")
     add_quiet(p)
     p.add_argument("--html", action="store_true",
                    help="also write NAME.html, an interactive explorer of the hierarchy (self-contained: no server "
@@ -95,8 +107,6 @@ def run(args) -> int:
     """``hiseg predict`` with parsed ``args``: the exit status (0, or 1 when some images failed;
     a bad option or input raises ValueError / FileNotFoundError / CheckpointError before anything
     is written)."""
-    import contextlib
-
     from ..io import folder_lock
 
     if args.regions is not None and args.level is not None:
@@ -106,6 +116,9 @@ def run(args) -> int:
     ddp = args.devices > 1 or args.num_nodes > 1
     if ddp and args.html:
         raise ValueError("--html writes its pages in one process: not with --devices / --num-nodes")
+    if ddp and model_name(args) == "classical":
+        raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
+                         "(use --workers N)")
     files = collect_images(args.inputs)
     # one run at a time into a folder (DDP's processes share it: their files are created exclusively)
     with (contextlib.nullcontext() if ddp else folder_lock(args.out, "hiseg predict")):
@@ -115,7 +128,7 @@ def run(args) -> int:
 def _run(args, files: list, ddp: bool) -> int:
     """:func:`run` once the inputs are collected and ``--out`` is this run's."""
     from .. import view
-    from ..inference import image_done, output_paths
+    from ..inference import output_paths
     from ..io import display_path, refuse_overwrite
 
     out = Path(args.out)
@@ -124,23 +137,17 @@ def _run(args, files: list, ddp: bool) -> int:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
     refuse_overwrite(outputs, files, overwrite=args.overwrite or args.resume, command="hiseg predict")
-    total, skipped, everything = len(files), 0, files
-    if args.resume:
-        cut = args.regions is not None or args.level is not None
-        pages = view.page_outputs(out, [f.stem for f in files]) if args.html else {}
-        files = [f for f in files if not image_done(out, f.stem, cut, [pages[f"{f.stem}.html"]] if pages else [])]
-        skipped = total - len(files)
-        if not args.quiet and skipped:
-            print(f"hiseg predict: --resume: {skipped} of {total} image(s) are complete in {display_path(out)}, "
-                  "skipped", file=sys.stderr)
-        if not files:
-            return 0
+    record, wanted = RunRecord(out), output_options(args)
+    total, everything = len(files), files
+    files, present = _to_do(args, out, files, record, wanted)
+    if not files:
+        return 0
     seg = make_segmenter(args)
     announce("hiseg predict", seg, args)
     opts = {"out": out, "tile": args.tile, "regions": args.regions, "threshold": args.level,
             "min_size": args.min_region_size, "html": args.html, "source": source_of(args),
             "start": view.start_of(args.regions, args.level), "overwrite": args.overwrite, "resume": args.resume}
-    failures, pages = [], []
+    failures, pages, written = [], [], set()
 
     def done(f, result):
         """Report one image's outcome (in input order): its warnings, its page."""
@@ -149,25 +156,73 @@ def _run(args, files: list, ddp: bool) -> int:
         page, caught = result
         for msg in caught:
             print(f"hiseg predict: warning: {display_path(f.name)}: {msg}", file=sys.stderr)
+        if page is not None:
+            written.add(f.stem)
         if args.html and page is not None:
             pages.append(page)
 
-    if ddp:
-        if not _predict_ddp(seg, files, opts, args, failures):
-            return 0  # not the first process: rank 0 reports
-    else:
-        _predict_local(seg, files, opts, resolve_workers(args.workers, len(files), POOL_MIN_IMAGES), failures,
-                       done, quiet=args.quiet)
-    written = len(files) - len(failures)
-    if args.html and skipped and total > 1:  # a resumed run's index: the skipped images' pages too
+    first = first_process()  # before the run: DDP's launcher may set the ranks' variables here
+    if first:  # before the first image
+        record.assign(wanted, [f.stem for f in files], present, args.overwrite)
+        record.save()
+    try:
+        if ddp:
+            if not _predict_ddp(seg, files, opts, args, failures):
+                return 0  # not the first process: rank 0 reports
+            written = {f.stem for f in files} - {Path(name).stem for name, _ in failures}
+        else:
+            _predict_local(seg, files, opts, resolve_workers(args.workers, len(files), POOL_MIN_IMAGES), failures,
+                           done, quiet=args.quiet)
+    finally:
+        if first and not record.found and not any(os.path.lexists(p) for p in outputs):
+            record.discard()  # nothing written: nothing left (an empty new --out goes too)
+    if first:
+        record.finish([f.stem for f in files], written)
+        record.save()
+    if args.html and total > len(files) and total > 1:  # a resumed run's index: the skipped images' pages too
         pages = _resumed_index(out, everything, pages)
     if len(pages) > 1:
         view.write_index_file(out, pages)
     if written:
         html = (" and index.html (open it)" if len(pages) > 1 else
                 f" and {display_path(files[0].stem)}.html (open it)" if pages else "")
-        print(f"wrote {written} image(s) to {display_path(out)}{html}")
+        print(f"wrote {len(written)} image(s) to {display_path(out)}{html}")
     return report_failures("hiseg predict", failures, len(files))
+
+
+def _to_do(args, out: Path, files: list, record: "RunRecord", wanted: dict) -> tuple[list, set]:
+    """(the images this run does, the stems of its images with files in ``out`` already).
+    ``--resume``: the check of ``wanted`` (:func:`output_options`) against ``record``
+    (ValueError: :meth:`RunRecord.check_resume`), then the images whose files are not all there
+    and complete; the skipped ones reported (a warning for those the record does not know)."""
+    from .. import view
+    from ..inference import image_done, output_paths
+    from ..io import display_path
+
+    if not (args.resume or args.overwrite):
+        return files, set()  # no file of theirs is there (refuse_overwrite)
+    pages = view.page_outputs(out, [f.stem for f in files]) if args.html else {}
+    also = {f.stem: [pages[f"{f.stem}.html"]] if pages else [] for f in files}
+    present = {f.stem for f in files
+               if any(os.path.lexists(p) for p in [*output_paths(out, f.stem).values(), *also[f.stem]])}
+    if not args.resume:
+        return files, present
+    unknown = record.check_resume(wanted, [f.stem for f in files if f.stem in present], out)
+    cut = args.regions is not None or args.level is not None
+    todo = [f for f in files if not image_done(out, f.stem, cut, also[f.stem])]
+    unchecked = set(unknown) - {f.stem for f in todo}
+    if unchecked:  # a warning: shown with --quiet too
+        n, e_g = len(unchecked), display_path(next(f.name for f in files if f.stem in unchecked))
+        why = (f"{display_path(out)} has no {RECORD} (written by an older hiseg, or by hand): the options that "
+               f"made its {n} complete image(s) cannot be checked" if not record.found else
+               f"{display_path(out / RECORD)} does not name {n} of the complete images, e.g. {e_g} (written by "
+               "another program?): their options cannot be checked")
+        print(f"hiseg predict: warning: --resume: {why}; they are skipped as they are (--overwrite does them again)",
+              file=sys.stderr)
+    if not args.quiet and len(todo) < len(files):
+        print(f"hiseg predict: --resume: {len(files) - len(todo)} of {len(files)} image(s) are complete in "
+              f"{display_path(out)}, skipped", file=sys.stderr)
+    return todo, present
 
 
 def _resumed_index(out: Path, files: list, pages: list) -> list:
@@ -184,6 +239,207 @@ def source_of(args) -> str:
     """What made the hierarchies, as a page shows it."""
     name = model_name(args)
     return "classical path (no network)" if name == "classical" else f"model {name}"
+
+
+# ----------------------------------------------------------------------------- the run record
+_FORMAT = "hiseg predict run record 1"
+
+#: The pipeline settings that default to the model's own (None in an option set).
+_MODELS_OWN = ("scales", "flip", "linkage", "max-pixels")
+
+
+def output_options(args) -> dict:
+    """The options of ``args`` that decide what ``hiseg predict`` writes, by option name, as
+    :data:`RECORD` holds them: the model (``checkpoint``: ``classical``, a shipped model's name or
+    a checkpoint's resolved path; ``sha256``: its file's), the pipeline settings given (None: the
+    model's), the cut, ``html``. Not ``--tile``, ``--device``, ``--workers``, ``--devices``: they
+    change how a map is computed, not what (within float rounding: tiles of 512 and 256 against
+    one pass, 3e-7 at most on a 623x801 working image with the shipped models), so that a run that
+    ran out of memory can be resumed with smaller tiles."""
+    name = model_name(args)
+    model = _checkpoint_identity(name) if name != "classical" else {"checkpoint": name, "sha256": None}
+    return json.loads(json.dumps({  # as read back from the file (lists, floats)
+        **model, "scales": args.scales, "flip": args.flip, "linkage": args.linkage, "max-pixels": args.max_pixels,
+        "regions": args.regions, "level": args.level, "min-region-size": args.min_region_size,
+        "html": bool(args.html)}))
+
+
+def _checkpoint_identity(spec: str) -> dict:
+    """``checkpoint``: a shipped model's name, or the checkpoint file's resolved path; ``sha256``:
+    the file's digest (read in blocks; None when it cannot be read: loading it names why)."""
+    import hashlib
+    import warnings
+
+    from ..models.weights import Weights
+
+    try:
+        with warnings.catch_warnings():  # the loader's to give ($HISEG_WEIGHTS_DIR)
+            warnings.simplefilter("ignore")
+            path = Weights.resolve(spec)
+        name = spec.lower() if path is not spec else str(Path(spec).expanduser().resolve())
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return {"checkpoint": spec, "sha256": None}
+    return {"checkpoint": name, "sha256": digest.hexdigest()}
+
+
+def _differences(a: dict, b: dict) -> list:
+    """The options in which the option sets ``a`` and ``b`` (:func:`output_options`) differ: the
+    model by its file's digest where both have one, else by name; ``min-region-size`` only
+    where both cut by ``regions`` (it sizes those cuts only)."""
+    def same(k):
+        if k == "checkpoint" and a.get("sha256") and b.get("sha256"):
+            return a["sha256"] == b["sha256"]
+        if k == "min-region-size" and (a.get("regions") is None or b.get("regions") is None):
+            return True
+        return a.get(k) == b.get(k)
+    return [k for k in dict.fromkeys([*a, *b]) if k != "sha256" and not same(k)]
+
+
+def _shown(opts: dict, keys: list, digest: bool = False) -> str:
+    """The options ``keys`` of the option set ``opts`` as a command line gives them
+    (``--regions 6``, ``no --html``), joined ("A, B and C"); ``digest``: with the model's
+    digest."""
+    from ..io import display_path
+
+    def one(k):
+        v = opts.get(k)
+        if k == "checkpoint":
+            sha = opts.get("sha256")
+            return "--classical" if v == "classical" else \
+                f"--checkpoint {display_path(v)}" + (f" (sha256 {sha[:12]})" if digest and sha else "")
+        if k == "flip" and v is not None:
+            return "--flip" if v else "--no-flip"
+        if v is None or v is False:
+            return f"no --{'flip/--no-flip' if k == 'flip' else k}" + (" (the model's)" if k in _MODELS_OWN else "")
+        if v is True:
+            return f"--{k}"
+        return f"--{k} " + " ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in
+                                    (v if isinstance(v, list) else [v]))
+    shown = [one(k) for k in keys]
+    return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
+
+
+class RunRecord:
+    """The run record of ``hiseg predict`` in a folder (:data:`RECORD`, JSON): the option sets
+    (:func:`output_options`) of the runs that wrote into it, and for each image (its stem) the
+    one that made its files; [earlier, later] while an ``--overwrite`` run with other options
+    than the earlier files' replaces them (earlier None: not recorded), until it ends (the image
+    then holds one or the other's, :meth:`finish`). Read when made: ValueError naming the file
+    when it is not such a record; ``found``: whether there was one then."""
+
+    def __init__(self, out):
+        from ..io import display_path
+
+        self.path = Path(out) / RECORD
+        self.options, self.images, self.text, self.made_folder = [], {}, None, False
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            self.found = False
+            return
+        self.found = True
+        try:
+            self.text = raw.decode("ascii")
+            data = json.loads(self.text)
+            if data.get("format") != _FORMAT:
+                raise ValueError(f"format {data.get('format')!r}, expected {_FORMAT!r}")
+            self.options, self.images = [dict(o) for o in data["options"]], dict(data["images"])
+            n = len(self.options)
+            if not all(0 <= i < n for v in self.images.values() for i in (v if isinstance(v, list) else [v])
+                       if i is not None):
+                raise ValueError("an image refers to no option set")
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ValueError(f"{display_path(self.path)} is not a hiseg predict run record ({e}): remove it, and "
+                             "--resume goes on without checking the options of the images there") from None
+
+    def _index(self, options: dict) -> int:
+        """The index of the option set ``options`` (added when new)."""
+        for i, o in enumerate(self.options):
+            if not _differences(o, options):
+                return i
+        self.options.append(options)
+        return len(self.options) - 1
+
+    def check_resume(self, options: dict, present: list, out) -> list:
+        """For ``--resume`` with ``options``, over the stems ``present`` (the images with files
+        in ``out``): ValueError when one was made with other options (the message names each
+        option that differs, with both values), or is between two runs (:class:`RunRecord`);
+        else the stems the record does not name (their options cannot be checked)."""
+        from ..io import display_path
+
+        unknown, other, between = [], {}, []
+        for s in present:
+            v = self.images.get(s)
+            if v is None:
+                unknown.append(s)
+            elif isinstance(v, list):
+                between.append(s)
+            elif _differences(self.options[v], options):
+                other.setdefault(v, []).append(s)
+        if other:
+            i, stems = next(iter(other.items()))
+            keys, was = _differences(self.options[i], options), self.options[i]
+            digest = was.get("checkpoint") == options.get("checkpoint")
+            where = display_path(out) + (" was" if len(stems) == len(present) else
+                                         f" holds {len(stems)} image(s), e.g. {display_path(stems[0])}, that were")
+            raise ValueError(f"--resume: {where} written with {_shown(was, keys, digest)}, this run asks for "
+                             f"{_shown(options, keys, digest)}; rerun with the same options, or --overwrite")
+        if between:
+            raise ValueError(f"--resume: {len(between)} image(s) in {display_path(out)}, e.g. "
+                             f"{display_path(between[0])}, were being replaced by an --overwrite run with other "
+                             "options that did not finish: their files may be either run's; rerun with --overwrite")
+        return unknown
+
+    def assign(self, options: dict, stems: list, present: set, overwrite: bool) -> None:
+        """The images ``stems``, which a run with ``options`` is about to write: theirs; with
+        ``overwrite``, those ``present`` (files there) whose files were made with other options
+        (or unrecorded ones) are between the two runs until :meth:`finish`."""
+        i = self._index(options)
+        for s in stems:
+            v = self.images.get(s)
+            self.images[s] = [v if isinstance(v, int) else None, i] if overwrite and s in present and v != i else i
+
+    def finish(self, stems: list, written: set) -> None:
+        """The run that :meth:`assign` ``stems`` ended: those ``written`` hold its files, the
+        others (failed: their files untouched) the earlier ones'."""
+        for s in stems:
+            v = self.images.get(s)
+            if isinstance(v, list):
+                if s in written or v[0] is not None:
+                    self.images[s] = v[1] if s in written else v[0]
+                else:
+                    del self.images[s]
+
+    def save(self) -> None:
+        """Write the record (atomically: :func:`hiseg.io.atomic_write`) when it changed; the
+        option sets no image refers to are left out."""
+        from ..io import atomic_write, remove_stray_temps
+
+        used = sorted({i for v in self.images.values() for i in (v if isinstance(v, list) else [v]) if i is not None})
+        new = {old: k for k, old in enumerate(used)}
+        self.options = [self.options[i] for i in used]
+        self.images = {s: [None if i is None else new[i] for i in v] if isinstance(v, list) else new[v]
+                       for s, v in self.images.items()}
+        text = json.dumps({"format": _FORMAT, "options": self.options, "images": self.images}, indent=1) + "\n"
+        if text != self.text:
+            if not self.path.parent.exists():  # a DDP run's --out (no folder lock made it)
+                self.path.parent.mkdir(parents=True)
+                self.made_folder = True
+            remove_stray_temps(self.path)  # a killed run's
+            atomic_write(self.path, lambda tmp: Path(tmp).write_text(text, encoding="ascii"))
+            self.text = text
+
+    def discard(self) -> None:
+        """Remove the record, and the folder when :meth:`save` made it and it is empty (a run
+        that wrote nothing leaves nothing)."""
+        self.path.unlink(missing_ok=True)
+        if self.made_folder:
+            with contextlib.suppress(OSError):
+                self.path.parent.rmdir()
 
 
 def _predict_local(seg, files: list, opts: dict, workers: int, failures: list, done, quiet: bool) -> None:
@@ -213,9 +469,6 @@ def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
     for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):  # its banners: not the user's business
         logging.getLogger(name).setLevel(logging.WARNING)
     warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)")  # Lightning's own torch call
-    if seg.model is None:
-        raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
-                         "(use --workers N)")
     accelerator = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}.get(seg.device.type, "auto")
     failures += predict_files(seg, files, opts["out"], n_regions=opts["regions"], threshold=opts["threshold"],
                               min_size=opts["min_size"], tile=opts["tile"], overwrite=opts["overwrite"],
