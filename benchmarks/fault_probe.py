@@ -186,9 +186,13 @@ def interrupted(tmp, n):
     d = photos(tmp, [f"p{i}.png" for i in range(max(n, 3))])
     out = tmp / "o"
     argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "4", d, "-o", out)
+    from hiseg.inference import image_done
+
+    stems = [f"p{i}" for i in range(max(n, 3))]
     p = hiseg_process(*argv)
     deadline = time.time() + 300
-    while len(list(out.glob("*.mat"))) < 1 if out.exists() else True:
+    # one image complete (not merely a .mat name: a temporary .p0.mat.<random>.tmp.mat is one)
+    while not (out.exists() and any(image_done(out, s, True) for s in stems)):
         check(time.time() < deadline and p.poll() is None, "the run ended before it could be interrupted")
         time.sleep(0.002)
     p.send_signal(signal.SIGINT)
@@ -202,9 +206,7 @@ def interrupted(tmp, n):
     check({q.name: q.stat().st_mtime_ns for q in out.iterdir()} == before, "a refused --resume changed files")
     rc, _, err = hiseg_inline(*argv, "--resume")
     check(rc == 0, f"--resume: exit {rc}: {err.strip()[-300:]}")
-    from hiseg.inference import image_done
-
-    check(all(image_done(out, f"p{i}", True) for i in range(max(n, 3))), "an image left incomplete")
+    check(all(image_done(out, s, True) for s in stems), "an image left incomplete")
 
 
 # ----------------------------------------------------------------------------- 6-8: training start-up
