@@ -574,7 +574,7 @@ def image_done(out_dir, stem: str, cut: bool, also=()) -> bool:
     e.g. its ``--html`` page) is present and complete (:func:`hiseg.io.file_complete`: a few
     small reads per file): what ``hiseg predict --resume`` skips. It does not tell which
     options wrote them: ``hiseg predict`` checks that against its run record in the folder
-    (:class:`hiseg.cli.predict.RunRecord`) before it skips anything; a caller of this function
+    (:class:`hiseg.cli.record.RunRecord`) before it skips anything; a caller of this function
     (or of :func:`predict_file` with ``resume=True``) answers for that itself."""
     return all(file_complete(p) for p in [*image_outputs(out_dir, stem, cut), *also])
 

@@ -135,7 +135,7 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     ``resume``: the images whose files are all present and complete are skipped
     (:func:`hiseg.inference.image_done`), the others done again; whether the files there were
     made with the same options is the caller's to check (``hiseg predict --devices N`` checks
-    its run record, :class:`hiseg.cli.predict.RunRecord`, before it calls this, and writes it in
+    its run record, :class:`hiseg.cli.record.RunRecord`, before it calls this, and writes it in
     the first process only). Returns the failed images, ``(file, message)`` (see the module
     docstring)."""
     if segmenter.model is None:

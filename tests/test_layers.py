@@ -33,7 +33,7 @@ SUB_ORDER = {
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "models": ["weights", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
-    "cli": ["options", "predict", "view", "evaluate", "ensemble", "train", "__main__"],
+    "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "train", "__main__"],
     "clustering": ["labels", "auto", "estimator"],
 }
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they

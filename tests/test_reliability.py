@@ -440,11 +440,11 @@ def test_hiseg_predict_resume_of_a_folder_without_a_record_warns_and_goes_on(tmp
 
 
 def test_the_run_record_keeps_each_images_options_across_runs(tmp_path):
-    """:class:`hiseg.cli.predict.RunRecord` over several runs into one folder: another run's
+    """:class:`hiseg.cli.record.RunRecord` over several runs into one folder: another run's
     images, an --overwrite run with other options (its images are either run's until it ends),
     a name that is not UTF-8, the model known by its file's digest, a corrupt record."""
     from hiseg.cli import build_parser
-    from hiseg.cli.predict import RECORD, RunRecord, output_options
+    from hiseg.cli.record import RECORD, RunRecord, output_options
 
     def options(*argv):
         return output_options(build_parser().parse_args(["predict", "x.png", "-o", "o", *argv]))

@@ -1,7 +1,7 @@
 """The ``hiseg`` command: ``predict``, ``view``, ``evaluate``, ``ensemble`` and ``train``, one
 module each (:mod:`hiseg.cli.predict`, :mod:`hiseg.cli.view`, :mod:`hiseg.cli.evaluate`,
 :mod:`hiseg.cli.ensemble`, :mod:`hiseg.cli.train`), their shared options defined once in
-:mod:`hiseg.cli.options`.
+:mod:`hiseg.cli.options`; ``predict``'s run record (what ``--resume`` checks) in :mod:`hiseg.cli.record`.
 
 The vocabulary, the same in every subcommand (``tests/test_cli_help.py`` checks the help):
 
