@@ -246,7 +246,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         elif not batch.has_graph:
             raise ValueError(NO_SUPERPIXELS)
         clock("superpixels")
-        w = pipe.graph_weights(batch.rags, maps, batch.images, head=self.merge_head, frontier=(
+        w = pipe.graph_weights(batch.rags, maps, batch.images_on_host, head=self.merge_head, frontier=(
             batch.frontier_pixels_a, batch.frontier_pixels_b, batch.frontier_edge, batch.frontier_count))
         clock("pooling")
         x = loss_terms.LossInputs(

@@ -311,6 +311,19 @@ def test_graph_batch_moves_with_lightning_and_dataset_wrapper():
     moved = move_data_to_device(batch, torch.device("cpu"))
     assert type(moved).__name__ == "GraphBatch" and moved.images.shape == (2, 3, 32, 32)
     assert moved.rags is batch.rags and len(moved) == 2
+    assert moved.host_images is None and moved.images_on_host is moved.images
+
+
+def test_graph_batch_keeps_its_host_images_when_moved():
+    """GraphBatch.to another device keeps the collated host tensor (no copy) for the host-side
+    merging-head features."""
+    raw = SyntheticSegmentation(2, 32, 2, seed=0)
+    ds = SegmentationGraphDataset(raw, None, Superpixels("watershed", 6.0))
+    batch = collate_graph_batch([ds[0], ds[1]])
+    there = batch.to("meta")
+    assert there.images.device.type == "meta" and there.host_images is batch.images
+    assert there.images_on_host is batch.images and there.to("meta").host_images is batch.images
+    assert batch.to("cpu").host_images is None
 
 
 # ----------------------------------------------------------------------------- superpixel paths

@@ -110,7 +110,14 @@ def _batch(n=3, size=48):
 def _count_step(pipeline: dict, **model_kw):
     torch.manual_seed(0)
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pipeline=pipeline, **model_kw)
-    batch = _batch().to("cpu")
+    batch = _batch()
+    host = batch.images
+    batch = batch.to("cpu")
+    if model_kw.get("new_merge_head"):
+        from dataclasses import replace
+
+        # as GraphBatch.to leaves it for a device: the collated tensor kept on the host, not on the device list
+        batch = replace(batch, images=host.clone(), host_images=host)
     if pipeline["superpixels"] != "color_watershed":
         from dataclasses import replace
 
@@ -147,6 +154,17 @@ def test_rebuilding_pipeline_adds_one_copy_each_way():
     back in one packed copy; then the step's own two copies."""
     c = _count_step({"superpixels": "boundary_watershed", "region_size": 6.0})
     assert c.d2h == ["cpu", "cpu"], c.d2h
+    assert c.h2d == ["to", "to"], c.h2d
+
+
+def test_merge_head_step_reads_the_images_on_the_host():
+    """A merging head with colour features reads the images the batch kept on the host
+    (GraphBatch.host_images): no device-to-host copy of them. Its features' index tensors go
+    to the device in one packed copy (TorchEdgeFeatures.to), then the step's own two copies."""
+    head = {"features": ["mean", "max", "log_length", "lab_dist"], "hidden": [8]}
+    c = _count_step({"superpixels": "color_watershed", "linkage": "average", "region_size": 6.0},
+                    new_merge_head=head, freeze_network=True)
+    assert c.d2h == ["cpu"], c.d2h
     assert c.h2d == ["to", "to"], c.h2d
 
 

@@ -252,6 +252,11 @@ class GraphBatch:
         divisor of the frontier mean, known from the RAGs (no count on the device).
     num_labels : int
         An upper bound of ``sp_labels`` + 1 (the number of region ids used).
+    host_images : float32 tensor (B, 3, H, W) or None
+        The images on the host once :meth:`to` has moved ``images`` to another device: the
+        collated CPU tensor itself (no copy), for the host-side features of a merging head
+        (no device-to-host copy, hence no synchronisation, in the training step). None while
+        ``images`` is on the host; :attr:`images_on_host` gives whichever holds them.
     """
 
     images: torch.Tensor
@@ -270,6 +275,7 @@ class GraphBatch:
     vertex_offsets: Optional[torch.Tensor] = None
     frontier_count: Optional[torch.Tensor] = None
     num_labels: int = 0
+    host_images: Optional[torch.Tensor] = None
 
     _TENSORS = ("images", "frontier_pixels_a", "frontier_pixels_b", "frontier_edge",
                 "edge_target", "sp_labels", "boundary", "vertex_offsets", "frontier_count")
@@ -297,8 +303,16 @@ class GraphBatch:
         Accepts the arguments of ``torch.Tensor.to`` that make sense for a mixed batch
         (``device``, ``non_blocking``); dtypes are never changed.
         """
-        return replace(self, **{k: getattr(self, k).to(device, non_blocking=non_blocking)
-                                for k in self._TENSORS if getattr(self, k) is not None})
+        moved = {k: getattr(self, k).to(device, non_blocking=non_blocking)
+                 for k in self._TENSORS if getattr(self, k) is not None}
+        host = self.images_on_host
+        return replace(self, **moved, host_images=None if moved["images"].device.type == "cpu" else host)
+
+    @property
+    def images_on_host(self) -> torch.Tensor:
+        """The (B, 3, H, W) images on the host: ``images`` itself, or the host tensor it was
+        moved from (:attr:`host_images`)."""
+        return self.images if self.host_images is None else self.host_images
 
     def pin_memory(self) -> "GraphBatch":
         """A copy with pinned tensors (called by ``DataLoader(pin_memory=True)``)."""

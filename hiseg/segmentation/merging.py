@@ -46,6 +46,7 @@ import numpy as np
 import torch
 
 from ..graph import RegionAdjacencyGraph, as_edge_list, batch_graphs
+from ..ultrametric import packed_copy
 from .pooling import batch_frontier_pixels
 
 __all__ = ["FEATURES", "MergeHead", "MergeHeadError", "TorchEdgeFeatures", "edge_features", "edge_features_torch",
@@ -315,8 +316,11 @@ class TorchEdgeFeatures:
         """Move the index tensors to ``device`` (and the features to ``dtype``); returns self."""
         self.dtype = dtype or self.dtype
         device = torch.device("cpu") if device is None else torch.device(device)
-        self._t = {k: torch.from_numpy(np.ascontiguousarray(v)).to(
-            device=device, dtype=self.dtype if v.dtype == np.float64 else None) for k, v in self._host.items()}
+        # the float arrays in the features' dtype (cast on the host where numpy has it), all moved in one copy
+        cast = {torch.float32: np.float32, torch.float64: np.float64}.get(self.dtype, np.float32)
+        arrays = [v.astype(cast, copy=False) if v.dtype == np.float64 else v for v in self._host.values()]
+        moved = packed_copy(arrays, device)
+        self._t = {k: x.to(self.dtype) if x.is_floating_point() else x for k, x in zip(self._host, moved)}
         self.device = self._t["edge"].device  # "cuda" resolved to "cuda:0"
         return self
 
