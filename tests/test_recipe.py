@@ -307,3 +307,43 @@ def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
     assert seg.pipeline.merge_head is not None and seg.pipeline.flip and tuple(seg.pipeline.scales) == (0.5, 1.0)
     res = seg.segment(np.random.default_rng(0).uniform(0, 1, (40, 56, 3)).astype(np.float32))
     assert res.ucm2.shape == (81, 113)
+
+
+def test_pdc_network_goes_through_the_rest_of_the_recipe(tmp_path, capsys):
+    """The issue-33 network after its pixel stage (configs/bsds500_pdc_pixel.yaml): fine-tuning
+    through average linkage from that checkpoint, then `hiseg ensemble` with the shipped
+    `bsds500`; the ensemble runs the pdc member's folded kernels and its map is the mean of
+    the members' probabilities, each member's computed by its own Segmenter."""
+    from hiseg.cli import main
+    from hiseg.inference import Segmenter
+    from hiseg.models import PDCBoundaryNet, load_model
+
+    data = make_bsds(tmp_path / "bsds")
+    arch = '{"width": 8, "blocks": [1, 1, 1, 1]}'
+    r = run(tmp_path, "bsds500_pdc_pixel.yaml", *pixel_args(tmp_path / "pixel", data, "--trainer.max_steps", "4"),
+            "--model.arch_kwargs", arch, "--trainer.precision", "32-true")
+    assert r.returncode == 0, r.stderr[-3000:]
+    pixel = tmp_path / "pixel/csv/version_0/checkpoints/last.ckpt"
+    ck = load_ckpt(pixel)
+    assert ck["global_step"] == 4 and ck["hyper_parameters"]["arch"] == "pdc_boundary_net"
+    r = run(tmp_path, "bsds500_finetune.yaml", "--trainer.default_root_dir", str(tmp_path / "ft"),
+            "--data.init_args.data_root", str(data), "--data.init_args.crop_size", "32",
+            "--data.init_args.batch_size", "2", "--data.init_args.num_workers", "0",
+            "--model.arch", "pdc_boundary_net", "--model.arch_kwargs", arch, "--trainer.max_steps", "2",
+            "--model.init_from", str(pixel))
+    assert r.returncode == 0, r.stderr[-3000:]
+    ft_path = tmp_path / "ft/csv/version_0/checkpoints/last.ckpt"
+    ft = load_ckpt(ft_path)
+    assert ft["global_step"] == 2 and ft["hyper_parameters"]["arch"] == "pdc_boundary_net"
+    assert [k for k, v in ft["state_dict"].items() if v.is_floating_point() and not torch.equal(v, ck["state_dict"][k])]
+
+    out = tmp_path / "ens.ckpt"
+    assert main(["ensemble", "bsds500", str(ft_path), "--scales", "1", "-o", str(out)]) == 0
+    capsys.readouterr()
+    ens = Segmenter.from_checkpoint(out)
+    pdc = [m for m in ens.model.members if isinstance(m, PDCBoundaryNet)]
+    assert len(pdc) == 1 and not pdc[0].training and load_model(out).arch == "mean_probability_ensemble"
+    img = np.random.default_rng(1).uniform(0, 1, (40, 56, 3)).astype(np.float32)
+    want = (Segmenter.from_checkpoint("bsds500").boundary_map(img) + Segmenter.from_checkpoint(ft_path).boundary_map(img)) / 2
+    np.testing.assert_allclose(ens.boundary_map(img), want, atol=1e-4)
+    assert ens.segment(img).ucm2.shape == (81, 113)
