@@ -65,6 +65,12 @@ def pixel_args(root, data, *extra):
             "--model.arch_kwargs", '{"width": 8}', "--model.warmup", "2", "--trainer.max_steps", "10", *extra)
 
 
+def finetune_args(root, data, *extra):
+    return ("--trainer.default_root_dir", str(root), "--data.init_args.data_root", str(data),
+            "--data.init_args.crop_size", "32", "--data.init_args.batch_size", "2",
+            "--data.init_args.num_workers", "0", *extra)
+
+
 def test_recipe_is_two_train_py_commands(tmp_path):
     """Pixel stage then fine-tuning from its last.ckpt; the result loads in hiseg predict's
     pipeline with the fine-tuning's settings, and its network moved in both stages."""
@@ -74,9 +80,7 @@ def test_recipe_is_two_train_py_commands(tmp_path):
     pixel = tmp_path / "pixel/csv/version_0/checkpoints/last.ckpt"
     ck = load_ckpt(pixel)
     assert ck["global_step"] == 10 and ck["hyper_parameters"]["pixel_loss"] == "edge"
-    r = run(tmp_path, "bsds500_finetune.yaml", "--trainer.default_root_dir", str(tmp_path / "ft"),
-            "--data.init_args.data_root", str(data), "--data.init_args.crop_size", "32",
-            "--data.init_args.batch_size", "2", "--data.init_args.num_workers", "0",
+    r = run(tmp_path, "bsds500_finetune.yaml", *finetune_args(tmp_path / "ft", data),
             "--model.arch_kwargs", '{"width": 8}', "--trainer.max_steps", "3",
             "--model.init_from", str(pixel))
     assert r.returncode == 0, r.stderr[-3000:]
@@ -326,11 +330,8 @@ def test_pdc_network_goes_through_the_rest_of_the_recipe(tmp_path, capsys):
     pixel = tmp_path / "pixel/csv/version_0/checkpoints/last.ckpt"
     ck = load_ckpt(pixel)
     assert ck["global_step"] == 4 and ck["hyper_parameters"]["arch"] == "pdc_boundary_net"
-    r = run(tmp_path, "bsds500_finetune.yaml", "--trainer.default_root_dir", str(tmp_path / "ft"),
-            "--data.init_args.data_root", str(data), "--data.init_args.crop_size", "32",
-            "--data.init_args.batch_size", "2", "--data.init_args.num_workers", "0",
-            "--model.arch", "pdc_boundary_net", "--model.arch_kwargs", arch, "--trainer.max_steps", "2",
-            "--model.init_from", str(pixel))
+    r = run(tmp_path, "bsds500_finetune.yaml", *finetune_args(tmp_path / "ft", data), "--model.arch", "pdc_boundary_net",
+            "--model.arch_kwargs", arch, "--trainer.max_steps", "2", "--model.init_from", str(pixel))
     assert r.returncode == 0, r.stderr[-3000:]
     ft_path = tmp_path / "ft/csv/version_0/checkpoints/last.ckpt"
     ft = load_ckpt(ft_path)
