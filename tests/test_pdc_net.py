@@ -233,3 +233,28 @@ def test_default_width_size_and_kind_cycle():
     assert len(kinds) == 1 + 3 + 4 + 4 + 4
     assert kinds[:4] == ["cd", "ad", "rd", "cv"] and kinds[4:8] == ["cd", "ad", "rd", "cv"]
     assert net.arch == "pdc_boundary_net" and net.arch_kwargs["width"] == 40
+
+
+def test_forward_uses_no_index_tensors():
+    """The kernels are stacked from views of the weights: no advanced indexing, whose index list
+    becomes a tensor copied to the weights' device (on a GPU the host would wait at each of the
+    network's pixel-difference convolutions), in training and in the folded eval form."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.add(func.__name__)
+            return func(*args, **(kwargs or {}))
+
+    torch.manual_seed(0)
+    net = pdc_boundary_net(width=8, blocks=(1, 1, 1, 1))
+    x = torch.rand(1, 3, 24, 24)
+    for mode in (net.train, net.eval):
+        mode()
+        with Ops() as ops:
+            net(x)[0].sum()
+        assert not {n for n in ops.names if n.startswith(("index", "_index_put"))}, sorted(ops.names)

@@ -211,23 +211,27 @@ def test_cuda_step_synchronises_once():
     assert ours[-1].name == "compute_losses" and ".cpu()" in str(ours[-1].statement)
 
 
-def _pixel_stage(n_images=3):
+PIXEL_NETS = [("compact_boundary_net", {"width": 8}), ("pdc_boundary_net", {"width": 8, "blocks": [1, 1, 1, 1]})]
+
+
+def _pixel_stage(n_images=3, arch="compact_boundary_net", arch_kwargs=None):
     from hiseg.data.edges import BSDS500PixelDataModule
 
     rng = np.random.default_rng(0)
     dm = BSDS500PixelDataModule.from_arrays(rng.integers(0, 256, (n_images, 3, 40, 56), dtype=np.uint8),
                                             rng.random((n_images, 40, 56)).astype(np.float32), crop_size=16,
                                             batch_size=2, crops_per_epoch=400)
-    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, closest_weight=0, triplet_weight=0,
-                                       pixel_loss="edge", pixel_weight=1.0)
+    m = HierarchicalSegmentationModule(arch=arch, arch_kwargs=arch_kwargs or {"width": 8}, closest_weight=0,
+                                       triplet_weight=0, pixel_loss="edge", pixel_weight=1.0)
     return dm, m
 
 
-def test_pixel_stage_step_never_waits_for_the_device(monkeypatch):
+@pytest.mark.parametrize("arch,arch_kwargs", PIXEL_NETS)
+def test_pixel_stage_step_never_waits_for_the_device(monkeypatch, arch, arch_kwargs):
     """The pixel stage's step (hiseg.data.edges: the step's key -> draws, crops and labels on the
     device; the module's edge loss) copies nothing either way between the finite-loss checks: the
     host can run ahead of a GPU. (The key is a Python int: Lightning's transfer moves nothing.)"""
-    dm, m = _pixel_stage()
+    dm, m = _pixel_stage(arch=arch, arch_kwargs=arch_kwargs)
     dm.setup("fit")
     step = next(iter(dm.train_dataloader()))
     monkeypatch.setattr(m.finite_guard, "due", lambda loss, step, every: False)  # a GPU's step between checks
@@ -242,12 +246,13 @@ def test_pixel_stage_step_never_waits_for_the_device(monkeypatch):
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_pixel_stage_through_the_trainer_never_synchronises():
+@pytest.mark.parametrize("arch,arch_kwargs", PIXEL_NETS)
+def test_cuda_pixel_stage_through_the_trainer_never_synchronises(arch, arch_kwargs):
     """On CUDA, through Trainer.fit (bf16-mixed, as the GPU recipe): torch's sync debug mode sees
     no synchronising call in steps 5 to 14 (no logging or finite check falls there)."""
     import pytorch_lightning as pl
 
-    dm, m = _pixel_stage()
+    dm, m = _pixel_stage(arch=arch, arch_kwargs=arch_kwargs)
     caught = []
 
     class Watch(pl.Callback):

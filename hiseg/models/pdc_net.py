@@ -85,14 +85,17 @@ def pdc_kernel(weight: torch.Tensor, kind: str) -> torch.Tensor:
         weight = weight - torch.roll(weight, 1, dims=-1)
     k = 5 if kind == "rd" else 3
     c = k // 2
-    kernel = weight.new_zeros(co, ci, k * k)
-    ring = [(c + dy) * k + (c + dx) for dy, dx in RING]
-    kernel[..., ring] = weight if kind != "rd" else -weight
+    # the k * k cells stacked from views of the weights: no index tensor (a list index would be
+    # copied to the weights' device and make the host wait for a GPU at every call)
+    cells = [weight.new_zeros(co, ci)] * (k * k)
+    inner = -weight if kind == "rd" else weight
+    for r, (dy, dx) in enumerate(RING):
+        cells[(c + dy) * k + c + dx] = inner[..., r]
+        if kind == "rd":
+            cells[(c + 2 * dy) * k + c + 2 * dx] = weight[..., r]
     if kind == "cd":
-        kernel[..., c * k + c] = -weight.sum(-1)
-    elif kind == "rd":
-        kernel[..., [(c + 2 * dy) * k + (c + 2 * dx) for dy, dx in RING]] = weight
-    return kernel.reshape(co, ci, k, k)
+        cells[c * k + c] = -weight.sum(-1)
+    return torch.stack(cells, -1).reshape(co, ci, k, k)
 
 
 class PixelDifferenceConv2d(nn.Module):
