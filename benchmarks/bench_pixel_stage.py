@@ -132,10 +132,16 @@ def floor(args, device: torch.device) -> float:
     """crops/s of the network's bare forward + backward on a random device tensor."""
     from hiseg.models import get_model
 
+    from hiseg.training import channels_last_agrees
+
     net = get_model(args.arch, **args.arch_kwargs).to(device).train()
     x = torch.rand(args.batch, 3, args.crop, args.crop, device=device)
-    if device.type == "cuda":  # as the module runs it on CUDA
+    # channels-last on CUDA where the module's check (at its fit start) lets it run that layout
+    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(args.precision)
+    if device.type == "cuda" and channels_last_agrees(net, device, dtype):
         net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
+    elif device.type == "cuda":
+        args.layout = "plain layout: channels-last failed hiseg.training.channels_last_agrees"
     if args.compile:
         net.compile(mode=None if args.compile == "default" else args.compile)
 
@@ -205,6 +211,7 @@ def real_step(args, device: torch.device) -> tuple[float, int]:
 def network_cell(args, params: int) -> str:
     kw = json.dumps(args.arch_kwargs, separators=(", ", ": "))
     extra = f", compiled ({args.compile})" if args.compile else ""
+    extra += f", {args.layout}" if getattr(args, "layout", None) else ""
     return (f"{args.arch} `{kw}` ({params / 1e3:.0f}k parameters); {args.batch} crops of {args.crop}x{args.crop}, "
             f"{args.precision}{extra}")
 

@@ -344,12 +344,13 @@ class FiniteLossGuard(pl.Callback):
 
 
 class CompileNetwork(pl.Callback):
-    """``torch.compile`` the module's network (``pl_module.model``) in place when a fit starts:
-    an option of the pixel stage, **off by default** (not in any config), to be turned on only
-    where ``benchmarks/bench_pixel_stage.py --compile MODE`` measured it to pay on that GPU
-    (``mode="reduce-overhead"`` adds CUDA graphs). ``nn.Module.compile`` keeps the state-dict
-    keys, so checkpoints are unchanged. Validation's whole images have other shapes than the
-    crops: they compile again (once per shape). In a config::
+    """``torch.compile`` the module's network for its training steps when a fit starts
+    (:meth:`~hiseg.lightning.HierarchicalSegmentationModule.compile_network`): an option of the
+    pixel stage, **off by default** (not in any config), to be turned on only where
+    ``benchmarks/bench_pixel_stage.py --compile MODE`` measured it to pay on that GPU
+    (``mode="reduce-overhead"`` adds CUDA graphs; ``experiments/gpu_session.sh`` decides from its
+    rows). The state-dict keys, hence checkpoints, are unchanged. Validation runs the network
+    uncompiled: its whole images have other shapes than the crops. In a config::
 
         trainer:
           callbacks:
@@ -365,4 +366,4 @@ class CompileNetwork(pl.Callback):
 
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage == "fit":
-            pl_module.model.compile(mode=self.mode, backend=self.backend, dynamic=self.dynamic)
+            pl_module.compile_network(mode=self.mode, backend=self.backend, dynamic=self.dynamic)

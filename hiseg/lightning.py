@@ -20,6 +20,7 @@ only (``closest_weight`` and ``triplet_weight`` 0, ``pixel_loss: edge``), fed
 """
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import numpy as np
@@ -34,7 +35,8 @@ from .metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_bound
 from .models import get_model
 from .segmentation.hostpool import host_pool, resolve_workers
 from .training import (MODULE_CONSTRAINTS, NO_SUPERPIXELS, PIXEL_BATCH, LossResult, StageClock, batch_consensus,
-                       check_finite, merge_head_of, start_and_pipeline, step_triplets, warmup_cosine)
+                       channels_last_agrees, check_finite, merge_head_of, start_and_pipeline, step_triplets,
+                       warmup_cosine)
 
 __all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LossResult", "LastCheckpoint", "CSVLogger",
            "TensorBoardLogger", "VAL_THRESHOLDS"]
@@ -198,11 +200,22 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         """Boundary logits (B, 1, H, W)."""
         return self.model(images)
 
+    def compile_network(self, **compile_kwargs) -> None:
+        """Run the training steps' network through ``torch.compile(self.model, **compile_kwargs)``
+        (:class:`~hiseg.callbacks.CompileNetwork`). The compiled wrapper shares the network's
+        parameters and is not a submodule (the state-dict keys, hence checkpoints, are
+        unchanged); validation, prediction and anything in eval mode run the network as it is:
+        whole images of other sizes would compile again each, with dynamic shapes that
+        TorchInductor could not compile for ``pdc_boundary_net``'s folded kernels (PyTorch 2.x)."""
+        object.__setattr__(self, "_train_network", torch.compile(self.model, **compile_kwargs))
+
     def _network(self, images):
         """(logits, side outputs): the side outputs only for the ``edge`` pixel term."""
+        compiled = self.__dict__.get("_train_network")
+        net = compiled if compiled is not None and self.training and self.model.training else self.model
         if "pixel" in self.objective.active and self.hparams.pixel_loss == "edge":
-            return self.model(images, return_side_outputs=True)
-        return self.model(images), []
+            return net(images, return_side_outputs=True)
+        return net(images), []
 
     def pixel_stage_losses(self, batch) -> dict:
         """Losses of a :class:`~hiseg.data.edges.PixelBatch` (the pixel stage): the ``pixel``
@@ -211,7 +224,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if set(self.objective.active) != {"pixel"} or hp.pixel_loss != "edge":
             raise ValueError(PIXEL_BATCH)
         images = batch.images
-        if images.device.type == "cuda":
+        if getattr(self, "_channels_last", False):
             images = images.contiguous(memory_format=torch.channels_last)
         fused, sides = self._network(images)
         x = loss_terms.LossInputs(pixel_map=fused, side_maps=sides, consensus=loss_terms.consensus_targets(
@@ -319,8 +332,18 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self._log_summary("test", self.test_metrics)
 
     def on_fit_start(self):
-        if self.device.type == "cuda":  # convolutions in channels-last, as cuDNN prefers (bf16 too)
-            self.model.to(memory_format=torch.channels_last)
+        # convolutions in channels-last, as cuDNN prefers (bf16 too), where that layout trains the
+        # network as the plain one does (a kernel bug in one layout would corrupt the run silently)
+        self._channels_last = False
+        if self.device.type == "cuda":
+            precision = str(getattr(self.trainer, "precision", ""))
+            dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+            self._channels_last = channels_last_agrees(self.model, self.device, dtype)
+            if self._channels_last:
+                self.model.to(memory_format=torch.channels_last)
+            else:
+                warnings.warn(f"channels-last gives other gradients than the plain layout for this network on "
+                              f"{self.device} ({precision or 'fp32'}): training in the plain layout", stacklevel=2)
 
     # ------------------------------------------------------------------ optimisation
     def configure_optimizers(self):

@@ -9,6 +9,8 @@
 * :func:`check_finite`: the step's check of its one device-to-host copy;
 * :class:`StageClock`: the stage timings of ``compute_losses``;
 * :func:`warmup_cosine`: the learning-rate schedule (a linear warm-up, then a cosine decay);
+* :func:`channels_last_agrees`: the check that the channels-last layout trains the network as
+  the plain layout does, before a GPU run switches to it;
 * the step's messages for batches the model cannot train on.
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ._params import Interval, Options
 
 __all__ = ["MODULE_CONSTRAINTS", "PIXEL_LOSSES", "start_and_pipeline", "merge_head_of", "LossResult",
            "batch_consensus", "step_triplets", "check_finite", "StageClock", "warmup_cosine",
-           "NO_SUPERPIXELS", "PIXEL_BATCH"]
+           "NO_SUPERPIXELS", "PIXEL_BATCH", "channels_last_agrees"]
 
 PIXEL_LOSSES = ("balanced_bce", "edge")
 
@@ -204,3 +206,46 @@ def warmup_cosine(step: int, total, warmup: float, final_lr: float) -> float:
         return (step + 1) / warm
     prog = min(1.0, (step - warm) / max(1, total - warm))
     return final_lr + (1 - final_lr) * 0.5 * (1 + math.cos(math.pi * prog))
+
+
+def _tensors_of(out) -> list:
+    """The tensors of a network's output (a tensor, or nested tuples / lists of them)."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [t for o in (out if isinstance(out, (tuple, list)) else ()) for t in _tensors_of(o)]
+
+
+def channels_last_agrees(model: torch.nn.Module, device, dtype: Optional[torch.dtype] = None, size: int = 64,
+                         tolerance: Optional[float] = None) -> bool:
+    """Whether a copy of ``model`` (training mode) gets the same parameter gradients in the
+    channels-last memory layout as in the plain one, up to rounding: one forward (autocast to
+    ``dtype`` where given, e.g. bf16-mixed) and backward of a fixed random projection of its
+    outputs on two random ``size`` x ``size`` images, on ``device``. Every gradient must be
+    finite and differ from the plain layout's by at most ``tolerance`` times the largest plain
+    gradient magnitude over all parameters (default 1.0 in a 16-bit ``dtype``, whose rounding
+    moves small gradients behind BatchNorm by up to a quarter of that scale, else 0.1). This
+    catches a library kernel that fails in one layout only: PyTorch 2.x's oneDNN on the CPU
+    gives gradients of 1e19 or more, or NaN, for depthwise dilated convolutions in bf16
+    channels-last (``pdc_boundary_net``'s side heads: 1e33 times the gradients' scale on 64 x 64
+    images). ``model`` is not changed. Cost: two steps of the network on two small images."""
+    import copy
+
+    if not any(p.requires_grad for p in model.parameters()):
+        return True  # nothing trains (a frozen network)
+    device = torch.device(device)
+    tol = tolerance if tolerance is not None else (1.0 if dtype in (torch.bfloat16, torch.float16) else 0.1)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.rand(2, 3, size, size, generator=gen).to(device)
+    grads, proj = [], None
+    for fmt in (torch.contiguous_format, torch.channels_last):
+        net = copy.deepcopy(model).to(device).to(memory_format=fmt).train()
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            outs = [o.float() for o in _tensors_of(net(x.contiguous(memory_format=fmt)))]
+        if proj is None:
+            proj = [torch.randn(o.shape, generator=gen).to(device) for o in outs]
+        sum((o * w).sum() for o, w in zip(outs, proj)).backward()
+        grads.append([p.grad.float() for p in net.parameters() if p.grad is not None])
+    if not all(bool(torch.isfinite(g).all()) for g in grads[0] + grads[1]):
+        return False
+    scale = max(float(g.abs().max()) for g in grads[0])
+    return all(float((a - b).abs().max()) <= tol * max(scale, 1e-12) for a, b in zip(*grads))

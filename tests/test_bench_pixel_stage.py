@@ -70,18 +70,30 @@ def test_unknown_network_is_named(tmp_path):
 
 
 def test_compile_network_option_keeps_outputs_and_keys():
-    """hiseg.callbacks.CompileNetwork (off by default) compiles the network in place: the same
-    outputs, the same state-dict keys (checkpoints unchanged). The eager backend: no compiler."""
+    """hiseg.callbacks.CompileNetwork (off by default) compiles the network for the training
+    steps only: the same outputs, the same state-dict keys (checkpoints unchanged), and eval
+    mode (validation's whole images) runs the network uncompiled. The eager backend: no compiler."""
     import torch
 
     from hiseg.callbacks import CompileNetwork
     from hiseg.lightning import HierarchicalSegmentationModule
 
-    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}).eval()
-    x = torch.rand(1, 3, 32, 32)
-    keys, ref = list(m.state_dict()), m.model(x)
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_loss="edge")
+    x = torch.rand(2, 3, 32, 32)
+    keys = list(m.state_dict())
+    with torch.no_grad():
+        ref = m._network(x)
     CompileNetwork(backend="eager").setup(None, m, "validate")  # only a fit compiles
-    assert m.model._compiled_call_impl is None
+    assert m.__dict__.get("_train_network") is None
     CompileNetwork(backend="eager").setup(None, m, "fit")
-    assert m.model._compiled_call_impl is not None and list(m.state_dict()) == keys
-    torch.testing.assert_close(m.model(x), ref)
+    compiled = m.__dict__["_train_network"]
+    assert compiled._orig_mod is m.model and list(m.state_dict()) == keys
+    calls = []
+    compiled.register_forward_pre_hook(lambda mod, args: calls.append(mod.training))  # the wrapper's own call
+    with torch.no_grad():
+        got = m._network(x)
+        torch.testing.assert_close(got[0], ref[0])
+        assert len(got[1]) == len(ref[1]) and calls == [True]
+        m.eval()
+        m._network(x)
+    assert calls == [True]  # eval mode: the network itself

@@ -633,3 +633,53 @@ def test_closest_linkage_is_refused_for_training():
     with pytest.raises(ValueError, match="linkage 'closest' is a fit"):
         HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pipeline={"linkage": "closest",
                                                                           "superpixels": "color_watershed"})
+
+
+class _LayoutBug(torch.autograd.Function):
+    """The identity, whose backward scales the gradient by ``factor`` when its input is in the
+    channels-last layout (a kernel that fails in one memory layout only)."""
+
+    @staticmethod
+    def forward(ctx, x, factor):
+        ctx.channels_last = x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
+        ctx.factor = factor
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx, g):
+        return (g * ctx.factor if ctx.channels_last else g), None
+
+
+class _Net(torch.nn.Module):
+    def __init__(self, factor):
+        super().__init__()
+        self.conv, self.head, self.factor = torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.Conv2d(4, 1, 1), factor
+
+    def forward(self, x):
+        return self.head(_LayoutBug.apply(self.conv(x), self.factor))
+
+
+def test_channels_last_check_passes_the_networks_and_changes_nothing():
+    from hiseg.models import get_model, pdc_boundary_net
+    from hiseg.training import channels_last_agrees
+
+    torch.manual_seed(0)
+    for net in (pdc_boundary_net(width=8, blocks=(1, 1, 1, 1)), get_model("compact_boundary_net", width=8),
+                _Net(1.0)):
+        before = {k: v.clone() for k, v in net.state_dict().items()}
+        assert channels_last_agrees(net, "cpu", size=32)
+        assert all(torch.equal(v, before[k]) for k, v in net.state_dict().items())
+        assert all(p.grad is None and p.is_contiguous() for p in net.parameters())
+
+
+@pytest.mark.parametrize("factor", [1e20, float("nan"), 0.0, 3.0])
+def test_channels_last_check_catches_a_kernel_that_fails_in_one_layout(factor):
+    """Gradients scaled by 1e20, NaN, zero or 3x in channels-last are caught; the frozen network
+    (nothing to train) passes."""
+    from hiseg.training import channels_last_agrees
+
+    torch.manual_seed(0)
+    net = _Net(factor)
+    assert not channels_last_agrees(net, "cpu", size=16)
+    net.requires_grad_(False)
+    assert channels_last_agrees(net, "cpu", size=16)
