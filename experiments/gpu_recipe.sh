@@ -28,7 +28,9 @@
 #   TINY=1 (a CPU test of the whole chain in a minute or two: 4 images, tiny crops and network),
 #   CONFIG (configs/bsds500_pixel.yaml; ARCH='' keeps the config's network), PIXEL_SECONDS (60 * PIXEL_MINUTES),
 #   TRAIN_DATA (a hiseg.data.edges.pack_edge_dataset file to train from instead of BSDS's folder),
-#   CURVE (the resumed run's curve so far; default pixel_metrics.csv next to the resumed checkpoint)
+#   CURVE (the resumed run's curve so far; default pixel_metrics.csv next to the resumed checkpoint),
+#   TRAIN_ARGS (more train.py arguments for the pixel stage, split at spaces, e.g.
+#   --trainer.callbacks+=hiseg.callbacks.CompileNetwork)
 set -euo pipefail
 OUT=$1; RESUME=${2:-}
 mkdir -p "$OUT"
@@ -87,7 +89,7 @@ $PY train.py fit --config "$CONFIG" \
   --trainer.precision "$PRECISION" \
   --trainer.max_steps "$PIXEL_STEPS" --trainer.max_time "$MAX_TIME" \
   --trainer.limit_val_batches 10 --trainer.default_root_dir "$WORK/pixel" --trainer.enable_progress_bar false \
-  "${EXTRA[@]}" "${RESUME_ARGS[@]}" >> "$OUT/recipe.log" 2>&1 || { log "pixel stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
+  "${EXTRA[@]}" "${RESUME_ARGS[@]}" ${TRAIN_ARGS:-} >> "$OUT/recipe.log" 2>&1 || { log "pixel stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
 last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt | tail -1)
 cp "$last" "$OUT/pixel_last.ckpt"
 # the curve so far: the resumed run's rows after the carried ones (the validation curve of the stage)

@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # One device command for a session that is lent a GPU (issue 33 items 2 and 4), resumable:
-#   (a) the pixel-stage benchmark (benchmarks/bench_pixel_stage.py, about 90 s): crops/s of the real step next
-#       to its floor for compact_boundary_net (the shipped width 32) and pdc_boundary_net (width 40);
+#   (a) the first time only (BENCH=auto: while benchmarks/results/pixel_stage.md has no GPU row of the network to
+#       train), the benchmarks, about 4-5 min: benchmarks/bench_pixel_stage.py's crops/s of the real step next to
+#       its floor for compact_boundary_net (the shipped width 32), pdc_boundary_net (width 40) and the latter
+#       under torch.compile (COMPILE=auto trains with it from then on where it measured >= 1.3x);
+#       benchmarks/bench_training.py --host-workers 16 (the fine-tuning step's host pool, issue 33 item 3);
+#   (a2 of (a)) tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise, for both
+#       networks (~40 s);
 #   (b) pdc_boundary_net's pixel stage (configs/bsds500_pdc_pixel.yaml, bf16-mixed, augmentation on the device),
 #       on train first (the twin: its val figures are a measurement), through experiments/gpu_recipe.sh
 #       (CONFIG, SPLIT=train, MERGE=0), resumed from the committed checkpoint, for the time this command has
 #       left, stopped by Lightning's max_time with a final checkpoint (and a LastCheckpoint every 500 steps).
-#   (a2 of (a)) tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise (~20 s);
+#       Channels-last is used where hiseg.training.channels_last_agrees passes (checked at the fit's start).
 # At most 8 files come back in OUT: summary.txt, bench.log, pixel_stage.md (the benchmark's rows, to append to
 # benchmarks/results/pixel_stage.md), cuda_sync.log, recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole
 # curve so far), and pixel_metrics_this_run.csv only if the stage was cut before gpu_recipe.sh copied its files.
@@ -16,7 +21,8 @@
 # The session: device `run` calls from the repository root (the working tree, 64 MiB at most, travels with
 # the carried .gpu/; prepare_gpu.sh prints the total):
 #   1. run(command="bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
-#      -> about 9.5 min: the benchmark and the sync check (~2 min), then ~6 min of pixel stage.
+#      -> about 9.5 min: the first time the benchmarks (~4-5 min), then the pixel stage for the rest; afterwards
+#         (their rows committed) ~8 min of pixel stage.
 #   Then here: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
 #              cp <files_at>/pixel_metrics.csv experiments/state/pdc_pixel_metrics.csv;
 #              append <files_at>/pixel_stage.md's rows to benchmarks/results/pixel_stage.md; commit.
@@ -31,7 +37,11 @@
 # environment: RESUME (experiments/state/pdc_pixel_last.ckpt when that file exists; '' starts afresh),
 #   CURVE (the curve so far, experiments/state/pdc_pixel_metrics.csv), BUDGET_SECONDS (570: the whole command;
 #   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
-#   BENCH (1; 0: no benchmark), BENCH_SECONDS (8 per measurement), SPLIT (train; train+val once chosen on val),
+#   BENCH (auto: 1 while benchmarks/results/pixel_stage.md has no GPU row of ARCH_NAME's width 40, else 0, decided
+#   by experiments/gpu_choices.py; 1: run it; 0: none), BENCH_SECONDS (8 per measurement),
+#   COMPILE (auto: train with hiseg.callbacks.CompileNetwork when the committed rows and this run's show torch.compile
+#   at >= 1.3x the eager crops/s on that GPU: each command compiles again, a minute or so, from the cache on a warm
+#   machine; 1 / 0: with / without), SPLIT (train; train+val once chosen on val),
 #   ARCH_NAME (pdc_boundary_net), GPU_DIR (.gpu), PY (python3),
 #   TINY=1: a CPU check of the whole chain at a tiny size (BSDS= a BSDS500-layout folder; PIXEL_STEPS_TINY).
 set -u
@@ -45,7 +55,8 @@ GPU_DIR=${GPU_DIR:-.gpu}
 TINY=${TINY:-0}
 BUDGET_SECONDS=${BUDGET_SECONDS:-570}
 RESERVE_SECONDS=${RESERVE_SECONDS:-80}
-BENCH=${BENCH:-1}
+BENCH=${BENCH:-auto}
+COMPILE=${COMPILE:-auto}
 BENCH_SECONDS=${BENCH_SECONDS:-8}
 SPLIT=${SPLIT:-train}
 ARCH_NAME=${ARCH_NAME:-pdc_boundary_net}
@@ -54,12 +65,21 @@ RESUME=${RESUME-$([ -f "$STATE" ] && echo "$STATE")}
 CURVE=${CURVE-experiments/state/pdc_pixel_metrics.csv}
 log() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
 
+# the checkout's hiseg for every script (benchmarks/*.py put their own folder first on the path)
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+# torch.compile's cache in the git-ignored runs/, which a warm machine keeps between calls (the carried .gpu/
+# is replaced at each call): a second command compiles from it in seconds
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/runs/inductor_cache}
 # higra and jsonargparse, which the CUDA machine lacks: prepare_gpu.sh packed them into .gpu/site.tar.xz
 if ! $PY -c 'import higra, jsonargparse' 2>/dev/null; then
   [ -f "$GPU_DIR/site.tar.xz" ] || { log "no higra/jsonargparse and no $GPU_DIR/site.tar.xz: run experiments/prepare_gpu.sh"; exit 1; }
   $PY -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
-    "$GPU_DIR/site.tar.xz" "$GPU_DIR/site" || exit 1
-  export PYTHONPATH=$PWD/$GPU_DIR/site:$PWD
+    "$GPU_DIR/site.tar.xz" "$GPU_DIR/site" || { log "could not unpack $GPU_DIR/site.tar.xz (this Python's lzma?)"; exit 1; }
+  export PYTHONPATH=$PWD/$GPU_DIR/site:$PYTHONPATH
+fi
+if [ "$BENCH" = auto ]; then  # measured once per network and GPU kind: later sessions train instead
+  BENCH=1
+  [ "$TINY" != 1 ] && BENCH=$($PY experiments/gpu_choices.py bench --arch "$ARCH_NAME" 2>/dev/null || echo 1)
 fi
 log "gpu_session: $( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU') | head -1); \
 $($PY -c 'import torch; print("torch", torch.__version__)'); git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); \
@@ -80,6 +100,11 @@ if [ "$BENCH" = 1 ]; then
       --results "$OUT/pixel_stage.md" >> "$OUT/bench.log" 2>&1
     log "bench ${NETS[$i]}: rc=$? $(tail -1 "$OUT/pixel_stage.md" 2>/dev/null)"
   done
+  if [ "$TINY" != 1 ]; then  # torch.compile (default mode) of the network to train: COMPILE=auto reads this row
+    timeout 240 $PY benchmarks/bench_pixel_stage.py --seconds 6 --compile default --arch "$ARCH_NAME" \
+      --arch-kwargs '{"width": 40}' --results "$OUT/pixel_stage.md" >> "$OUT/bench.log" 2>&1
+    log "bench $ARCH_NAME compiled: rc=$? $(tail -1 "$OUT/pixel_stage.md" 2>/dev/null)"
+  fi
   [ "$TINY" != 1 ] && { timeout 150 $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 >> "$OUT/bench.log" 2>&1; log "bench_training --host-workers 16 (issue 33 item 3: the host pool's tables, into bench.log): rc=$?"; }
 fi
 
@@ -97,12 +122,20 @@ if [ "$LEFT" -lt 30 ] && [ "$TINY" != 1 ]; then
   exit 0
 fi
 [ -n "$RESUME" ] && [ ! -f "$RESUME" ] && { log "RESUME=$RESUME does not exist"; exit 1; }
+if [ "$COMPILE" = auto ]; then
+  COMPILE=0
+  [ "$TINY" != 1 ] && COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" \
+    --results benchmarks/results/pixel_stage.md --results "$OUT/pixel_stage.md" 2>/dev/null || echo 0)
+fi
+TRAIN_ARGS=""
+[ "$COMPILE" = 1 ] && TRAIN_ARGS="--trainer.callbacks+=hiseg.callbacks.CompileNetwork"
 DATA=()
 [ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_train.npz")
 [ "$SPLIT" = train+val ] && [ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_trainval.npz")
 WORK=$(mktemp -d)
-log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT})"
+log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}, torch.compile: $([ "$COMPILE" = 1 ] && echo on || echo off))"
 env "${DATA[@]}" WORK="$WORK" CONFIG=configs/bsds500_pdc_pixel.yaml ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
+  TRAIN_ARGS="$TRAIN_ARGS" \
   PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
   timeout $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" $RESUME
 rc=$?

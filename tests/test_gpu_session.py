@@ -90,3 +90,47 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     curve_b = _curve(b / "pixel_metrics.csv")
     assert curve_b[:len(curve_a)] == curve_a and len(curve_b) > len(curve_a)
     assert not (b / "pixel_stage.md").exists()  # BENCH=0
+
+
+def _table(*rows):
+    head = ("| device | network | crops/s | floor crops/s | ratio |\n|---|---|---:|---:|---:|\n")
+    return head + "".join(f"| {d} | {n} | {c} | 1000.0 | 0.50 |\n" for d, n, c in rows)
+
+
+PDC = 'pdc_boundary_net `{"width": 40}` (578k parameters); 32 crops of 320x320, bf16-mixed'
+
+
+def test_gpu_choices_read_the_benchmark_rows(tmp_path):
+    """experiments/gpu_choices.py: the benchmark runs until a GPU row of the network exists
+    (CPU rows and other widths do not count); torch.compile is chosen only when its newest row is
+    the gain above the newest eager row of the same GPU; several tables are read in order."""
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        import gpu_choices as g
+    finally:
+        sys.path.pop(0)
+    rows = lambda text: g.gpu_rows(text, "pdc_boundary_net", {"width": 40})  # noqa: E731
+    cpu_only = _table(("cpu (1 threads)", PDC, "2.3"), ("NVIDIA H100 80GB HBM3", PDC.replace("40", "32"), "900"))
+    assert rows(cpu_only) == [] and g.needs_bench(rows(cpu_only))
+    h100 = "NVIDIA H100 80GB HBM3"
+    eager = _table((h100, PDC, "1000.0"))
+    assert not g.needs_bench(rows(eager)) and not g.compile_pays(rows(eager))
+    compiled = _table((h100, PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"))
+    assert [r["compiled"] for r in rows(compiled)] == [None, "default"]
+    assert g.compile_pays(rows(compiled), 1.3) and not g.compile_pays(rows(compiled), 1.5)
+    only_compiled = _table((h100, PDC + ", compiled (default)", "1400.0"))
+    assert g.needs_bench(rows(only_compiled)) and not g.compile_pays(rows(only_compiled))
+    other_gpu = _table(("NVIDIA H200", PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"))
+    assert not g.compile_pays(rows(other_gpu))
+    newest = _table((h100, PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"), (h100, PDC, "1200.0"))
+    assert not g.compile_pays(rows(newest), 1.3)
+    # the command line: the committed table, then a session's rows
+    a, b = tmp_path / "a.md", tmp_path / "b.md"
+    a.write_text(eager)
+    b.write_text(_table((h100, PDC + ", compiled (default)", "1400.0")))
+    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu_choices.py"), *args],  # noqa: E731
+                                       capture_output=True, text=True, check=True).stdout.strip()
+    assert ask("bench", "--results", str(tmp_path / "missing.md")) == "1"
+    assert ask("bench", "--results", str(a)) == "0"
+    assert ask("compile", "--results", str(a)) == "0"
+    assert ask("compile", "--gain", "1.3", "--results", str(a), "--results", str(b)) == "1"

@@ -1,0 +1,82 @@
+"""What experiments/gpu_session.sh decides from the committed benchmark rows
+(benchmarks/results/pixel_stage.md, the rows benchmarks/bench_pixel_stage.py appends), so that a
+GPU session spends its minutes on training once a measurement exists:
+
+* ``bench``: 1 when the table has no GPU row (device other than ``cpu ...``) of the network in
+  eager mode yet (the session then runs the benchmark first), else 0;
+* ``compile``: 1 when the newest GPU row of the network compiled with ``torch.compile``'s default
+  mode is at least ``--gain`` (1.15) times the newest eager GPU row's crops/s on the same device
+  (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0.
+
+    python experiments/gpu_choices.py bench|compile [--results FILE ...] [--arch NAME]
+        [--arch-kwargs JSON] [--gain 1.15]
+
+(``--results`` may be given several times: their rows are read in that order, e.g. the committed
+table and the rows a session has just measured.)
+
+Prints the answer (0 or 1) and, on stderr, the rows it was read from.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "pixel_stage.md"
+
+
+def gpu_rows(text: str, arch: str, arch_kwargs: dict) -> list[dict]:
+    """The table's GPU rows of network ``arch`` with ``arch_kwargs`` (in file order): dicts with
+    ``device``, ``compiled`` (the mode, or None), ``crops`` (crops/s)."""
+    kw = json.dumps(arch_kwargs, separators=(", ", ": "))
+    head = f"{arch} `{kw}` "
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 5 or cells[0].startswith("cpu") or not cells[1].startswith(head):
+            continue
+        try:
+            crops = float(cells[2])
+        except ValueError:  # the header
+            continue
+        mode = cells[1].split(", compiled (", 1)[1].split(")", 1)[0] if ", compiled (" in cells[1] else None
+        rows.append({"device": cells[0], "compiled": mode, "crops": crops, "line": line.strip()})
+    return rows
+
+
+def needs_bench(rows: list[dict]) -> bool:
+    """No eager GPU row yet."""
+    return not any(r["compiled"] is None for r in rows)
+
+
+def compile_pays(rows: list[dict], gain: float = 1.15) -> bool:
+    """The newest default-mode compiled row is ``gain`` times the newest eager row of its device."""
+    compiled = [r for r in rows if r["compiled"] == "default"]
+    if not compiled:
+        return False
+    last = compiled[-1]
+    eager = [r for r in rows if r["compiled"] is None and r["device"] == last["device"]]
+    return bool(eager) and last["crops"] >= gain * eager[-1]["crops"]
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("question", choices=("bench", "compile"))
+    p.add_argument("--results", action="append", help=f"a table (repeatable; default {RESULTS})")
+    p.add_argument("--arch", default="pdc_boundary_net")
+    p.add_argument("--arch-kwargs", default='{"width": 40}', type=json.loads)
+    p.add_argument("--gain", type=float, default=1.15)
+    args = p.parse_args(argv)
+    paths = [Path(f) for f in (args.results or [RESULTS])]
+    text = "\n".join(p.read_text() for p in paths if p.is_file())
+    rows = gpu_rows(text, args.arch, args.arch_kwargs)
+    for r in rows:
+        print(r["line"], file=sys.stderr)
+    answer = needs_bench(rows) if args.question == "bench" else compile_pays(rows, args.gain)
+    print(int(answer))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
