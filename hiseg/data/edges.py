@@ -217,7 +217,7 @@ class GPUAugmenter:
     images : uint8 array (N, 3, H, W)
         Kept as uint8 on the device (BSDS500 train: 93 MB).
     consensus : float array (N, H, W); negative values mark padding (ignored)
-        Kept with its validity mask as float32 (N, 2, H, W) (BSDS500 train: 124 MB).
+        Kept with its validity mask as float32 (N, 2, H, W) (BSDS500 train: 247 MB).
     crop : int
         Side of the square crops.
     n_angles : int
