@@ -6,10 +6,14 @@ GPU session spends its minutes on training once a measurement exists:
   eager mode yet (the session then runs the benchmark first), else 0;
 * ``compile``: 1 when the newest GPU row of the network compiled with ``torch.compile``'s default
   mode is at least ``--gain`` (1.15) times the newest eager GPU row's crops/s on the same device
-  (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0.
+  (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0;
+* ``newest CKPT...``: the checkpoint with the most training steps (``global_step``; the first
+  of equals), among those that exist: which one the pixel stage resumes from (the committed
+  state, or the one the previous command left on a still-warm machine).
 
     python experiments/gpu_choices.py bench|compile [--results FILE ...] [--arch NAME]
         [--arch-kwargs JSON] [--gain 1.15]
+    python experiments/gpu_choices.py newest CKPT [CKPT ...]
 
 (``--results`` may be given several times: their rows are read in that order, e.g. the committed
 table and the rows a session has just measured.)
@@ -60,7 +64,24 @@ def compile_pays(rows: list[dict], gain: float = 1.15) -> bool:
     return bool(eager) and last["crops"] >= gain * eager[-1]["crops"]
 
 
+def newest(paths) -> str:
+    """The path among ``paths`` (existing files) with the highest ``global_step``; '' if none."""
+    import torch
+
+    best, best_step = "", -1
+    for path in paths:
+        if Path(path).is_file():
+            step = int(torch.load(path, map_location="cpu", weights_only=True).get("global_step", 0))
+            if step > best_step:
+                best, best_step = path, step
+    return best
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["newest"]:
+        print(newest(argv[1:]))
+        return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("question", choices=("bench", "compile"))
     p.add_argument("--results", action="append", help=f"a table (repeatable; default {RESULTS})")

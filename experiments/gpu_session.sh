@@ -23,19 +23,21 @@
 #   1. run(command="bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
 #      -> about 9.5 min: the first time the benchmarks (~4-5 min), then the pixel stage for the rest; afterwards
 #         (their rows committed) ~8 min of pixel stage.
-#   Then here: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
-#              cp <files_at>/pixel_metrics.csv experiments/state/pdc_pixel_metrics.csv;
-#              append <files_at>/pixel_stage.md's rows to benchmarks/results/pixel_stage.md; commit.
-#   2. if status says >= 3.5 min of device time are left and the machine is warm (call at once):
+#   2. at once if the reply leaves >= 3.5 min of device time (the machine goes back after 30 s idle):
 #      run(command="BENCH=0 BUDGET_SECONDS=150 bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=170)
-#      -> the pixel stage resumed from the checkpoint just committed; copy and commit the same way; give_back.
+#      -> the pixel stage resumed from where command 1 stopped (its checkpoint and curve stay on the warm machine
+#         in KEEP=runs/gpu_session/; a fresh machine resumes from the committed state); then give_back.
+#   Then here, from the last reply's files: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
+#      cp <files_at>/pixel_metrics.csv experiments/state/pdc_pixel_metrics.csv (the whole curve); append every
+#      command's pixel_stage.md rows (command 1's) to benchmarks/results/pixel_stage.md; commit.
 # The next session resumes from experiments/state/pdc_pixel_last.ckpt (RESUME) the same way.
 #
 # The CUDA machine's Python has no numba (nor a wheel for it here): hiseg.metrics runs its numpy/scipy twins there
 # (hiseg/metrics/_kernels_py.py, the same figures, ~3.5x the CPU time); summary.txt's first line says which.
 #
-# environment: RESUME (experiments/state/pdc_pixel_last.ckpt when that file exists; '' starts afresh),
-#   CURVE (the curve so far, experiments/state/pdc_pixel_metrics.csv), BUDGET_SECONDS (570: the whole command;
+# environment: RESUME (unset: the one of STATE=experiments/state/pdc_pixel_last.ckpt and
+#   KEEP/pixel_last.ckpt with more steps, KEEP=runs/gpu_session; '' starts afresh), CURVE (the curve so far:
+#   the resumed checkpoint's, experiments/state/pdc_pixel_metrics.csv or KEEP's), BUDGET_SECONDS (570: the whole command;
 #   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
 #   BENCH (auto: 1 while benchmarks/results/pixel_stage.md has no GPU row of ARCH_NAME's width 40, else 0, decided
 #   by experiments/gpu_choices.py; 1: run it; 0: none), BENCH_SECONDS (8 per measurement),
@@ -60,9 +62,8 @@ COMPILE=${COMPILE:-auto}
 BENCH_SECONDS=${BENCH_SECONDS:-8}
 SPLIT=${SPLIT:-train}
 ARCH_NAME=${ARCH_NAME:-pdc_boundary_net}
-STATE=experiments/state/pdc_pixel_last.ckpt
-RESUME=${RESUME-$([ -f "$STATE" ] && echo "$STATE")}
-CURVE=${CURVE-experiments/state/pdc_pixel_metrics.csv}
+STATE=${STATE:-experiments/state/pdc_pixel_last.ckpt}
+KEEP=${KEEP:-runs/gpu_session}  # on the device (git-ignored, kept by a warm machine): the last command's end
 log() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
 
 # the checkout's hiseg for every script (benchmarks/*.py put their own folder first on the path)
@@ -77,13 +78,20 @@ if ! $PY -c 'import higra, jsonargparse' 2>/dev/null; then
     "$GPU_DIR/site.tar.xz" "$GPU_DIR/site" || { log "could not unpack $GPU_DIR/site.tar.xz (this Python's lzma?)"; exit 1; }
   export PYTHONPATH=$PWD/$GPU_DIR/site:$PYTHONPATH
 fi
+if [ -z "${RESUME+set}" ]; then  # the committed state, or this machine's last command if it got further
+  RESUME=$($PY experiments/gpu_choices.py newest "$STATE" "$KEEP/pixel_last.ckpt") \
+    || RESUME=$([ -f "$STATE" ] && echo "$STATE")  # unreadable: never start afresh by accident
+  [ "$RESUME" = "$KEEP/pixel_last.ckpt" ] && CURVE=${CURVE-$KEEP/pixel_metrics.csv}
+fi
+CURVE=${CURVE-experiments/state/pdc_pixel_metrics.csv}
 if [ "$BENCH" = auto ]; then  # measured once per network and GPU kind: later sessions train instead
   BENCH=1
-  [ "$TINY" != 1 ] && BENCH=$($PY experiments/gpu_choices.py bench --arch "$ARCH_NAME" 2>/dev/null || echo 1)
+  [ "$TINY" != 1 ] && BENCH=$($PY experiments/gpu_choices.py bench --arch "$ARCH_NAME" \
+    --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" 2>/dev/null || echo 1)
 fi
 log "gpu_session: $( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU') | head -1); \
 $($PY -c 'import torch; print("torch", torch.__version__)'); git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); \
-RESUME=${RESUME:-none} SPLIT=$SPLIT; \
+RESUME=${RESUME:-none} SPLIT=$SPLIT BENCH=$BENCH; \
 $($PY -c 'import hiseg.metrics.kernels as k; print("numba" if k.HAVE_NUMBA else "no numba: the numpy/scipy metrics")' 2>&1 | tail -1)"
 
 # ---------------------------------------------------------------- (a) the benchmark, both networks
@@ -108,6 +116,8 @@ if [ "$BENCH" = 1 ]; then
   [ "$TINY" != 1 ] && { timeout 150 $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 >> "$OUT/bench.log" 2>&1; log "bench_training --host-workers 16 (issue 33 item 3: the host pool's tables, into bench.log): rc=$?"; }
 fi
 
+[ -f "$OUT/pixel_stage.md" ] && mkdir -p "$KEEP" && cat "$OUT/pixel_stage.md" >> "$KEEP/pixel_stage.md"  # next command's
+
 # ---------------------------------------------------------------- (a2) no host synchronisation in the step
 # torch's sync debug mode over ten steps of Trainer.fit (tests/test_sync.py; about 20 s; skipped on the CPU)
 if [ "$BENCH" = 1 ] && [ "$TINY" != 1 ]; then
@@ -125,7 +135,8 @@ fi
 if [ "$COMPILE" = auto ]; then
   COMPILE=0
   [ "$TINY" != 1 ] && COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" \
-    --results benchmarks/results/pixel_stage.md --results "$OUT/pixel_stage.md" 2>/dev/null || echo 0)
+    --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" --results "$OUT/pixel_stage.md" \
+    2>/dev/null || echo 0)
 fi
 TRAIN_ARGS=""
 [ "$COMPILE" = 1 ] && TRAIN_ARGS="--trainer.callbacks+=hiseg.callbacks.CompileNetwork"
@@ -143,5 +154,8 @@ if [ ! -f "$OUT/pixel_last.ckpt" ]; then  # stopped before the recipe copied it:
   last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt 2>/dev/null | tail -1)
   [ -n "$last" ] && cp "$last" "$OUT/pixel_last.ckpt" && cp "$(dirname "$(dirname "$last")")/metrics.csv" \
     "$OUT/pixel_metrics_this_run.csv" 2>/dev/null
+fi
+if [ -f "$OUT/pixel_last.ckpt" ] && [ -f "$OUT/pixel_metrics.csv" ]; then  # for the next command on this machine
+  mkdir -p "$KEEP" && cp "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv" "$KEEP/"
 fi
 log "pixel stage rc=$rc; files: $(ls "$OUT" | tr '\n' ' ')"

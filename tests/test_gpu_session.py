@@ -64,7 +64,8 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     hide = tmp_path / "no-numba" / "numba"
     hide.mkdir(parents=True)
     (hide / "__init__.py").write_text("raise ImportError('no numba here, as on the CUDA machine')\n")
-    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4",
+    keep = tmp_path / "keep"  # what a warm device keeps between two commands (runs/gpu_session there)
+    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4", KEEP=str(keep),
                PYTHONPATH=os.pathsep.join([str(hide.parent), str(ROOT)]))
     r = _bash("gpu_session.sh", str(tmp_path / "a"), env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
@@ -90,6 +91,19 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     curve_b = _curve(b / "pixel_metrics.csv")
     assert curve_b[:len(curve_a)] == curve_a and len(curve_b) > len(curve_a)
     assert not (b / "pixel_stage.md").exists()  # BENCH=0
+    # RESUME unset: the further of the committed state (here a's, step 4) and the machine's last command (b's,
+    # step 8, kept in KEEP) is resumed, with its curve
+    assert load_ckpt(keep / "pixel_last.ckpt")["global_step"] == 8
+    for k in ("RESUME", "CURVE"):
+        env.pop(k)
+    env.update(STATE=str(a / "pixel_last.ckpt"), PIXEL_STEPS_TINY="12")
+    r = _bash("gpu_session.sh", str(tmp_path / "c"), env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    c = tmp_path / "c"
+    assert f"RESUME={keep / 'pixel_last.ckpt'}" in (c / "summary.txt").read_text()
+    assert load_ckpt(c / "pixel_last.ckpt")["global_step"] == 12
+    curve_c = _curve(c / "pixel_metrics.csv")
+    assert curve_c[:len(curve_b)] == curve_b and len(curve_c) > len(curve_b)
 
 
 def _table(*rows):
@@ -134,3 +148,16 @@ def test_gpu_choices_read_the_benchmark_rows(tmp_path):
     assert ask("bench", "--results", str(a)) == "0"
     assert ask("compile", "--results", str(a)) == "0"
     assert ask("compile", "--gain", "1.3", "--results", str(a), "--results", str(b)) == "1"
+
+
+def test_gpu_choices_newest_checkpoint(tmp_path):
+    import torch
+
+    paths = []
+    for name, step in (("a", 5), ("b", 9), ("c", 9)):
+        paths.append(str(tmp_path / f"{name}.ckpt"))
+        torch.save({"global_step": step}, paths[-1])
+    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu_choices.py"), "newest", *args],  # noqa: E731
+                                       capture_output=True, text=True, check=True).stdout.strip()
+    assert ask(*paths) == paths[1] and ask(paths[2], paths[1]) == paths[2]  # the first of equals
+    assert ask(str(tmp_path / "missing.ckpt"), paths[0]) == paths[0] and ask(str(tmp_path / "missing.ckpt")) == ""
