@@ -83,13 +83,7 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     # the next run resumes from the first's checkpoint and continues its curve
     env.update(RESUME=str(a / "pixel_last.ckpt"), CURVE=str(a / "pixel_metrics.csv"), PIXEL_STEPS_TINY="8",
                BENCH="0")
-    r = _bash("gpu_session.sh", str(tmp_path / "b"), env=env)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    b = tmp_path / "b"
-    assert f"RESUME={a / 'pixel_last.ckpt'}" in (b / "summary.txt").read_text()
-    assert load_ckpt(b / "pixel_last.ckpt")["global_step"] == 8
-    curve_b = _curve(b / "pixel_metrics.csv")
-    assert curve_b[:len(curve_a)] == curve_a and len(curve_b) > len(curve_a)
+    b, curve_b = _resumed_run(tmp_path / "b", env, a / "pixel_last.ckpt", 8, curve_a)
     assert not (b / "pixel_stage.md").exists()  # BENCH=0
     # RESUME unset: the further of the committed state (here a's, step 4) and the machine's last command (b's,
     # step 8, kept in KEEP) is resumed, with its curve
@@ -97,13 +91,19 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     for k in ("RESUME", "CURVE"):
         env.pop(k)
     env.update(STATE=str(a / "pixel_last.ckpt"), PIXEL_STEPS_TINY="12")
-    r = _bash("gpu_session.sh", str(tmp_path / "c"), env=env)
+    _resumed_run(tmp_path / "c", env, keep / "pixel_last.ckpt", 12, curve_b)
+
+
+def _resumed_run(out, env, resumed, step, curve_before):
+    """gpu_session.sh into ``out``: it resumed from ``resumed``, reached ``step``, and its curve
+    continues ``curve_before``; returns (out, its curve)."""
+    r = _bash("gpu_session.sh", str(out), env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    c = tmp_path / "c"
-    assert f"RESUME={keep / 'pixel_last.ckpt'}" in (c / "summary.txt").read_text()
-    assert load_ckpt(c / "pixel_last.ckpt")["global_step"] == 12
-    curve_c = _curve(c / "pixel_metrics.csv")
-    assert curve_c[:len(curve_b)] == curve_b and len(curve_c) > len(curve_b)
+    assert f"RESUME={resumed}" in (out / "summary.txt").read_text()
+    assert load_ckpt(out / "pixel_last.ckpt")["global_step"] == step
+    curve = _curve(out / "pixel_metrics.csv")
+    assert curve[:len(curve_before)] == curve_before and len(curve) > len(curve_before)
+    return out, curve
 
 
 def _table(*rows):
