@@ -396,7 +396,7 @@ def test_hiseg_predict_resume_with_other_options_is_refused_and_with_the_same_on
               "-o", str(out), "--resume")
     _, se = p.communicate(timeout=300)
     assert p.returncode == 2 and "Traceback" not in se and len(se.splitlines()) == 1, se
-    assert (f"hiseg predict: error: --resume: {out} was written with no --max-pixels (the model's), --regions 6 "
+    assert (f"hiseg predict: error: --resume: {out} was written with no --max-pixels (the model's: 500000), --regions 6 "
             "and --html, this run asks for --max-pixels 5000, --regions 3 and no --html; rerun with the same "
             "options, or --overwrite") in se
     p = hiseg(*[a for a in argv if a != "--classical"], "-c", "bsds500", "--resume")  # another model
@@ -407,6 +407,10 @@ def test_hiseg_predict_resume_with_other_options_is_refused_and_with_the_same_on
     p = hiseg(*[a for a in argv if a != "-q"], "--tile", "0", "--resume")
     _, se = p.communicate(timeout=300)
     assert p.returncode == 0 and "3 of 3 image(s) are complete" in se and "warning" not in se, se
+    # the model's own settings given explicitly are the same options as none given
+    p = hiseg(*[a for a in argv if a != "-q"], "--max-pixels", "500000", "--scales", "1", "--no-flip", "--resume")
+    _, se = p.communicate(timeout=300)
+    assert p.returncode == 0 and "3 of 3 image(s) are complete" in se, se
     assert {q.name: q.stat().st_mtime_ns for q in out.iterdir()} == every  # the record too: unchanged
     # a plain rerun names the existing files, never the record
     p = hiseg(*argv)

@@ -34,7 +34,41 @@ def output_options(args) -> dict:
     return json.loads(json.dumps({  # as read back from the file (lists, floats)
         **model, "scales": args.scales, "flip": args.flip, "linkage": args.linkage, "max-pixels": args.max_pixels,
         "regions": args.regions, "level": args.level, "min-region-size": args.min_region_size,
-        "html": bool(args.html)}))
+        "html": bool(args.html), "models-own": _models_own(name)}))
+
+
+def _models_own(spec: str):
+    """The model's own values of the settings that default to it (:data:`_MODELS_OWN`): the
+    pipeline its checkpoint holds, or the classical path's; None when the file cannot be read
+    (loading it names why). An option given with the model's own value is then the same option
+    as none given (:func:`_differences`)."""
+    import warnings
+
+    from ..models.weights import CheckpointError, Weights, read_checkpoint
+    from ..segmentation.pipeline import Pipeline, PipelineError
+
+    try:
+        if spec == "classical":
+            pipe = Pipeline.classical()
+        else:
+            with warnings.catch_warnings():  # the loader's to give
+                warnings.simplefilter("ignore")
+                ck = read_checkpoint(Weights.resolve(spec))
+            stored = ck.metadata.get("pipeline")
+            pipe = Pipeline.from_dict(stored if stored is not None else ck.hyper_parameters.get("pipeline"))
+    except (OSError, ValueError, TypeError, KeyError, CheckpointError, PipelineError):
+        return None
+    return {"scales": [float(x) for x in pipe.scales], "flip": bool(pipe.flip), "linkage": pipe.linkage,
+            "max-pixels": int(pipe.max_pixels)}
+
+
+def _effective(opts: dict, k: str):
+    """Option ``k`` of the option set ``opts``: as given, or the model's own where none was given
+    and the set knows it (a record written before it did compares as given)."""
+    v = opts.get(k)
+    if v is None and k in _MODELS_OWN:
+        return (opts.get("models-own") or {}).get(k)
+    return v
 
 
 def _checkpoint_identity(spec: str) -> dict:
@@ -62,14 +96,17 @@ def _checkpoint_identity(spec: str) -> dict:
 def _differences(a: dict, b: dict) -> list:
     """The options in which the option sets ``a`` and ``b`` (:func:`output_options`) differ: the
     model by its file's digest where both have one, else by name; ``min-region-size`` only
-    where both cut by ``regions`` (it sizes those cuts only)."""
+    where both cut by ``regions`` (it sizes those cuts only); with one model, the settings that
+    default to the model's (:data:`_MODELS_OWN`) by their values (given or the model's own)."""
     def same(k):
         if k == "checkpoint" and a.get("sha256") and b.get("sha256"):
             return a["sha256"] == b["sha256"]
         if k == "min-region-size" and (a.get("regions") is None or b.get("regions") is None):
             return True
+        if k in _MODELS_OWN and a.get("models-own") and b.get("models-own") and same("checkpoint"):
+            return _effective(a, k) == _effective(b, k)  # one model: its own settings given or not, the same
         return a.get(k) == b.get(k)
-    return [k for k in dict.fromkeys([*a, *b]) if k != "sha256" and not same(k)]
+    return [k for k in dict.fromkeys([*a, *b]) if k not in ("sha256", "models-own") and not same(k)]
 
 
 def _shown(opts: dict, keys: list, digest: bool = False) -> str:
@@ -87,7 +124,11 @@ def _shown(opts: dict, keys: list, digest: bool = False) -> str:
         if k == "flip" and v is not None:
             return "--flip" if v else "--no-flip"
         if v is None or v is False:
-            return f"no --{'flip/--no-flip' if k == 'flip' else k}" + (" (the model's)" if k in _MODELS_OWN else "")
+            own = _effective(opts, k) if k in _MODELS_OWN and v is None else None
+            own = "" if own is None else ": " + (("--flip" if own else "--no-flip") if k == "flip" else " ".join(
+                f"{x:g}" if isinstance(x, float) else str(x) for x in (own if isinstance(own, list) else [own])))
+            return f"no --{'flip/--no-flip' if k == 'flip' else k}" + (f" (the model's{own})" if k in _MODELS_OWN
+                                                                       else "")
         if v is True:
             return f"--{k}"
         return f"--{k} " + " ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in
