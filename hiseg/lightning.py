@@ -205,8 +205,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         (:class:`~hiseg.callbacks.CompileNetwork`). The compiled wrapper shares the network's
         parameters and is not a submodule (the state-dict keys, hence checkpoints, are
         unchanged); validation, prediction and anything in eval mode run the network as it is:
-        whole images of other sizes would compile again each, with dynamic shapes that
-        TorchInductor could not compile for ``pdc_boundary_net``'s folded kernels (PyTorch 2.x)."""
+        whole images of other sizes would compile again each, with dynamic shapes, which
+        TorchInductor failed to compile for ``pdc_boundary_net``'s folded eval-mode kernels
+        (PyTorch 2.14 on the CPU: ``TensorReferenceAnalysis`` has no ``python_mod``)."""
         object.__setattr__(self, "_train_network", torch.compile(self.model, **compile_kwargs))
 
     def _network(self, images):
