@@ -2,8 +2,8 @@
 (benchmarks/results/pixel_stage.md, the rows benchmarks/bench_pixel_stage.py appends), so that a
 GPU session spends its minutes on training once a measurement exists:
 
-* ``bench``: 1 when the table has no GPU row (device other than ``cpu ...``) of the network in
-  eager mode yet (the session then runs the benchmark first), else 0;
+* ``bench``: 1 when the table has no GPU row (of ``--device``, the GPU at hand, where given) of
+  the network in eager mode yet (the session then runs the benchmark first), else 0;
 * ``compile``: 1 when the newest GPU row of the network compiled with ``torch.compile``'s default
   mode is at least ``--gain`` (1.15) times the newest eager GPU row's crops/s on the same device
   (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0;
@@ -30,15 +30,18 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "pixel_stage.md"
 
 
-def gpu_rows(text: str, arch: str, arch_kwargs: dict) -> list[dict]:
-    """The table's GPU rows of network ``arch`` with ``arch_kwargs`` (in file order): dicts with
-    ``device``, ``compiled`` (the mode, or None), ``crops`` (crops/s)."""
+def gpu_rows(text: str, arch: str, arch_kwargs: dict, device: str = "") -> list[dict]:
+    """The table's GPU rows of network ``arch`` with ``arch_kwargs`` (in file order), of GPU
+    ``device`` only where one is named (as ``torch.cuda`` names it): dicts with ``device``,
+    ``compiled`` (the mode, or None), ``crops`` (crops/s)."""
     kw = json.dumps(arch_kwargs, separators=(", ", ": "))
     head = f"{arch} `{kw}` "
     rows = []
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) != 5 or cells[0].startswith("cpu") or not cells[1].startswith(head):
+            continue
+        if device and cells[0] != device:
             continue
         try:
             crops = float(cells[2])
@@ -88,10 +91,11 @@ def main(argv=None) -> int:
     p.add_argument("--arch", default="pdc_boundary_net")
     p.add_argument("--arch-kwargs", default='{"width": 40}', type=json.loads)
     p.add_argument("--gain", type=float, default=1.15)
+    p.add_argument("--device", default="", help="this GPU, as torch.cuda names it: only its rows count")
     args = p.parse_args(argv)
     paths = [Path(f) for f in (args.results or [RESULTS])]
     text = "\n".join(p.read_text() for p in paths if p.is_file())
-    rows = gpu_rows(text, args.arch, args.arch_kwargs)
+    rows = gpu_rows(text, args.arch, args.arch_kwargs, args.device)
     for r in rows:
         print(r["line"], file=sys.stderr)
     answer = needs_bench(rows) if args.question == "bench" else compile_pays(rows, args.gain)

@@ -84,9 +84,10 @@ if [ -z "${RESUME+set}" ]; then  # the committed state, or this machine's last c
   [ "$RESUME" = "$KEEP/pixel_last.ckpt" ] && CURVE=${CURVE-$KEEP/pixel_metrics.csv}
 fi
 CURVE=${CURVE-experiments/state/pdc_pixel_metrics.csv}
+GPU_NAME=$($PY -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null)
 if [ "$BENCH" = auto ]; then  # measured once per network and GPU kind: later sessions train instead
   BENCH=1
-  [ "$TINY" != 1 ] && BENCH=$($PY experiments/gpu_choices.py bench --arch "$ARCH_NAME" \
+  [ "$TINY" != 1 ] && BENCH=$($PY experiments/gpu_choices.py bench --arch "$ARCH_NAME" --device "$GPU_NAME" \
     --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" 2>/dev/null || echo 1)
 fi
 log "gpu_session: $( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU') | head -1); \
@@ -134,7 +135,7 @@ fi
 [ -n "$RESUME" ] && [ ! -f "$RESUME" ] && { log "RESUME=$RESUME does not exist"; exit 1; }
 if [ "$COMPILE" = auto ]; then
   COMPILE=0
-  [ "$TINY" != 1 ] && COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" \
+  [ "$TINY" != 1 ] && COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" --device "$GPU_NAME" \
     --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" --results "$OUT/pixel_stage.md" \
     2>/dev/null || echo 0)
 fi

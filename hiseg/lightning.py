@@ -340,9 +340,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             precision = str(getattr(self.trainer, "precision", ""))
             dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
             self._channels_last = channels_last_agrees(self.model, self.device, dtype)
-            if self._channels_last:
-                self.model.to(memory_format=torch.channels_last)
-            else:
+            self.model.to(memory_format=torch.channels_last if self._channels_last else torch.contiguous_format)
+            if not self._channels_last:
                 warnings.warn(f"channels-last gives other gradients than the plain layout for this network on "
                               f"{self.device} ({precision or 'fp32'}): training in the plain layout", stacklevel=2)
 

@@ -223,8 +223,10 @@ def channels_last_agrees(model: torch.nn.Module, device, dtype: Optional[torch.d
     outputs on two random ``size`` x ``size`` images, on ``device``. Every gradient must be
     finite and differ from the plain layout's by at most ``tolerance`` times the largest plain
     gradient magnitude over all parameters (default 1.0 in a 16-bit ``dtype``, whose rounding
-    moves small gradients behind BatchNorm by up to a quarter of that scale, else 0.1). This
-    catches a library kernel that fails in one layout only: PyTorch 2.x's oneDNN on the CPU
+    moves small gradients behind BatchNorm by up to a quarter of that scale, else 0.1). In fp32
+    this catches gradients zeroed or off by a few times where they reach a tenth of the largest;
+    in a 16-bit ``dtype`` only gradients that blow up or are not finite. That is the failure seen: a library kernel that
+    fails in one layout only, PyTorch 2.x's oneDNN on the CPU
     gives gradients of 1e19 or more, or NaN, for depthwise dilated convolutions in bf16
     channels-last (``pdc_boundary_net``'s side heads: 1e33 times the gradients' scale on 64 x 64
     images). ``model`` is not changed. Cost: two steps of the network on two small images."""

@@ -136,6 +136,9 @@ def test_gpu_choices_read_the_benchmark_rows(tmp_path):
     assert g.needs_bench(rows(only_compiled)) and not g.compile_pays(rows(only_compiled))
     other_gpu = _table(("NVIDIA H200", PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"))
     assert not g.compile_pays(rows(other_gpu))
+    # a GPU named: only its rows count (an H200 session does not reuse the H100's measurements)
+    assert g.needs_bench(g.gpu_rows(eager, "pdc_boundary_net", {"width": 40}, "NVIDIA H200"))
+    assert not g.compile_pays(g.gpu_rows(compiled, "pdc_boundary_net", {"width": 40}, "NVIDIA H200"), 1.3)
     newest = _table((h100, PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"), (h100, PDC, "1200.0"))
     assert not g.compile_pays(rows(newest), 1.3)
     # the command line: the committed table, then a session's rows

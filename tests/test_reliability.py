@@ -407,8 +407,8 @@ def test_hiseg_predict_resume_with_other_options_is_refused_and_with_the_same_on
     p = hiseg(*[a for a in argv if a != "-q"], "--tile", "0", "--resume")
     _, se = p.communicate(timeout=300)
     assert p.returncode == 0 and "3 of 3 image(s) are complete" in se and "warning" not in se, se
-    # the model's own settings given explicitly are the same options as none given
-    p = hiseg(*[a for a in argv if a != "-q"], "--max-pixels", "500000", "--scales", "1", "--no-flip", "--resume")
+    # the model's own setting given explicitly is the same option as none given
+    p = hiseg(*[a for a in argv if a != "-q"], "--max-pixels", "500000", "--resume")
     _, se = p.communicate(timeout=300)
     assert p.returncode == 0 and "3 of 3 image(s) are complete" in se, se
     assert {q.name: q.stat().st_mtime_ns for q in out.iterdir()} == every  # the record too: unchanged
