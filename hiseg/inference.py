@@ -214,7 +214,6 @@ def _load_named(spec, pipeline=None):
     a file that is a shipped model's is named as that model. ``pipeline``: the one to use
     instead of the checkpoint's (which is then not read: an old checkpoint has none)."""
     from .models.weights import Weights, load_model, read_checkpoint
-    from .segmentation.pipeline import Pipeline
 
     if str(spec) == "default":
         spec = Weights.default().name.lower()
@@ -234,10 +233,18 @@ def _load_named(spec, pipeline=None):
     ck = read_checkpoint(path)  # read once
     if pipeline is not None:
         return name, load_model(ck), pipeline
+    return name, load_model(ck), stored_pipeline(ck)
+
+
+def stored_pipeline(ck):
+    """The :class:`~hiseg.segmentation.Pipeline` a read checkpoint holds (``metadata["pipeline"]``
+    of a slim file, else the ``pipeline`` hyper-parameter; the defaults where it has none)."""
+    from .segmentation.pipeline import Pipeline
+
     stored = ck.metadata.get("pipeline")
     if stored is None:
         stored = ck.hyper_parameters.get("pipeline")
-    return name, load_model(ck), Pipeline.from_dict(stored, source=f"checkpoint {path}")
+    return Pipeline.from_dict(stored, source=f"checkpoint {ck.path}")
 
 
 class Segmenter:

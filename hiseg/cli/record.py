@@ -44,6 +44,7 @@ def _models_own(spec: str):
     as none given (:func:`_differences`)."""
     import warnings
 
+    from ..inference import stored_pipeline
     from ..models.weights import CheckpointError, Weights, read_checkpoint
     from ..segmentation.pipeline import Pipeline, PipelineError
 
@@ -54,8 +55,7 @@ def _models_own(spec: str):
             with warnings.catch_warnings():  # the loader's to give
                 warnings.simplefilter("ignore")
                 ck = read_checkpoint(Weights.resolve(spec))
-            stored = ck.metadata.get("pipeline")
-            pipe = Pipeline.from_dict(stored if stored is not None else ck.hyper_parameters.get("pipeline"))
+            pipe = stored_pipeline(ck)
     except (OSError, ValueError, TypeError, KeyError, CheckpointError, PipelineError):
         return None
     return {"scales": [float(x) for x in pipe.scales], "flip": bool(pipe.flip), "linkage": pipe.linkage,
@@ -115,6 +115,9 @@ def _shown(opts: dict, keys: list, digest: bool = False) -> str:
     digest."""
     from ..io import display_path
 
+    def values(v) -> str:  # a setting's value(s) as typed: "0.5 1", "6", "average"
+        return " ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in (v if isinstance(v, list) else [v]))
+
     def one(k):
         v = opts.get(k)
         if k == "checkpoint":
@@ -124,15 +127,16 @@ def _shown(opts: dict, keys: list, digest: bool = False) -> str:
         if k == "flip" and v is not None:
             return "--flip" if v else "--no-flip"
         if v is None or v is False:
-            own = _effective(opts, k) if k in _MODELS_OWN and v is None else None
-            own = "" if own is None else ": " + (("--flip" if own else "--no-flip") if k == "flip" else " ".join(
-                f"{x:g}" if isinstance(x, float) else str(x) for x in (own if isinstance(own, list) else [own])))
-            return f"no --{'flip/--no-flip' if k == 'flip' else k}" + (f" (the model's{own})" if k in _MODELS_OWN
-                                                                       else "")
+            name = "flip/--no-flip" if k == "flip" else k
+            if k not in _MODELS_OWN:
+                return f"no --{name}"
+            own = _effective(opts, k) if v is None else None
+            if own is None:
+                return f"no --{name} (the model's)"
+            return f"no --{name} (the model's: {('--flip' if own else '--no-flip') if k == 'flip' else values(own)})"
         if v is True:
             return f"--{k}"
-        return f"--{k} " + " ".join(f"{x:g}" if isinstance(x, float) else str(x) for x in
-                                    (v if isinstance(v, list) else [v]))
+        return f"--{k} {values(v)}"
     shown = [one(k) for k in keys]
     return shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
 
