@@ -271,12 +271,17 @@ HISEG = """
 """
 
 
+# the go file of children that start at once: one for the module, its folder removed at exit
+_GO_FOLDER = tempfile.TemporaryDirectory(prefix="hiseg-go-")
+_GO_NOW = Path(_GO_FOLDER.name) / "go-now"
+_GO_NOW.touch()
+
+
 def hiseg(*argv, go=None, pause=None):
     """``hiseg ARGV`` in a child process (started at once, or when the file ``go`` appears);
     ``pause``: seconds each image waits before it is predicted."""
     if go is None:  # start at once: the go file, already there, in a folder of its own (never the cwd)
-        go = Path(tempfile.mkdtemp(prefix="hiseg-go-")) / "go-now"
-        go.touch()
+        go = _GO_NOW
     return python(HISEG, go, *argv, env={"HISEG_TEST_PAUSE": str(pause)} if pause else {})
 
 
