@@ -9,11 +9,18 @@ GPU session spends its minutes on training once a measurement exists:
   (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0;
 * ``newest CKPT...``: the checkpoint with the most training steps (``global_step``; the first
   of equals), among those that exist: which one the pixel stage resumes from (the committed
-  state, or the one the previous command left on a still-warm machine).
+  state, or the one the previous command left on a still-warm machine);
+* ``curve OUT [--until CKPT] CSV...``: the pixel stage's whole validation curve, the given
+  ``metrics.csv`` files (the curve so far, then this run's) one after the other into ``OUT``
+  (the union of their columns; missing files are skipped); with ``--until``, the last file's rows
+  of steps after that checkpoint are left out (a run cut after its last periodic checkpoint: the
+  resumed run logs those steps again; Lightning logs a step's row with the global step before it,
+  so a checkpoint at step N keeps the rows of steps < N).
 
     python experiments/gpu_choices.py bench|compile [--results FILE ...] [--arch NAME]
         [--arch-kwargs JSON] [--gain 1.15]
     python experiments/gpu_choices.py newest CKPT [CKPT ...]
+    python experiments/gpu_choices.py curve OUT [--until CKPT] CSV [CSV ...]
 
 (``--results`` may be given several times: their rows are read in that order, e.g. the committed
 table and the rows a session has just measured.)
@@ -69,21 +76,61 @@ def compile_pays(rows: list[dict], gain: float = 1.15) -> bool:
 
 def newest(paths) -> str:
     """The path among ``paths`` (existing files) with the highest ``global_step``; '' if none."""
-    import torch
-
     best, best_step = "", -1
     for path in paths:
         if Path(path).is_file():
-            step = int(torch.load(path, map_location="cpu", weights_only=True).get("global_step", 0))
+            step = _step(path)
             if step > best_step:
                 best, best_step = path, step
     return best
+
+
+def _step(path) -> int:
+    import torch
+
+    return int(torch.load(path, map_location="cpu", weights_only=True).get("global_step", 0))
+
+
+def join_curves(out, parts, until: int | None = None) -> int:
+    """``parts`` (CSV files; missing ones skipped) one after the other into ``out``, with the
+    union of their columns; rows whose ``step`` is ``until`` or more are left out of the last part
+    (logged by steps after a checkpoint at ``until``; the curves before it end at their own
+    checkpoints). Returns the number of rows written."""
+    import csv
+
+    rows, keys = [], []
+    parts = list(parts)
+    for i, f in enumerate(parts):
+        try:
+            with open(f, newline="") as fh:
+                r = csv.DictReader(fh)
+                keys += [k for k in (r.fieldnames or []) if k not in keys]
+                part = list(r)
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+        if until is not None and i == len(parts) - 1:
+            part = [row for row in part if not row.get("step") or int(float(row["step"])) < until]
+        rows += part
+    with open(out, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    return len(rows)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["newest"]:
         print(newest(argv[1:]))
+        return 0
+    if argv[:1] == ["curve"]:
+        p = argparse.ArgumentParser(prog="gpu_choices.py curve")
+        p.add_argument("out")
+        p.add_argument("--until", help="a checkpoint: the last file's rows of steps after it are left out")
+        p.add_argument("parts", nargs="+")
+        args = p.parse_args(argv[1:])
+        n = join_curves(args.out, args.parts, _step(args.until) if args.until else None)
+        print(f"{n} rows", file=sys.stderr)
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("question", choices=("bench", "compile"))

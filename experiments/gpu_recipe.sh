@@ -93,23 +93,7 @@ $PY train.py fit --config "$CONFIG" \
 last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt | tail -1)
 cp "$last" "$OUT/pixel_last.ckpt"
 # the curve so far: the resumed run's rows after the carried ones (the validation curve of the stage)
-$PY - "$OUT/pixel_metrics.csv" "$CURVE" \
-    "$(dirname "$(dirname "$last")")/metrics.csv" <<'PYEOF'
-import csv, sys
-rows, keys = [], []
-for f in sys.argv[2:]:
-    try:
-        with open(f, newline="") as fh:
-            r = csv.DictReader(fh)
-            keys += [k for k in (r.fieldnames or []) if k not in keys]
-            rows += list(r)
-    except (FileNotFoundError, IsADirectoryError):
-        pass
-with open(sys.argv[1], "w", newline="") as fh:
-    w = csv.DictWriter(fh, fieldnames=keys)
-    w.writeheader()
-    w.writerows(rows)
-PYEOF
+$PY experiments/gpu_choices.py curve "$OUT/pixel_metrics.csv" "$CURVE" "$(dirname "$(dirname "$last")")/metrics.csv" 2>> "$OUT/recipe.log"
 step=$($PY -c "import torch; print(torch.load('$OUT/pixel_last.ckpt', map_location='cpu', weights_only=True)['global_step'])")
 secs=$(( $(date +%s) - t0 ))
 log "pixel stage: step $step / $PIXEL_STEPS after ${secs} s in this command (max_time $MAX_TIME, ${SPENT} s spent before)"

@@ -14,7 +14,10 @@
 #       Channels-last is used where hiseg.training.channels_last_agrees passes (checked at the fit's start).
 # At most 8 files come back in OUT: summary.txt, bench.log, pixel_stage.md (the benchmark's rows, to append to
 # benchmarks/results/pixel_stage.md), cuda_sync.log, recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole
-# curve so far), and pixel_metrics_this_run.csv only if the stage was cut before gpu_recipe.sh copied its files.
+# curve so far; where the stage was cut before gpu_recipe.sh copied its files, the run's last periodic checkpoint
+# and the curve up to its step).
+# Where the stage trained with torch.compile and failed (not by this command's timeout), the rest of the time
+# trains without it from where it got to, and KEEP/compile_failed keeps this machine's later commands off it.
 #
 # Before the session, here (once per checkout; refills the git-ignored .gpu/, about 22 MiB):
 #   bash experiments/prepare_gpu.sh
@@ -42,8 +45,9 @@
 #   BENCH (auto: 1 while benchmarks/results/pixel_stage.md has no GPU row of ARCH_NAME's width 40, else 0, decided
 #   by experiments/gpu_choices.py; 1: run it; 0: none), BENCH_SECONDS (8 per measurement),
 #   COMPILE (auto: train with hiseg.callbacks.CompileNetwork when the committed rows and this run's show torch.compile
-#   at >= 1.3x the eager crops/s on that GPU: each command compiles again, a minute or so, from the cache on a warm
-#   machine; 1 / 0: with / without), SPLIT (train; train+val once chosen on val),
+#   at >= 1.3x the eager crops/s on that GPU, and no try with it failed on this machine: each command compiles
+#   again, a minute or so, from the cache on a warm machine; 1 / 0: with / without; COMPILE_CALLBACK: the
+#   callback it adds, hiseg.callbacks.CompileNetwork), SPLIT (train; train+val once chosen on val),
 #   ARCH_NAME (pdc_boundary_net), GPU_DIR (.gpu), PY (python3),
 #   TINY=1: a CPU check of the whole chain at a tiny size (BSDS= a BSDS500-layout folder; PIXEL_STEPS_TINY).
 set -u
@@ -135,26 +139,59 @@ fi
 [ -n "$RESUME" ] && [ ! -f "$RESUME" ] && { log "RESUME=$RESUME does not exist"; exit 1; }
 if [ "$COMPILE" = auto ]; then
   COMPILE=0
-  [ "$TINY" != 1 ] && COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" --device "$GPU_NAME" \
-    --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" --results "$OUT/pixel_stage.md" \
-    2>/dev/null || echo 0)
+  if [ -f "$KEEP/compile_failed" ]; then
+    log "torch.compile: off (a training with it failed on this machine: $KEEP/compile_failed)"
+  elif [ "$TINY" != 1 ]; then
+    COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" --device "$GPU_NAME" \
+      --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" --results "$OUT/pixel_stage.md" \
+      2>/dev/null || echo 0)
+  fi
 fi
-TRAIN_ARGS=""
-[ "$COMPILE" = 1 ] && TRAIN_ARGS="--trainer.callbacks+=hiseg.callbacks.CompileNetwork"
 DATA=()
 [ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_train.npz")
 [ "$SPLIT" = train+val ] && [ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_trainval.npz")
-WORK=$(mktemp -d)
-log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}, torch.compile: $([ "$COMPILE" = 1 ] && echo on || echo off))"
-env "${DATA[@]}" WORK="$WORK" CONFIG=configs/bsds500_pdc_pixel.yaml ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
-  TRAIN_ARGS="$TRAIN_ARGS" \
-  PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
-  timeout $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" $RESUME
-rc=$?
-if [ ! -f "$OUT/pixel_last.ckpt" ]; then  # stopped before the recipe copied it: the last periodic checkpoint
-  last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt 2>/dev/null | tail -1)
-  [ -n "$last" ] && cp "$last" "$OUT/pixel_last.ckpt" && cp "$(dirname "$(dirname "$last")")/metrics.csv" \
-    "$OUT/pixel_metrics_this_run.csv" 2>/dev/null
+
+# one try of the stage for the time left (arguments: 0/1 torch.compile); rc in $rc; where the stage stopped
+# before gpu_recipe.sh copied its files (a failure, or this command's timeout), the run's last periodic
+# checkpoint and the curve up to it (the curve so far, then this run's rows until its step) go into OUT
+stage() {
+  local compile=$1 work train_args=""
+  work=$(mktemp -d)
+  [ "$compile" = 1 ] && train_args="--trainer.callbacks+=${COMPILE_CALLBACK:-hiseg.callbacks.CompileNetwork}"
+  log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}, torch.compile: $([ "$compile" = 1 ] && echo on || echo off), RESUME=${RESUME:-none})"
+  rm -f "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv"
+  env "${DATA[@]}" WORK="$work" CONFIG=configs/bsds500_pdc_pixel.yaml ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
+    TRAIN_ARGS="$train_args" \
+    PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
+    timeout $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" $RESUME
+  rc=$?
+  if [ ! -f "$OUT/pixel_last.ckpt" ]; then
+    local last
+    last=$(ls "$work"/pixel/csv/version_*/checkpoints/last.ckpt 2>/dev/null | tail -1)
+    if [ -n "$last" ]; then
+      cp "$last" "$OUT/pixel_last.ckpt"
+      $PY experiments/gpu_choices.py curve "$OUT/pixel_metrics.csv" --until "$last" "$CURVE" \
+        "$(dirname "$(dirname "$last")")/metrics.csv" 2>> "$OUT/recipe.log"
+      log "pixel stage stopped (rc=$rc) before its end: its last periodic checkpoint (step $($PY -c 'import sys, torch; print(torch.load(sys.argv[1], map_location="cpu", weights_only=True)["global_step"])' "$last")) and the curve up to it are in OUT"
+    fi
+  fi
+}
+stage "$COMPILE"
+# torch.compile failed (not this command's timeout): the rest of the time without it, from where it got to;
+# this machine's next commands train without it too
+if [ "$COMPILE" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ]; then
+  mkdir -p "$KEEP" && echo "rc=$rc $(date -u +%FT%TZ)" > "$KEEP/compile_failed"
+  LEFT=$(( BUDGET_SECONDS - ($(date +%s) - START) - RESERVE_SECONDS ))
+  if [ -f "$OUT/pixel_last.ckpt" ]; then
+    mkdir -p "$KEEP/rescued" && cp "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv" "$KEEP/rescued/"
+    RESUME=$KEEP/rescued/pixel_last.ckpt CURVE=$KEEP/rescued/pixel_metrics.csv
+  fi
+  if [ "$LEFT" -ge 30 ] || { [ "$TINY" = 1 ] && [ "$LEFT" -gt 0 ]; }; then
+    log "torch.compile's try failed (rc=$rc; recipe.log): retrying without it for ${LEFT} s"
+    stage 0
+  else
+    log "torch.compile's try failed (rc=$rc; recipe.log), ${LEFT} s left: no retry"
+  fi
 fi
 if [ -f "$OUT/pixel_last.ckpt" ] && [ -f "$OUT/pixel_metrics.csv" ]; then  # for the next command on this machine
   mkdir -p "$KEEP" && cp "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv" "$KEEP/"

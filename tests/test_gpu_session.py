@@ -164,3 +164,74 @@ def test_gpu_choices_newest_checkpoint(tmp_path):
                                        capture_output=True, text=True, check=True).stdout.strip()
     assert ask(*paths) == paths[1] and ask(paths[2], paths[1]) == paths[2]  # the first of equals
     assert ask(str(tmp_path / "missing.ckpt"), paths[0]) == paths[0] and ask(str(tmp_path / "missing.ckpt")) == ""
+
+
+FAILING_COMPILE = '''
+import pytorch_lightning as pl
+
+
+class FailAt(pl.Callback):
+    """Stands for a torch.compile that breaks mid-run (an inductor error at a recompilation)."""
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= 6:
+            raise RuntimeError("inductor failed (the test's stand-in)")
+'''
+
+
+def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp_path):
+    """COMPILE=1 and the stage fails at step 6: its last periodic checkpoint (step 4, the first
+    epoch's end) and the curve up to it are kept, the rest of the time trains without compile
+    from there to the budget (8), and the machine's next COMPILE=auto command stays off it."""
+    data = make_bsds(tmp_path / "bsds")
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "failing_compile.py").write_text(FAILING_COMPILE)
+    keep = tmp_path / "keep"
+    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="8", KEEP=str(keep), BENCH="0",
+               COMPILE="1", COMPILE_CALLBACK="failing_compile.FailAt",
+               PYTHONPATH=os.pathsep.join([str(tmp_path / "mods"), str(ROOT)]))
+    out = tmp_path / "a"
+    r = _bash("gpu_session.sh", str(out), env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    summary = (out / "summary.txt").read_text()
+    assert "its last periodic checkpoint (step 4)" in summary, summary
+    assert "retrying without it" in summary and "torch.compile: off, RESUME=" in summary, summary
+    assert "inductor failed (the test's stand-in)" in (out / "recipe.log").read_text()
+    assert (keep / "compile_failed").is_file()
+    assert load_ckpt(out / "pixel_last.ckpt")["global_step"] == 8
+    assert load_ckpt(keep / "pixel_last.ckpt")["global_step"] == 8
+    # the curve: the failed try's rows up to step 4, then the retry's; each (step, figure) once
+    curve = _curve(out / "pixel_metrics.csv")
+    seen = [(row["step"], k) for row in curve for k, v in row.items() if v and k not in ("step", "epoch")]
+    assert len(seen) == len(set(seen)), seen
+    val_steps = [int(row["step"]) for row in curve if row.get("val/boundary_f")]
+    assert val_steps[0] == 3 and len(val_steps) == 2 and val_steps == sorted(val_steps), val_steps
+    assert len(list(out.iterdir())) <= 8
+    # COMPILE=auto on this machine afterwards: off, said so
+    env.pop("RESUME")
+    env.update(COMPILE="auto", STATE=str(out / "pixel_last.ckpt"))
+    r = _bash("gpu_session.sh", str(tmp_path / "b"), env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    assert "torch.compile: off (a training with it failed on this machine" in (tmp_path / "b/summary.txt").read_text()
+
+
+def test_gpu_choices_curve_joins_and_stops_at_the_checkpoint(tmp_path):
+    """``gpu_choices.py curve``: the parts one after the other with the union of their columns;
+    --until leaves out the last part's rows of steps after the checkpoint (logged again by the
+    resumed run; Lightning logs the row of the step to N at N - 1, as the first epoch's
+    validation of the retry test above shows), and a missing part is skipped."""
+    import torch
+
+    before, run = tmp_path / "before.csv", tmp_path / "run.csv"
+    before.write_text("epoch,step,val/f\n0,99,0.5\n")
+    run.write_text("epoch,step,train/loss\n1,100,1.0\n1,149,0.9\n1,150,0.8\n1,151,0.7\n")
+    torch.save({"global_step": 150}, tmp_path / "last.ckpt")
+    cmd = [sys.executable, str(ROOT / "experiments/gpu_choices.py"), "curve", str(tmp_path / "out.csv")]
+    subprocess.run(cmd + ["--until", str(tmp_path / "last.ckpt"), str(before), str(tmp_path / "gone.csv"), str(run)],
+                   check=True, capture_output=True)
+    rows = _curve(tmp_path / "out.csv")
+    assert list(rows[0]) == ["epoch", "step", "val/f", "train/loss"]
+    assert [(r["step"], r["val/f"], r["train/loss"]) for r in rows] == [
+        ("99", "0.5", ""), ("100", "", "1.0"), ("149", "", "0.9")]
+    subprocess.run(cmd + [str(before), str(run)], check=True, capture_output=True)
+    assert len(_curve(tmp_path / "out.csv")) == 5
