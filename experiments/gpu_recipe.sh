@@ -48,7 +48,10 @@ SPLIT=${SPLIT:-train+val}
 case "$SPLIT" in train|train+val) ;; *) echo "gpu_recipe: SPLIT must be train or train+val, got '$SPLIT'" >&2; exit 2;; esac
 MERGE=${MERGE:-1}
 MERGE_MINUTES=${MERGE_MINUTES:-4}   # what the merging stage needs; it waits for the next command otherwise
-WORK=${WORK:-$(mktemp -d)}  # the runs' folders (a caller may name it, to rescue a checkpoint)
+if [ -z "${WORK:-}" ]; then  # the runs' folders (a caller may name it, to rescue a checkpoint; it removes it then)
+  WORK=$(mktemp -d)
+  trap 'rm -rf "$WORK"' EXIT
+fi
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
 PY=${PY:-python3}

@@ -175,6 +175,7 @@ stage() {
       log "pixel stage stopped (rc=$rc) before its end: its last periodic checkpoint (step $($PY -c 'import sys, torch; print(torch.load(sys.argv[1], map_location="cpu", weights_only=True)["global_step"])' "$last")) and the curve up to it are in OUT"
     fi
   fi
+  rm -rf "$work"
 }
 stage "$COMPILE"
 # torch.compile failed (not this command's timeout): the rest of the time without it, from where it got to;

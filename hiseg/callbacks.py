@@ -350,7 +350,8 @@ class CompileNetwork(pl.Callback):
     ``benchmarks/bench_pixel_stage.py --compile MODE`` measured it to pay on that GPU
     (``mode="reduce-overhead"`` adds CUDA graphs; ``experiments/gpu_session.sh`` decides from its
     rows). The state-dict keys, hence checkpoints, are unchanged. Validation runs the network
-    uncompiled: its whole images have other shapes than the crops. In a config::
+    uncompiled: its whole images have other shapes than the crops. When the fit ends, the module
+    runs the network as it is again. In a config::
 
         trainer:
           callbacks:
@@ -367,3 +368,7 @@ class CompileNetwork(pl.Callback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         if stage == "fit":
             pl_module.compile_network(mode=self.mode, backend=self.backend, dynamic=self.dynamic)
+
+    def teardown(self, trainer, pl_module, stage: str) -> None:
+        if stage == "fit":  # the fit is over: a later fit of the same module without this callback runs eagerly
+            pl_module.compile_network(enabled=False)

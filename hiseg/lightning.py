@@ -200,15 +200,16 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         """Boundary logits (B, 1, H, W)."""
         return self.model(images)
 
-    def compile_network(self, **compile_kwargs) -> None:
+    def compile_network(self, enabled: bool = True, **compile_kwargs) -> None:
         """Run the training steps' network through ``torch.compile(self.model, **compile_kwargs)``
         (:class:`~hiseg.callbacks.CompileNetwork`). The compiled wrapper shares the network's
         parameters and is not a submodule (the state-dict keys, hence checkpoints, are
         unchanged); validation, prediction and anything in eval mode run the network as it is:
         whole images of other sizes would compile again each, with dynamic shapes, which
         TorchInductor failed to compile for ``pdc_boundary_net``'s folded eval-mode kernels
-        (PyTorch 2.14 on the CPU: ``TensorReferenceAnalysis`` has no ``python_mod``)."""
-        object.__setattr__(self, "_train_network", torch.compile(self.model, **compile_kwargs))
+        (PyTorch 2.14 on the CPU: ``TensorReferenceAnalysis`` has no ``python_mod``).
+        ``enabled=False``: the training steps run the network as it is again."""
+        object.__setattr__(self, "_train_network", torch.compile(self.model, **compile_kwargs) if enabled else None)
 
     def _network(self, images):
         """(logits, side outputs): the side outputs only for the ``edge`` pixel term."""
@@ -338,7 +339,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self._channels_last = False
         if self.device.type == "cuda":
             precision = str(getattr(self.trainer, "precision", ""))
-            dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision)
+            dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "bf16-true": torch.bfloat16,
+                     "16-true": torch.float16}.get(precision)
             self._channels_last = channels_last_agrees(self.model, self.device, dtype)
             self.model.to(memory_format=torch.channels_last if self._channels_last else torch.contiguous_format)
             if not self._channels_last:

@@ -209,9 +209,12 @@ def warmup_cosine(step: int, total, warmup: float, final_lr: float) -> float:
 
 
 def _tensors_of(out) -> list:
-    """The tensors of a network's output (a tensor, or nested tuples / lists of them)."""
+    """The tensors of a network's output (a tensor, or nested tuples, lists or dicts of them, a
+    dict's in its keys' order)."""
     if isinstance(out, torch.Tensor):
         return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
     return [t for o in (out if isinstance(out, (tuple, list)) else ()) for t in _tensors_of(o)]
 
 
@@ -229,7 +232,9 @@ def channels_last_agrees(model: torch.nn.Module, device, dtype: Optional[torch.d
     fails in one layout only, PyTorch 2.x's oneDNN on the CPU
     gives gradients of 1e19 or more, or NaN, for depthwise dilated convolutions in bf16
     channels-last (``pdc_boundary_net``'s side heads: 1e33 times the gradients' scale on 64 x 64
-    images). ``model`` is not changed. Cost: two steps of the network on two small images."""
+    images). The images take the dtype of ``model``'s parameters (a network in bf16 throughout,
+    Lightning's ``bf16-true``: pass its ``dtype`` too, for the 16-bit tolerance). ``model`` is not
+    changed. Cost: two steps of the network on two small images."""
     import copy
 
     if not any(p.requires_grad for p in model.parameters()):
@@ -237,7 +242,8 @@ def channels_last_agrees(model: torch.nn.Module, device, dtype: Optional[torch.d
     device = torch.device(device)
     tol = tolerance if tolerance is not None else (1.0 if dtype in (torch.bfloat16, torch.float16) else 0.1)
     gen = torch.Generator().manual_seed(0)
-    x = torch.rand(2, 3, size, size, generator=gen).to(device)
+    pdtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.float32)
+    x = torch.rand(2, 3, size, size, generator=gen).to(device, pdtype)
     grads, proj = [], None
     for fmt in (torch.contiguous_format, torch.channels_last):
         net = copy.deepcopy(model).to(device).to(memory_format=fmt).train()

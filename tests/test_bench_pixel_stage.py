@@ -97,3 +97,11 @@ def test_compile_network_option_keeps_outputs_and_keys():
         m.eval()
         m._network(x)
     assert calls == [True]  # eval mode: the network itself
+    # the fit over, the training steps run the network itself again (a later fit without the callback)
+    CompileNetwork(backend="eager").teardown(None, m, "validate")
+    assert m.__dict__["_train_network"] is compiled
+    CompileNetwork(backend="eager").teardown(None, m, "fit")
+    m.train()
+    with torch.no_grad():
+        m._network(x)
+    assert calls == [True] and m.__dict__["_train_network"] is None

@@ -672,6 +672,25 @@ def test_channels_last_check_passes_the_networks_and_changes_nothing():
         assert all(p.grad is None and p.is_contiguous() for p in net.parameters())
 
 
+class _DictNet(_Net):
+    def forward(self, x):
+        return {"edges": super().forward(x), "side": [self.conv(x)]}
+
+
+def test_channels_last_check_reads_dict_outputs_and_bf16_networks():
+    """A network returning a dict (its tensors all count: the bug behind the conv of the dict's
+    first entry is caught too), and one in bf16 throughout (Lightning's bf16-true: the images
+    take its dtype)."""
+    from hiseg.training import channels_last_agrees
+
+    torch.manual_seed(0)
+    assert channels_last_agrees(_DictNet(1.0), "cpu", size=16)
+    assert not channels_last_agrees(_DictNet(1e20), "cpu", size=16)
+    assert not channels_last_agrees(_DictNet(3.0), "cpu", size=16)
+    assert channels_last_agrees(_Net(1.0).to(torch.bfloat16), "cpu", torch.bfloat16, size=16)
+    assert not channels_last_agrees(_Net(1e20).to(torch.bfloat16), "cpu", torch.bfloat16, size=16)
+
+
 @pytest.mark.parametrize("factor", [1e20, float("nan"), 0.0, 3.0])
 def test_channels_last_check_catches_a_kernel_that_fails_in_one_layout(factor):
     """Gradients scaled by 1e20, NaN, zero or 3x in channels-last are caught in fp32, the first two

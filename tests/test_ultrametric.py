@@ -338,3 +338,23 @@ def test_ward_heights_scale_with_the_points(factor, rng):
 def test_ward_bad_input(X, graph, msg):
     with pytest.raises(ValueError, match=msg):
         hiseg.ward_linkage_ultrametric(graph, X)
+
+
+def test_packed_copy_keeps_values_dtypes_and_shapes():
+    """hiseg.ultrametric.packed_copy: one buffer viewed back with each array's dtype, shape and
+    values (on the CPU too: tests/test_sync.py's CPU simulation counts its one ``.to``; the meta
+    device: shapes and dtypes only); an unsupported dtype is refused, naming it."""
+    from hiseg.ultrametric import packed_copy
+
+    arrays = [np.arange(5, dtype=np.int64), np.arange(6, dtype=np.int32).reshape(2, 3),
+              np.linspace(0, 1, 7), np.float32([[1.5]]), np.array([True, False, True]), np.zeros(0, np.int64),
+              np.arange(10)[::2]]
+    out = packed_copy(arrays, "cpu")
+    for a, t in zip(arrays, out):
+        np.testing.assert_array_equal(t.numpy(), a)
+        assert t.numpy().dtype == a.dtype
+    meta = packed_copy(arrays, "meta")
+    assert [(tuple(t.shape), t.dtype) for t in meta] == [(tuple(t.shape), t.dtype) for t in out]
+    assert all(t.device.type == "meta" for t in meta)
+    with pytest.raises(TypeError, match="unsupported dtype uint16"):
+        packed_copy([np.zeros(3, np.uint16)], "cpu")
