@@ -50,7 +50,8 @@ MERGE=${MERGE:-1}
 MERGE_MINUTES=${MERGE_MINUTES:-4}   # what the merging stage needs; it waits for the next command otherwise
 if [ -z "${WORK:-}" ]; then  # the runs' folders (a caller may name it, to rescue a checkpoint; it removes it then)
   WORK=$(mktemp -d)
-  trap 'rm -rf "$WORK"' EXIT
+  # removed when the command succeeds (its files are in OUT); kept after a failure: its periodic checkpoint
+  trap 'rc=$?; if [ $rc = 0 ]; then rm -rf "$WORK"; else echo "gpu_recipe: the runs are kept in $WORK" >&2; fi' EXIT
 fi
 START=$(date +%s)
 export PYTHONUNBUFFERED=1
