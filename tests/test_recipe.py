@@ -71,6 +71,17 @@ def finetune_args(root, data, *extra):
             "--data.init_args.num_workers", "0", *extra)
 
 
+PDC_TINY = '{"width": 8, "blocks": [1, 1, 1, 1]}'
+
+
+def pdc_pixel_stage(tmp_path, data, steps: int):
+    """configs/bsds500_pdc_pixel.yaml at a tiny width for ``steps`` steps on the CPU: its last.ckpt."""
+    r = run(tmp_path, "bsds500_pdc_pixel.yaml", *pixel_args(tmp_path / "pixel", data, "--trainer.max_steps", str(steps)),
+            "--model.arch_kwargs", PDC_TINY, "--trainer.precision", "32-true")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return tmp_path / "pixel/csv/version_0/checkpoints/last.ckpt"
+
+
 def test_recipe_is_two_train_py_commands(tmp_path):
     """Pixel stage then fine-tuning from its last.ckpt; the result loads in hiseg predict's
     pipeline with the fine-tuning's settings, and its network moved in both stages."""
@@ -323,11 +334,8 @@ def test_pdc_network_goes_through_the_rest_of_the_recipe(tmp_path, capsys):
     from hiseg.models import PDCBoundaryNet, load_model
 
     data = make_bsds(tmp_path / "bsds")
-    arch = '{"width": 8, "blocks": [1, 1, 1, 1]}'
-    r = run(tmp_path, "bsds500_pdc_pixel.yaml", *pixel_args(tmp_path / "pixel", data, "--trainer.max_steps", "4"),
-            "--model.arch_kwargs", arch, "--trainer.precision", "32-true")
-    assert r.returncode == 0, r.stderr[-3000:]
-    pixel = tmp_path / "pixel/csv/version_0/checkpoints/last.ckpt"
+    pixel = pdc_pixel_stage(tmp_path, data, 4)
+    arch = PDC_TINY
     ck = load_ckpt(pixel)
     assert ck["global_step"] == 4 and ck["hyper_parameters"]["arch"] == "pdc_boundary_net"
     r = run(tmp_path, "bsds500_finetune.yaml", *finetune_args(tmp_path / "ft", data), "--model.arch", "pdc_boundary_net",
