@@ -181,6 +181,22 @@ def test_predict_ddp_reports_a_bad_image_and_writes_the_others(tmp_path, capfd, 
         predict_files(Segmenter(None), files, tmp_path / "o2")
 
 
+def test_predict_devices_into_a_folder_another_run_writes_into_is_refused(tmp_path, capsys, checkpoint, monkeypatch):
+    """The process the user started with --devices holds the folder's lock as one process does
+    (the processes DDP starts for the other ranks, LOCAL_RANK set, share it: the slow test
+    below runs them while their launcher holds it); refused before anything is written."""
+    from hiseg.io import folder_lock
+
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    d = four_photos(tmp_path)
+    out = tmp_path / "out"
+    out.mkdir()
+    with folder_lock(out, "hiseg predict"):
+        rc, err = run(capsys, ["predict", str(d), "-c", checkpoint, "--device", "cpu", "--devices", "2", "-o", str(out)])
+    assert rc == 2 and "another hiseg predict is writing into" in err and str(out) in err, err
+    assert list(out.iterdir()) == []
+
+
 @pytest.mark.slow
 def test_predict_devices_runs_the_lightning_ddp_back_end(tmp_path, checkpoint):
     """``hiseg predict --devices 2`` (two gloo processes on the CPU, launched as Lightning's DDP

@@ -114,8 +114,11 @@ def run(args) -> int:
         raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
                          "(use --workers N)")
     files = collect_images(args.inputs)
-    # one run at a time into a folder (DDP's processes share it: their files are created exclusively)
-    with (contextlib.nullcontext() if ddp else folder_lock(args.out, "hiseg predict")):
+    # one run at a time into a folder: the process the user started holds the lock; the processes DDP
+    # starts for the other ranks (LOCAL_RANK set: Lightning's launcher, torchrun) share the folder, their
+    # files created exclusively; several nodes: unlocked (a lock on a shared file system is not reliable)
+    launcher = not ddp or (args.num_nodes == 1 and "LOCAL_RANK" not in os.environ)
+    with (folder_lock(args.out, "hiseg predict") if launcher else contextlib.nullcontext()):
         return _run(args, files, ddp)
 
 
