@@ -639,8 +639,8 @@ def folder_lock(folder, command: str = "hiseg"):
     one's. The lock is the operating system's (``flock`` on the folder itself: no lock file,
     released when the process ends, even killed); where there is none (Windows, some network
     file systems) the block runs unlocked, and :class:`AtomicFiles` still keeps one run from
-    replacing another's files. A folder this call created is removed again when the block
-    leaves it empty.
+    replacing another's files. The folders this call created (``folder`` and its missing
+    parents) are removed again when the block leaves them empty.
 
     Raises
     ------
@@ -648,7 +648,8 @@ def folder_lock(folder, command: str = "hiseg"):
         Another process holds the lock; the message names the folder and ``command``.
     """
     folder = Path(folder)
-    created = not folder.exists()
+    # the folders this call creates: ``folder`` and any missing parents, innermost first
+    created = [d for d in (folder, *folder.parents) if not d.exists()]
     folder.mkdir(parents=True, exist_ok=True)
     fd = None
     try:
@@ -673,9 +674,11 @@ def folder_lock(folder, command: str = "hiseg"):
     finally:
         if fd is not None:
             os.close(fd)  # releases the lock
-        if created:
-            with contextlib.suppress(OSError):
-                folder.rmdir()  # only when empty
+        for d in created:
+            try:
+                d.rmdir()  # only when empty
+            except OSError:
+                break
 
 
 def file_complete(path) -> bool:

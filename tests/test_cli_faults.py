@@ -224,6 +224,37 @@ def test_view_never_replaces_an_existing_page_without_overwrite(tmp_path, capsys
     assert "hiseg-data" in (out / "a.html").read_text()
 
 
+def test_view_into_a_folder_another_run_writes_into_is_refused(tmp_path, capsys):
+    """hiseg view holds the output folder's lock, the one hiseg predict takes (its --html writes
+    the same pages): a second run is refused, naming the folder, before anything is written."""
+    from hiseg.io import folder_lock
+
+    d = photos(tmp_path, "a.png")
+    out = tmp_path / "pages"
+    out.mkdir()
+    for holder in ("hiseg predict", "hiseg view"):
+        with folder_lock(out, holder):
+            rc, err = run(capsys, ["view", "--classical", str(d), "--out", str(out), "--device", "cpu"])
+        assert rc == 2 and f"another hiseg predict or view is writing into {out}" in err, err
+        assert list(out.iterdir()) == []
+    assert run(capsys, ["view", "--classical", str(d), "--out", str(out), "--device", "cpu"])[0] == 0
+
+
+def test_folder_lock_removes_only_the_folders_it_created_and_left_empty(tmp_path):
+    from hiseg.io import folder_lock
+
+    with folder_lock(tmp_path / "a" / "b" / "c"):
+        pass
+    assert list(tmp_path.iterdir()) == []
+    with folder_lock(tmp_path / "a" / "b" / "c"):
+        (tmp_path / "a" / "note.txt").write_text("kept")
+    assert sorted(p.name for p in (tmp_path / "a").iterdir()) == ["note.txt"]  # b and c went, a holds a file
+    (tmp_path / "x").mkdir()
+    with folder_lock(tmp_path / "x"):
+        pass
+    assert (tmp_path / "x").is_dir()  # there before: kept
+
+
 # ----------------------------------------------------------------------------- 10, 14 and the sweep
 @pytest.mark.parametrize("cmd, opt, value", [
     ("predict", "--tile", "1"), ("predict", "--tile", "-5"), ("predict", "--tile", "abc"),

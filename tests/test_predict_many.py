@@ -193,7 +193,7 @@ def test_predict_devices_into_a_folder_another_run_writes_into_is_refused(tmp_pa
     out.mkdir()
     with folder_lock(out, "hiseg predict"):
         rc, err = run(capsys, ["predict", str(d), "-c", checkpoint, "--device", "cpu", "--devices", "2", "-o", str(out)])
-    assert rc == 2 and "another hiseg predict is writing into" in err and str(out) in err, err
+    assert rc == 2 and "another hiseg predict or view is writing into" in err and str(out) in err, err
     assert list(out.iterdir()) == []
 
 

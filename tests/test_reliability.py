@@ -300,7 +300,7 @@ def test_two_hiseg_predicts_into_one_folder_at_once_the_second_is_refused_naming
     assert sorted(r for r, _ in res) == [0, 2], res
     winner = 6 if res[0][0] == 0 else 3
     loser_err = res[1][1] if res[0][0] == 0 else res[0][1]
-    assert str(out) in loser_err and ("another hiseg predict is writing into" in loser_err
+    assert str(out) in loser_err and ("another hiseg predict or view is writing into" in loser_err
                                       or "exist already" in loser_err), loser_err
     for stem in "abcdef":  # every label image is the winner's
         assert int(cv2.imread(str(out / f"{stem}_labels.png"), cv2.IMREAD_UNCHANGED).max()) + 1 == winner

@@ -118,7 +118,7 @@ def run(args) -> int:
     # starts for the other ranks (LOCAL_RANK set: Lightning's launcher, torchrun) share the folder, their
     # files created exclusively; several nodes: unlocked (a lock on a shared file system is not reliable)
     launcher = not ddp or (args.num_nodes == 1 and "LOCAL_RANK" not in os.environ)
-    with (folder_lock(args.out, "hiseg predict") if launcher else contextlib.nullcontext()):
+    with (folder_lock(args.out, "hiseg predict or view") if launcher else contextlib.nullcontext()):
         return _run(args, files, ddp)
 
 

@@ -32,10 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
 
 def run(args) -> int:
     """``hiseg view`` with parsed ``args``: the pages of the input images; the exit status."""
-    from tqdm import tqdm
-
-    from ..io import read_image, refuse_overwrite
-    from ..view import INDEX, check_ucm2, page_outputs, write_pages
+    from ..io import folder_lock
 
     if args.ucm is not None and (args.checkpoint is not None or args.classical):
         raise ValueError("give --ucm (read the hierarchies) or --checkpoint / --classical (compute them), not both")
@@ -58,6 +55,18 @@ def run(args) -> int:
         inputs += mats
     elif args.checkpoint and Path(args.checkpoint).exists():
         inputs.append(Path(args.checkpoint))
+    # one run at a time into a folder (hiseg predict takes the same lock: --html writes these pages too)
+    with folder_lock(out, "hiseg predict or view"):
+        return _write(args, files, mats, inputs, out)
+
+
+def _write(args, files: list, mats: list, inputs: list, out: Path) -> int:
+    """:func:`run` once the inputs are known and ``out`` is this run's."""
+    from tqdm import tqdm
+
+    from ..io import read_image, refuse_overwrite
+    from ..view import INDEX, check_ucm2, page_outputs, write_pages
+
     refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs, overwrite=args.overwrite,
                      command="hiseg view")
     seg = None
