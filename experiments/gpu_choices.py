@@ -6,7 +6,9 @@ GPU session spends its minutes on training once a measurement exists:
   the network in eager mode yet (the session then runs the benchmark first), else 0;
 * ``compile``: 1 when the newest GPU row of the network compiled with ``torch.compile``'s default
   mode is at least ``--gain`` (1.15) times the newest eager GPU row's crops/s on the same device
-  (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0;
+  (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0; a row whose
+  crops/s says ``failed`` (gpu_session.sh's, when a training with compile failed on that GPU)
+  counts as the newest compiled one and answers 0;
 * ``newest CKPT...``: the checkpoint with the most training steps (``global_step``; the first
   of equals), among those that exist: which one the pixel stage resumes from (the committed
   state, or the one the previous command left on a still-warm machine);
@@ -40,7 +42,8 @@ RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "pixe
 def gpu_rows(text: str, arch: str, arch_kwargs: dict, device: str = "") -> list[dict]:
     """The table's GPU rows of network ``arch`` with ``arch_kwargs`` (in file order), of GPU
     ``device`` only where one is named (as ``torch.cuda`` names it): dicts with ``device``,
-    ``compiled`` (the mode, or None), ``crops`` (crops/s)."""
+    ``compiled`` (the mode, or None), ``crops`` (crops/s; 0 for a row whose crops/s cell says
+    ``failed``), ``failed``."""
     kw = json.dumps(arch_kwargs, separators=(", ", ": "))
     head = f"{arch} `{kw}` "
     rows = []
@@ -50,12 +53,13 @@ def gpu_rows(text: str, arch: str, arch_kwargs: dict, device: str = "") -> list[
             continue
         if device and cells[0] != device:
             continue
+        mode = cells[1].split(", compiled (", 1)[1].split(")", 1)[0] if ", compiled (" in cells[1] else None
+        failed = cells[2].startswith("failed")
         try:
-            crops = float(cells[2])
+            crops = 0.0 if failed else float(cells[2])
         except ValueError:  # the header
             continue
-        mode = cells[1].split(", compiled (", 1)[1].split(")", 1)[0] if ", compiled (" in cells[1] else None
-        rows.append({"device": cells[0], "compiled": mode, "crops": crops, "line": line.strip()})
+        rows.append({"device": cells[0], "compiled": mode, "crops": crops, "failed": failed, "line": line.strip()})
     return rows
 
 
@@ -65,9 +69,10 @@ def needs_bench(rows: list[dict]) -> bool:
 
 
 def compile_pays(rows: list[dict], gain: float = 1.15) -> bool:
-    """The newest default-mode compiled row is ``gain`` times the newest eager row of its device."""
+    """The newest default-mode compiled row is ``gain`` times the newest eager row of its device
+    (a row that says a training with compile ``failed``, written by gpu_session.sh, is newest: no)."""
     compiled = [r for r in rows if r["compiled"] == "default"]
-    if not compiled:
+    if not compiled or compiled[-1]["failed"]:
         return False
     last = compiled[-1]
     eager = [r for r in rows if r["compiled"] is None and r["device"] == last["device"]]

@@ -17,7 +17,8 @@
 # curve so far; where the stage was cut before gpu_recipe.sh copied its files, the run's last periodic checkpoint
 # and the curve up to its step).
 # Where the stage trained with torch.compile and failed (not by this command's timeout), the rest of the time
-# trains without it from where it got to, and KEEP/compile_failed keeps this machine's later commands off it.
+# trains without it from where it got to; KEEP/compile_failed keeps this machine's later commands off it, and a
+# 'failed' row in OUT/pixel_stage.md (to commit with the benchmark's rows) every later session on that GPU kind.
 #
 # Before the session, here (once per checkout; refills the git-ignored .gpu/, about 22 MiB):
 #   bash experiments/prepare_gpu.sh
@@ -32,7 +33,8 @@
 #         in KEEP=runs/gpu_session/; a fresh machine resumes from the committed state); then give_back.
 #   Then here, from the last reply's files: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
 #      cp <files_at>/pixel_metrics.csv experiments/state/pdc_pixel_metrics.csv (the whole curve); append every
-#      command's pixel_stage.md rows (command 1's) to benchmarks/results/pixel_stage.md; commit.
+#      command's pixel_stage.md rows (the benchmark's, a failed compile's) to benchmarks/results/pixel_stage.md;
+#      commit.
 # The next session resumes from experiments/state/pdc_pixel_last.ckpt (RESUME) the same way.
 #
 # The CUDA machine's Python has no numba (nor a wheel for it here): hiseg.metrics runs its numpy/scipy twins there
@@ -182,6 +184,9 @@ stage "$COMPILE"
 # this machine's next commands train without it too
 if [ "$COMPILE" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ]; then
   mkdir -p "$KEEP" && echo "rc=$rc $(date -u +%FT%TZ)" > "$KEEP/compile_failed"
+  # a row for the committed table: COMPILE=auto reads it on every machine of this GPU kind afterwards
+  echo "| ${GPU_NAME:-cpu} | $ARCH_NAME \`{\"width\": 40}\` training with torch.compile (gpu_session.sh, $(date -u +%F)), compiled (default) | failed (rc=$rc, recipe.log) | – | – |" \
+    >> "$OUT/pixel_stage.md"
   LEFT=$(( BUDGET_SECONDS - ($(date +%s) - START) - RESERVE_SECONDS ))
   if [ -f "$OUT/pixel_last.ckpt" ]; then
     mkdir -p "$KEEP/rescued" && cp "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv" "$KEEP/rescued/"

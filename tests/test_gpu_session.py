@@ -141,6 +141,11 @@ def test_gpu_choices_read_the_benchmark_rows(tmp_path):
     assert not g.compile_pays(g.gpu_rows(compiled, "pdc_boundary_net", {"width": 40}, "NVIDIA H200"), 1.3)
     newest = _table((h100, PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"), (h100, PDC, "1200.0"))
     assert not g.compile_pays(rows(newest), 1.3)
+    # a training with compile failed on that GPU (gpu_session.sh's row): off from then on, whatever the speed
+    failed = compiled + _table((h100, PDC.split(" (")[0] + " training with torch.compile (gpu_session.sh), "
+                                       "compiled (default)", "failed (rc=1, recipe.log)"))
+    assert [r["failed"] for r in rows(failed)] == [False, False, True]
+    assert not g.compile_pays(rows(failed), 1.3) and not g.needs_bench(rows(failed))
     # the command line: the committed table, then a session's rows
     a, b = tmp_path / "a.md", tmp_path / "b.md"
     a.write_text(eager)
@@ -198,6 +203,8 @@ def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp
     assert "retrying without it" in summary and "torch.compile: off, RESUME=" in summary, summary
     assert "inductor failed (the test's stand-in)" in (out / "recipe.log").read_text()
     assert (keep / "compile_failed").is_file()
+    failed_rows = [ln for ln in (out / "pixel_stage.md").read_text().splitlines() if "failed (rc=1" in ln]
+    assert len(failed_rows) == 1 and "pdc_boundary_net `{\"width\": 40}` training with torch.compile" in failed_rows[0]
     assert load_ckpt(out / "pixel_last.ckpt")["global_step"] == 8
     assert load_ckpt(keep / "pixel_last.ckpt")["global_step"] == 8
     # the curve: the failed try's rows up to step 4, then the retry's; each (step, figure) once
