@@ -195,6 +195,10 @@ if [ "$COMPILE" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ];
   if [ "$LEFT" -ge 30 ] || { [ "$TINY" = 1 ] && [ "$LEFT" -gt 0 ]; }; then
     log "torch.compile's try failed (rc=$rc; recipe.log): retrying without it for ${LEFT} s"
     stage 0
+    if [ ! -f "$OUT/pixel_last.ckpt" ] && [ "$RESUME" = "$KEEP/rescued/pixel_last.ckpt" ]; then
+      cp "$RESUME" "$CURVE" "$OUT/"  # the retry got no checkpoint of its own: the compiled try's comes back
+      log "the retry wrote no checkpoint: the compiled try's (rescued) is in OUT"
+    fi
   else
     log "torch.compile's try failed (rc=$rc; recipe.log), ${LEFT} s left: no retry"
   fi
