@@ -705,3 +705,13 @@ def test_channels_last_check_catches_a_kernel_that_fails_in_one_layout(factor):
         assert not channels_last_agrees(net, "cpu", torch.bfloat16, size=16)
     net.requires_grad_(False)
     assert channels_last_agrees(net, "cpu", size=16)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="needs CUDA"))])
+@pytest.mark.parametrize("optimizer", ["adamw", "amsgrad"])
+def test_optimizer_is_fused_on_cuda_only(device, optimizer):
+    m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, optimizer=optimizer).to(device)
+    opt = m.configure_optimizers()["optimizer"]
+    assert bool(opt.param_groups[0].get("fused")) == (device == "cuda")
+    assert isinstance(opt, torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam)
