@@ -181,6 +181,12 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     def on_load_checkpoint(self, checkpoint: dict) -> None:
         if checkpoint.get("hiseg") is not None:
             self._seed = int(checkpoint["hiseg"]["seed"])
+        # the optimizer's saved groups replace its own when a run resumes, "fused" included, and torch places the
+        # step counters by the saved value: this run's choice, so that a run saved on the CPU resumes fused on CUDA
+        fused = self._fused_optimizer()
+        for state in checkpoint.get("optimizer_states") or []:
+            for group in state.get("param_groups", []):
+                group["fused"] = fused
 
     # ------------------------------------------------------------------ the step
     @property
@@ -356,14 +362,21 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         if self.merge_head is not None and hp.get("head_lr_scale", 1.0) > 0:
             groups.append({"params": list(self.merge_head.parameters()), "lr": hp.lr * hp.get("head_lr_scale", 1.0)})
         amsgrad = hp.get("optimizer", "adamw") == "amsgrad"  # Adam with L2 decay, else AdamW's decoupled decay
-        # on CUDA the fused kernels (one launch for every parameter, PyTorch's fastest implementation); elsewhere
-        # PyTorch's default
-        params = [q for g in groups for q in g["params"]]
-        fused = True if params and all(q.is_cuda for q in params) else None
         opt = (torch.optim.Adam if amsgrad else torch.optim.AdamW)(groups, lr=hp.lr, weight_decay=hp.weight_decay,
-                                                                   amsgrad=amsgrad, fused=fused)
+                                                                   amsgrad=amsgrad, fused=self._fused_optimizer())
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    def _fused_optimizer(self) -> Optional[bool]:
+        """The optimizer's ``fused``: True where the run trains on CUDA (PyTorch's fused kernels, one
+        launch for all parameters), else None (PyTorch's default); None with ``16-mixed`` and gradient
+        clipping too (Lightning refuses to clip for an optimizer that unscales its own gradients)."""
+        trainer = self._attached()
+        if trainer is None:
+            device, clip, precision = next(self.parameters()).device, None, ""
+        else:
+            device, clip, precision = trainer.strategy.root_device, trainer.gradient_clip_val, str(trainer.precision)
+        return True if device.type == "cuda" and not (precision == "16-mixed" and clip) else None
 
     def lr_factor(self, step: int) -> float:
         """The step size of optimiser step ``step`` as a fraction of ``lr``; the trainer's total

@@ -711,7 +711,26 @@ def test_channels_last_check_catches_a_kernel_that_fails_in_one_layout(factor):
     not torch.cuda.is_available(), reason="needs CUDA"))])
 @pytest.mark.parametrize("optimizer", ["adamw", "amsgrad"])
 def test_optimizer_is_fused_on_cuda_only(device, optimizer):
+    """Fused on CUDA, PyTorch's default elsewhere; a resumed run's saved optimizer groups take this
+    run's choice before torch loads them (a state saved on the CPU resumes fused on CUDA, and the
+    other way round), and the run goes on training."""
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, optimizer=optimizer).to(device)
     opt = m.configure_optimizers()["optimizer"]
     assert bool(opt.param_groups[0].get("fused")) == (device == "cuda")
     assert isinstance(opt, torch.optim.AdamW if optimizer == "adamw" else torch.optim.Adam)
+    other = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, optimizer=optimizer)
+    other_opt = other.configure_optimizers()["optimizer"]
+    for q in other.parameters():
+        q.grad = torch.ones_like(q)
+    other_opt.step()
+    saved = {"optimizer_states": [other_opt.state_dict()]}
+    for g in saved["optimizer_states"][0]["param_groups"]:
+        g["fused"] = device != "cuda" or None  # saved by the other kind of run
+    m.on_load_checkpoint(saved)
+    opt.load_state_dict(saved["optimizer_states"][0])
+    assert bool(opt.param_groups[0]["fused"]) == (device == "cuda")
+    for q in m.parameters():
+        q.grad = torch.ones_like(q)
+    opt.step()
+    step = next(iter(opt.state.values()))["step"]
+    assert float(step) == 2 and (device != "cuda" or step.device.type == "cuda")
