@@ -17,8 +17,9 @@
 # curve so far; where the stage was cut before gpu_recipe.sh copied its files, the run's last periodic checkpoint
 # and the curve up to its step).
 # Where the stage trained with torch.compile and failed (not by this command's timeout), the rest of the time
-# trains without it from where it got to; KEEP/compile_failed keeps this machine's later commands off it, and a
-# 'failed' row in OUT/pixel_stage.md (to commit with the benchmark's rows) every later session on that GPU kind.
+# trains without it from where it got to; where that retry trains, KEEP/compile_failed keeps this machine's later
+# commands off compile, and a 'failed' row in OUT/pixel_stage.md (to commit with the benchmark's rows) every later
+# session on that GPU kind (where the retry fails too, the cause was not compile: nothing is marked).
 #
 # Before the session, here (once per checkout; refills the git-ignored .gpu/, about 22 MiB):
 #   bash experiments/prepare_gpu.sh
@@ -165,7 +166,7 @@ stage() {
   env "${DATA[@]}" WORK="$work" CONFIG=configs/bsds500_pdc_pixel.yaml ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
     TRAIN_ARGS="$train_args" \
     PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
-    timeout $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" $RESUME
+    timeout $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" ${RESUME:+"$RESUME"}
   rc=$?
   if [ ! -f "$OUT/pixel_last.ckpt" ]; then
     local last
@@ -180,27 +181,34 @@ stage() {
   rm -rf "$work"
 }
 stage "$COMPILE"
-# torch.compile failed (not this command's timeout): the rest of the time without it, from where it got to;
-# this machine's next commands train without it too
+# torch.compile failed (not this command's timeout): the rest of the time without it, from where it got to. Where
+# that retry trains, the failure was compile's: a 'failed' row for the committed table (COMPILE=auto reads it on
+# every machine of this GPU kind afterwards) and KEEP/compile_failed for this machine's next commands; where the
+# retry fails too, the cause was something else and nothing is marked
 if [ "$COMPILE" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ]; then
-  mkdir -p "$KEEP" && echo "rc=$rc $(date -u +%FT%TZ)" > "$KEEP/compile_failed"
-  # a row for the committed table: COMPILE=auto reads it on every machine of this GPU kind afterwards
-  echo "| ${GPU_NAME:-cpu} | $ARCH_NAME \`{\"width\": 40}\` training with torch.compile (gpu_session.sh, $(date -u +%F)), compiled (default) | failed (rc=$rc, recipe.log) | – | – |" \
-    >> "$OUT/pixel_stage.md"
+  compiled_rc=$rc
   LEFT=$(( BUDGET_SECONDS - ($(date +%s) - START) - RESERVE_SECONDS ))
-  if [ -f "$OUT/pixel_last.ckpt" ]; then
-    mkdir -p "$KEEP/rescued" && cp "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv" "$KEEP/rescued/"
-    RESUME=$KEEP/rescued/pixel_last.ckpt CURVE=$KEEP/rescued/pixel_metrics.csv
+  rm -rf "$KEEP/rescued"
+  if [ -f "$OUT/pixel_last.ckpt" ] && mkdir -p "$KEEP/rescued" && cp "$OUT/pixel_last.ckpt" "$KEEP/rescued/"; then
+    RESUME=$KEEP/rescued/pixel_last.ckpt
+    [ -f "$OUT/pixel_metrics.csv" ] && cp "$OUT/pixel_metrics.csv" "$KEEP/rescued/" && CURVE=$KEEP/rescued/pixel_metrics.csv
   fi
   if [ "$LEFT" -ge 30 ] || { [ "$TINY" = 1 ] && [ "$LEFT" -gt 0 ]; }; then
-    log "torch.compile's try failed (rc=$rc; recipe.log): retrying without it for ${LEFT} s"
+    log "torch.compile's try failed (rc=$compiled_rc; recipe.log): retrying without it for ${LEFT} s"
     stage 0
     if [ ! -f "$OUT/pixel_last.ckpt" ] && [ "$RESUME" = "$KEEP/rescued/pixel_last.ckpt" ]; then
-      cp "$RESUME" "$CURVE" "$OUT/"  # the retry got no checkpoint of its own: the compiled try's comes back
+      cp "$KEEP/rescued/"* "$OUT/"  # the retry got no checkpoint of its own: the compiled try's comes back
       log "the retry wrote no checkpoint: the compiled try's (rescued) is in OUT"
     fi
+    if [ "$rc" = 0 ] || [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
+      mkdir -p "$KEEP" && echo "rc=$compiled_rc $(date -u +%FT%TZ)" > "$KEEP/compile_failed"
+      echo "| ${GPU_NAME:-cpu} | $ARCH_NAME \`{\"width\": 40}\` training with torch.compile (gpu_session.sh, $(date -u +%F)), compiled (default) | failed (rc=$compiled_rc, recipe.log) | – | – |" \
+        >> "$OUT/pixel_stage.md"
+    else
+      log "the retry without torch.compile failed too (rc=$rc): not compile's failure, nothing marked (recipe.log)"
+    fi
   else
-    log "torch.compile's try failed (rc=$rc; recipe.log), ${LEFT} s left: no retry"
+    log "torch.compile's try failed (rc=$compiled_rc; recipe.log), ${LEFT} s left: no retry, nothing marked"
   fi
 fi
 if [ -f "$OUT/pixel_last.ckpt" ] && [ -f "$OUT/pixel_metrics.csv" ]; then  # for the next command on this machine

@@ -187,14 +187,21 @@ def test_predict_devices_into_a_folder_another_run_writes_into_is_refused(tmp_pa
     below runs them while their launcher holds it); refused before anything is written."""
     from hiseg.io import folder_lock
 
-    monkeypatch.delenv("LOCAL_RANK", raising=False)
     d = four_photos(tmp_path)
     out = tmp_path / "out"
     out.mkdir()
-    with folder_lock(out, "hiseg predict"):
-        rc, err = run(capsys, ["predict", str(d), "-c", checkpoint, "--device", "cpu", "--devices", "2", "-o", str(out)])
-    assert rc == 2 and "another hiseg predict or view is writing into" in err and str(out) in err, err
-    assert list(out.iterdir()) == []
+    # the launcher before it starts the others (no LOCAL_RANK), and after (Lightning sets its own to 0), or
+    # rank 0 under torchrun
+    for local_rank in (None, "0"):
+        if local_rank is None:
+            monkeypatch.delenv("LOCAL_RANK", raising=False)
+        else:
+            monkeypatch.setenv("LOCAL_RANK", local_rank)
+        with folder_lock(out, "hiseg predict"):
+            rc, err = run(capsys, ["predict", str(d), "-c", checkpoint, "--device", "cpu", "--devices", "2", "-o",
+                                   str(out)])
+        assert rc == 2 and "another hiseg predict or view is writing into" in err and str(out) in err, err
+        assert list(out.iterdir()) == []
 
 
 @pytest.mark.slow

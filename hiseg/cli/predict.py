@@ -114,10 +114,11 @@ def run(args) -> int:
         raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
                          "(use --workers N)")
     files = collect_images(args.inputs)
-    # one run at a time into a folder: the process the user started holds the lock; the processes DDP
-    # starts for the other ranks (LOCAL_RANK set: Lightning's launcher, torchrun) share the folder, their
-    # files created exclusively; several nodes: unlocked (a lock on a shared file system is not reliable)
-    launcher = not ddp or (args.num_nodes == 1 and "LOCAL_RANK" not in os.environ)
+    # one run at a time into a folder: local rank 0 holds the lock (the process the user started: Lightning's
+    # launcher, which sets LOCAL_RANK=0 for itself once it has started the others; rank 0 under torchrun); the
+    # processes of the other ranks (LOCAL_RANK 1, 2, ...) share the folder, their files created exclusively;
+    # several nodes: unlocked (a lock on a shared file system is not reliable)
+    launcher = not ddp or (args.num_nodes == 1 and os.environ.get("LOCAL_RANK", "0") == "0")
     with (folder_lock(args.out, "hiseg predict or view") if launcher else contextlib.nullcontext()):
         return _run(args, files, ddp)
 
