@@ -80,6 +80,25 @@ class Rest:
                         PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
         self.heads = "train" if args.split == "train" else "train,val"
 
+    def runs(self) -> list:
+        """The fine-tuning's last.ckpt files, oldest version first (numerically: version_10 after version_9)."""
+        found = (self.work / "finetune").glob("csv/version_*/checkpoints/last.ckpt")
+        return sorted(found, key=lambda p: int(p.parents[1].name.split("_")[1]))
+
+    def check_stamp(self):
+        """``WORK/inputs.json``: the pixel checkpoint (path and size) and split this folder's stages
+        came from; a rerun with others is refused (its stages would be skipped as done)."""
+        pixel = Path(self.a.pixel).resolve()
+        mine = {"pixel": str(pixel), "pixel_bytes": pixel.stat().st_size, "split": self.a.split}
+        stamp = self.work / "inputs.json"
+        if stamp.is_file():
+            theirs = json.loads(stamp.read_text())
+            if theirs != mine:
+                raise SystemExit(f"pdc_rest: {self.work} holds the stages of {theirs}, not of {mine}: give another "
+                                 "--work (or remove that folder to start again)")
+        else:
+            stamp.write_text(json.dumps(mine, indent=1) + "\n")
+
     def log(self, msg):
         print(f"[pdc_rest {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -93,7 +112,7 @@ class Rest:
         from hiseg.models.weights import read_checkpoint
 
         done = self.work / "finetune.done"
-        runs = sorted((self.work / "finetune").glob("csv/version_*/checkpoints/last.ckpt"))
+        runs = self.runs()
         if done.is_file() and runs:
             return runs[-1]
         hp = read_checkpoint(self.a.pixel).hyper_parameters
@@ -112,7 +131,7 @@ class Rest:
             cmd += ["--ckpt_path", runs[-1].resolve()]
             self.log(f"finetune: resuming from {runs[-1]}")
         self.call(*cmd)
-        runs = sorted((self.work / "finetune").glob("csv/version_*/checkpoints/last.ckpt"))
+        runs = self.runs()
         done.write_text(str(runs[-1]) + "\n")
         return runs[-1]
 
@@ -142,6 +161,7 @@ class Rest:
 
     def run(self) -> str:
         self.work.mkdir(parents=True, exist_ok=True)
+        self.check_stamp()
         self.results.mkdir(parents=True, exist_ok=True)
         t0 = time.perf_counter()
         last = self.finetune()

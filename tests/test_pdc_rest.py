@@ -38,6 +38,15 @@ def test_pdc_rest_runs_the_recipe_and_resumes(tmp_path):
     assert first.stdout.count(sys.executable) == 7  # train.py, 3 bsds_eval.py, 2 merge_recipe.py, hiseg ensemble
     assert sys.executable not in second.stdout, second.stdout
     assert (results / "README.md").read_text().split("This run's")[0] == readme.split("This run's")[0]
+    # the fine-tuning cut before its end (no mark): resumed from its last.ckpt, the stages after it kept
+    (work / "finetune.done").unlink()
+    third = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert third.returncode == 0, (third.stdout + third.stderr)[-4000:]
+    assert "finetune: resuming from" in third.stdout and third.stdout.count(sys.executable) == 1, third.stdout
+    assert (work / "finetune.done").is_file()
+    # another pixel checkpoint or split into the same folder: refused, naming both
+    other = subprocess.run(cmd + ["--split", "train+val"], capture_output=True, text=True, env=env, timeout=600)
+    assert other.returncode != 0 and "give another --work" in other.stderr and "train+val" in other.stderr
 
 
 def test_pdc_rest_refuses_a_missing_checkpoint(tmp_path):
