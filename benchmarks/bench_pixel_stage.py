@@ -132,13 +132,12 @@ def floor(args, device: torch.device) -> float:
     """crops/s of the network's bare forward + backward on a random device tensor."""
     from hiseg.models import get_model
 
-    from hiseg.training import channels_last_agrees
+    from hiseg.training import channels_last_agrees, precision_dtype
 
     net = get_model(args.arch, **args.arch_kwargs).to(device).train()
     x = torch.rand(args.batch, 3, args.crop, args.crop, device=device)
     # channels-last on CUDA where the module's check (at its fit start) lets it run that layout
-    dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(args.precision)
-    if device.type == "cuda" and channels_last_agrees(net, device, dtype):
+    if device.type == "cuda" and channels_last_agrees(net, device, precision_dtype(args.precision)):
         net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     elif device.type == "cuda":
         args.layout = "plain layout: channels-last failed hiseg.training.channels_last_agrees"

@@ -12,6 +12,7 @@ GPU session spends its minutes on training once a measurement exists:
 * ``newest CKPT...``: the checkpoint with the most training steps (``global_step``; the first
   of equals), among those that exist: which one the pixel stage resumes from (the committed
   state, or the one the previous command left on a still-warm machine);
+* ``step CKPT``: the checkpoint's ``global_step``;
 * ``curve OUT [--until CKPT] CSV...``: the pixel stage's whole validation curve, the given
   ``metrics.csv`` files (the curve so far, then this run's) one after the other into ``OUT``
   (the union of their columns; missing files are skipped); with ``--until``, the last file's rows
@@ -22,6 +23,7 @@ GPU session spends its minutes on training once a measurement exists:
     python experiments/gpu_choices.py bench|compile [--results FILE ...] [--arch NAME]
         [--arch-kwargs JSON] [--gain 1.15]
     python experiments/gpu_choices.py newest CKPT [CKPT ...]
+    python experiments/gpu_choices.py step CKPT
     python experiments/gpu_choices.py curve OUT [--until CKPT] CSV [CSV ...]
 
 (``--results`` may be given several times: their rows are read in that order, e.g. the committed
@@ -127,6 +129,9 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["newest"]:
         print(newest(argv[1:]))
+        return 0
+    if argv[:1] == ["step"] and len(argv) == 2:
+        print(_step(argv[1]))
         return 0
     if argv[:1] == ["curve"]:
         p = argparse.ArgumentParser(prog="gpu_choices.py curve")

@@ -98,7 +98,7 @@ last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt | tail -1)
 cp "$last" "$OUT/pixel_last.ckpt"
 # the curve so far: the resumed run's rows after the carried ones (the validation curve of the stage)
 $PY experiments/gpu_choices.py curve "$OUT/pixel_metrics.csv" "$CURVE" "$(dirname "$(dirname "$last")")/metrics.csv" 2>> "$OUT/recipe.log"
-step=$($PY -c "import torch; print(torch.load('$OUT/pixel_last.ckpt', map_location='cpu', weights_only=True)['global_step'])")
+step=$($PY experiments/gpu_choices.py step "$OUT/pixel_last.ckpt")
 secs=$(( $(date +%s) - t0 ))
 log "pixel stage: step $step / $PIXEL_STEPS after ${secs} s in this command (max_time $MAX_TIME, ${SPENT} s spent before)"
 if [ "$step" -lt "$PIXEL_STEPS" ]; then

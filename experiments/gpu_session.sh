@@ -175,7 +175,7 @@ stage() {
       cp "$last" "$OUT/pixel_last.ckpt"
       $PY experiments/gpu_choices.py curve "$OUT/pixel_metrics.csv" --until "$last" "$CURVE" \
         "$(dirname "$(dirname "$last")")/metrics.csv" 2>> "$OUT/recipe.log"
-      log "pixel stage stopped (rc=$rc) before its end: its last periodic checkpoint (step $($PY -c 'import sys, torch; print(torch.load(sys.argv[1], map_location="cpu", weights_only=True)["global_step"])' "$last")) and the curve up to it are in OUT"
+      log "pixel stage stopped (rc=$rc) before its end: its last periodic checkpoint (step $($PY experiments/gpu_choices.py step "$last")) and the curve up to it are in OUT"
     fi
   fi
   rm -rf "$work"

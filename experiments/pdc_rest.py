@@ -170,8 +170,7 @@ class Rest:
         outs["merge"] = self.evaluate(self.head(network, "merge", {}), "merge")
         ensemble = self.work / "ensemble.ckpt"
         if not ensemble.is_file():
-            self.call(sys.executable, "-c", "import sys; from hiseg.cli import main; sys.exit(main(sys.argv[1:]))",
-                      "ensemble", "bsds500", network.resolve(), "--scales", "0.5", "1",
+            self.call(sys.executable, "-m", "hiseg.cli", "ensemble", "bsds500", network.resolve(), "--scales", "0.5", "1",
                       "--no-flip", "-o", ensemble.resolve())
         outs["ensemble"] = self.evaluate(self.head(ensemble, "ensemble", {"scales": [0.5, 1.0], "flip": False}),
                                          "ensemble")

@@ -35,8 +35,8 @@ from .metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_bound
 from .models import get_model
 from .segmentation.hostpool import host_pool, resolve_workers
 from .training import (MODULE_CONSTRAINTS, NO_SUPERPIXELS, PIXEL_BATCH, LossResult, StageClock, batch_consensus,
-                       channels_last_agrees, check_finite, merge_head_of, start_and_pipeline, step_triplets,
-                       warmup_cosine)
+                       channels_last_agrees, check_finite, merge_head_of, precision_dtype, start_and_pipeline,
+                       step_triplets, warmup_cosine)
 
 __all__ = ["HierarchicalSegmentationModule", "SegmentationMetrics", "LossResult", "LastCheckpoint", "CSVLogger",
            "TensorBoardLogger", "VAL_THRESHOLDS"]
@@ -345,9 +345,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self._channels_last = False
         if self.device.type == "cuda":
             precision = str(getattr(self.trainer, "precision", ""))
-            dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16, "bf16-true": torch.bfloat16,
-                     "16-true": torch.float16}.get(precision)
-            self._channels_last = channels_last_agrees(self.model, self.device, dtype)
+            self._channels_last = channels_last_agrees(self.model, self.device, precision_dtype(precision))
             self.model.to(memory_format=torch.channels_last if self._channels_last else torch.contiguous_format)
             if not self._channels_last:
                 warnings.warn(f"channels-last gives other gradients than the plain layout for this network on "

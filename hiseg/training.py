@@ -27,7 +27,7 @@ from ._params import Interval, Options
 
 __all__ = ["MODULE_CONSTRAINTS", "PIXEL_LOSSES", "start_and_pipeline", "merge_head_of", "LossResult",
            "batch_consensus", "step_triplets", "check_finite", "StageClock", "warmup_cosine",
-           "NO_SUPERPIXELS", "PIXEL_BATCH", "channels_last_agrees"]
+           "NO_SUPERPIXELS", "PIXEL_BATCH", "channels_last_agrees", "precision_dtype"]
 
 PIXEL_LOSSES = ("balanced_bce", "edge")
 
@@ -208,6 +208,13 @@ def warmup_cosine(step: int, total, warmup: float, final_lr: float) -> float:
     return final_lr + (1 - final_lr) * 0.5 * (1 + math.cos(math.pi * prog))
 
 
+def precision_dtype(precision) -> Optional[torch.dtype]:
+    """The 16-bit dtype of a Lightning ``precision`` (``bf16-mixed`` / ``bf16-true``: bfloat16;
+    ``16-mixed`` / ``16-true``: float16), else None (32 or 64 bits)."""
+    return {"bf16-mixed": torch.bfloat16, "bf16-true": torch.bfloat16, "16-mixed": torch.float16,
+            "16-true": torch.float16}.get(str(precision))
+
+
 def _tensors_of(out) -> list:
     """The tensors of a network's output (a tensor, or nested tuples, lists or dicts of them, a
     dict's in its keys' order)."""
@@ -228,11 +235,10 @@ def channels_last_agrees(model: torch.nn.Module, device, dtype: Optional[torch.d
     gradient magnitude over all parameters (default 1.0 in a 16-bit ``dtype``, whose rounding
     moves small gradients behind BatchNorm by up to a quarter of that scale, else 0.1). In fp32
     this catches gradients zeroed or off by a few times where they reach a tenth of the largest;
-    in a 16-bit ``dtype`` only gradients that blow up or are not finite. That is the failure seen: a library kernel that
-    fails in one layout only, PyTorch 2.x's oneDNN on the CPU
-    gives gradients of 1e19 or more, or NaN, for depthwise dilated convolutions in bf16
-    channels-last (``pdc_boundary_net``'s side heads: 1e33 times the gradients' scale on 64 x 64
-    images). The images take the dtype of ``model``'s parameters (a network in bf16 throughout,
+    in a 16-bit ``dtype`` only gradients that blow up or are not finite. That is the failure
+    seen: a library kernel that fails in one layout only, PyTorch 2.x's oneDNN on the CPU gives
+    gradients of 1e19 or more, or NaN, for depthwise dilated convolutions in bf16 channels-last
+    (``pdc_boundary_net``'s side heads: 1e33 times the gradients' scale on 64 x 64 images). The images take the dtype of ``model``'s parameters (a network in bf16 throughout,
     Lightning's ``bf16-true``: pass its ``dtype`` too, for the 16-bit tolerance). ``model`` is not
     changed. Cost: two steps of the network on two small images."""
     import copy
