@@ -2,8 +2,14 @@
 (benchmarks/results/pixel_stage.md, the rows benchmarks/bench_pixel_stage.py appends), so that a
 GPU session spends its minutes on training once a measurement exists:
 
-* ``bench``: 1 when the table has no GPU row (of ``--device``, the GPU at hand, where given) of
-  the network in eager mode yet (the session then runs the benchmark first), else 0;
+* ``todo``: the benchmark's checks that GPU ``--device`` has no result for yet, in the order a
+  session runs them (``--items``; default ``eager sync host compile compact``), space-separated:
+  ``eager`` (the network's pixel stage against its floor), ``sync`` (tests/test_sync.py's CUDA
+  check), ``host`` (benchmarks/bench_training.py's host pool), ``compile`` (the network under
+  ``torch.compile``), ``compact`` (compact_boundary_net at the shipped width). A check is done
+  when a ``--checks`` table (benchmarks/results/gpu_checks.md: ``device | check | result |
+  seconds | date``, one row per check a session ran, however it ended) has its row for that
+  device, or, for the three pixel-stage checks, when a ``--results`` table has its GPU row;
 * ``compile``: 1 when the newest GPU row of the network compiled with ``torch.compile``'s default
   mode is at least ``--gain`` (1.15) times the newest eager GPU row's crops/s on the same device
   (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0; a row whose
@@ -20,16 +26,18 @@ GPU session spends its minutes on training once a measurement exists:
   resumed run logs those steps again; Lightning logs a step's row with the global step before it,
   so a checkpoint at step N keeps the rows of steps < N).
 
-    python experiments/gpu_choices.py bench|compile [--results FILE ...] [--arch NAME]
-        [--arch-kwargs JSON] [--gain 1.15]
+    python experiments/gpu_choices.py compile [--results FILE ...] [--arch NAME]
+        [--arch-kwargs JSON] [--gain 1.15] [--device NAME]
+    python experiments/gpu_choices.py todo --device NAME [--results FILE ...] [--checks FILE ...]
+        [--items "eager sync host compile compact"] [--arch NAME] [--arch-kwargs JSON]
     python experiments/gpu_choices.py newest CKPT [CKPT ...]
     python experiments/gpu_choices.py step CKPT
     python experiments/gpu_choices.py curve OUT [--until CKPT] CSV [CSV ...]
 
-(``--results`` may be given several times: their rows are read in that order, e.g. the committed
-table and the rows a session has just measured.)
+(``--results`` and ``--checks`` may be given several times: their rows are read in that order, e.g.
+the committed table and the rows a session has just measured.)
 
-Prints the answer (0 or 1) and, on stderr, the rows it was read from.
+``compile`` prints the answer (0 or 1) and, on stderr, the rows it was read from.
 """
 from __future__ import annotations
 
@@ -39,6 +47,10 @@ import sys
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "pixel_stage.md"
+CHECKS = RESULTS.with_name("gpu_checks.md")
+ITEMS = ("eager", "sync", "host", "compile", "compact")
+# the shipped compact network's shape (bsds500's), the comparison row of the benchmark
+COMPACT = ("compact_boundary_net", {"width": 32, "blocks": [2, 2, 3, 3], "side_channels": 16})
 
 
 def gpu_rows(text: str, arch: str, arch_kwargs: dict, device: str = "") -> list[dict]:
@@ -50,7 +62,7 @@ def gpu_rows(text: str, arch: str, arch_kwargs: dict, device: str = "") -> list[
     head = f"{arch} `{kw}` "
     rows = []
     for line in text.splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        cells = _cells(line)
         if len(cells) != 5 or cells[0].startswith("cpu") or not cells[1].startswith(head):
             continue
         if device and cells[0] != device:
@@ -65,9 +77,24 @@ def gpu_rows(text: str, arch: str, arch_kwargs: dict, device: str = "") -> list[
     return rows
 
 
-def needs_bench(rows: list[dict]) -> bool:
-    """No eager GPU row yet."""
-    return not any(r["compiled"] is None for r in rows)
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
+
+
+def checks_done(checks: str, pixel: str, device: str, arch: str, arch_kwargs: dict) -> set[str]:
+    """The checks GPU ``device`` has a result for: a row of the ``checks`` table(s) (text), or for
+    the pixel-stage checks a GPU row of the ``pixel`` table(s): the network's eager row
+    (``eager``), its compiled row, a failed training with compile included (``compile``), the
+    shipped compact network's eager row (``compact``)."""
+    done = {c[1] for c in map(_cells, checks.splitlines()) if len(c) == 5 and c[0] == device and c[1] in ITEMS}
+    rows = gpu_rows(pixel, arch, arch_kwargs, device)
+    if any(r["compiled"] is None for r in rows):
+        done.add("eager")
+    if any(r["compiled"] for r in rows):
+        done.add("compile")
+    if any(r["compiled"] is None for r in gpu_rows(pixel, *COMPACT, device)):
+        done.add("compact")
+    return done
 
 
 def compile_pays(rows: list[dict], gain: float = 1.15) -> bool:
@@ -143,21 +170,32 @@ def main(argv=None) -> int:
         print(f"{n} rows", file=sys.stderr)
         return 0
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("question", choices=("bench", "compile"))
+    p.add_argument("question", choices=("todo", "compile"))
     p.add_argument("--results", action="append", help=f"a table (repeatable; default {RESULTS})")
+    p.add_argument("--checks", action="append", help=f"todo: a checks table (repeatable; default {CHECKS})")
+    p.add_argument("--items", default=" ".join(ITEMS), help="todo: the checks to consider, in their order")
     p.add_argument("--arch", default="pdc_boundary_net")
     p.add_argument("--arch-kwargs", default='{"width": 40}', type=json.loads)
     p.add_argument("--gain", type=float, default=1.15)
     p.add_argument("--device", default="", help="this GPU, as torch.cuda names it: only its rows count")
     args = p.parse_args(argv)
-    paths = [Path(f) for f in (args.results or [RESULTS])]
-    text = "\n".join(p.read_text() for p in paths if p.is_file())
+    text = _read(args.results or [RESULTS])
+    if args.question == "todo":
+        unknown = [i for i in args.items.split() if i not in ITEMS]
+        if unknown or not args.device:
+            p.error(f"todo needs --device, and --items among {' '.join(ITEMS)}" + (f" (not {unknown})" if unknown else ""))
+        done = checks_done(_read(args.checks or [CHECKS]), text, args.device, args.arch, args.arch_kwargs)
+        print(" ".join(i for i in args.items.split() if i not in done))
+        return 0
     rows = gpu_rows(text, args.arch, args.arch_kwargs, args.device)
     for r in rows:
         print(r["line"], file=sys.stderr)
-    answer = needs_bench(rows) if args.question == "bench" else compile_pays(rows, args.gain)
-    print(int(answer))
+    print(int(compile_pays(rows, args.gain)))
     return 0
+
+
+def _read(paths) -> str:
+    return "\n".join(Path(f).read_text() for f in paths if Path(f).is_file())
 
 
 if __name__ == "__main__":

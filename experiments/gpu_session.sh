@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # One device command for a session that is lent a GPU (issue 33 items 2 and 4), resumable:
-#   (a) the first time only (BENCH=auto: while benchmarks/results/pixel_stage.md has no GPU row of the network to
-#       train), the benchmarks, about 4-5 min: benchmarks/bench_pixel_stage.py's crops/s of the real step next to
-#       its floor for compact_boundary_net (the shipped width 32), pdc_boundary_net (width 40) and the latter
-#       under torch.compile (COMPILE=auto trains with it from then on where it measured >= 1.3x);
-#       benchmarks/bench_training.py --host-workers 16 (the fine-tuning step's host pool, issue 33 item 3);
-#   (a2 of (a)) tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise, for both
-#       networks (~40 s);
+#   (a) the benchmark's checks this GPU kind has no result for yet (BENCH=auto; experiments/gpu_choices.py todo
+#       reads benchmarks/results/gpu_checks.md and pixel_stage.md), at most BENCH_SECONDS=120 of them, in this
+#       order: benchmarks/bench_pixel_stage.py's crops/s of the real step next to its floor for pdc_boundary_net
+#       (width 40); tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise;
+#       benchmarks/bench_training.py --host-workers 16 (the fine-tuning step's host pool, issue 33 item 3); the
+#       network under torch.compile (COMPILE=auto trains with it from then on where it measured >= 1.3x); and
+#       compact_boundary_net (the shipped width 32) for comparison. The first session runs what fits in the two
+#       minutes (about the first two), the next sessions the rest, then none;
 #   (b) pdc_boundary_net's pixel stage (configs/bsds500_pdc_pixel.yaml, bf16-mixed, augmentation on the device),
 #       on train first (the twin: its val figures are a measurement), through experiments/gpu_recipe.sh
 #       (CONFIG, SPLIT=train, MERGE=0), resumed from the committed checkpoint, for the time this command has
 #       left, stopped by Lightning's max_time with a final checkpoint (and a LastCheckpoint every 500 steps).
 #       Channels-last is used where hiseg.training.channels_last_agrees passes (checked at the fit's start).
-# At most 8 files come back in OUT: summary.txt, bench.log, pixel_stage.md (the benchmark's rows, to append to
-# benchmarks/results/pixel_stage.md), cuda_sync.log, recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole
+# At most 8 files come back in OUT: summary.txt, bench.log (every check's output), pixel_stage.md (the benchmark's
+# rows, to append to benchmarks/results/pixel_stage.md), gpu_checks.md (a row per check run, to append to
+# benchmarks/results/gpu_checks.md), recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole
 # curve so far; where the stage was cut before gpu_recipe.sh copied its files, the run's last periodic checkpoint
 # and the curve up to its step).
 # Where the stage trained with torch.compile and failed (not by this command's timeout), the rest of the time
@@ -26,16 +28,16 @@
 # The session: device `run` calls from the repository root (the working tree, 64 MiB at most, travels with
 # the carried .gpu/; prepare_gpu.sh prints the total):
 #   1. run(command="bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
-#      -> about 9.5 min: the first time the benchmarks (~4-5 min), then the pixel stage for the rest; afterwards
-#         (their rows committed) ~8 min of pixel stage.
+#      -> about 9.5 min: the benchmark's checks still to do (2 min at most), then the pixel stage for the rest
+#         (~6.5 min the first time, ~8 min once all checks are committed).
 #   2. at once if the reply leaves >= 3.5 min of device time (the machine goes back after 30 s idle):
 #      run(command="BENCH=0 BUDGET_SECONDS=150 bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=170)
 #      -> the pixel stage resumed from where command 1 stopped (its checkpoint and curve stay on the warm machine
 #         in KEEP=runs/gpu_session/; a fresh machine resumes from the committed state); then give_back.
 #   Then here, from the last reply's files: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
 #      cp <files_at>/pixel_metrics.csv experiments/state/pdc_pixel_metrics.csv (the whole curve); append every
-#      command's pixel_stage.md rows (the benchmark's, a failed compile's) to benchmarks/results/pixel_stage.md;
-#      commit.
+#      command's pixel_stage.md rows (the benchmark's, a failed compile's) to benchmarks/results/pixel_stage.md
+#      and its gpu_checks.md rows to benchmarks/results/gpu_checks.md; commit.
 # The next session resumes from experiments/state/pdc_pixel_last.ckpt (RESUME) the same way.
 #
 # The CUDA machine's Python has no numba (nor a wheel for it here): hiseg.metrics runs its numpy/scipy twins there
@@ -45,8 +47,8 @@
 #   KEEP/pixel_last.ckpt with more steps, KEEP=runs/gpu_session; '' starts afresh), CURVE (the curve so far:
 #   the resumed checkpoint's, experiments/state/pdc_pixel_metrics.csv or KEEP's), BUDGET_SECONDS (570: the whole command;
 #   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
-#   BENCH (auto: 1 while benchmarks/results/pixel_stage.md has no GPU row of ARCH_NAME's width 40, else 0, decided
-#   by experiments/gpu_choices.py; 1: run it; 0: none), BENCH_SECONDS (8 per measurement),
+#   BENCH (auto: the checks without a result for this GPU kind, decided by experiments/gpu_choices.py todo; 1: all
+#   of them; 0: none), BENCH_SECONDS (120: the benchmark's time, (a)), MEASURE_SECONDS (8 per measurement),
 #   COMPILE (auto: train with hiseg.callbacks.CompileNetwork when the committed rows and this run's show torch.compile
 #   at >= 1.3x the eager crops/s on that GPU, and no try with it failed on this machine: each command compiles
 #   again, a minute or so, from the cache on a warm machine; 1 / 0: with / without; COMPILE_CALLBACK: the
@@ -66,7 +68,8 @@ BUDGET_SECONDS=${BUDGET_SECONDS:-570}
 RESERVE_SECONDS=${RESERVE_SECONDS:-80}
 BENCH=${BENCH:-auto}
 COMPILE=${COMPILE:-auto}
-BENCH_SECONDS=${BENCH_SECONDS:-8}
+BENCH_SECONDS=${BENCH_SECONDS:-120}
+MEASURE_SECONDS=${MEASURE_SECONDS:-8}
 SPLIT=${SPLIT:-train}
 ARCH_NAME=${ARCH_NAME:-pdc_boundary_net}
 STATE=${STATE:-experiments/state/pdc_pixel_last.ckpt}
@@ -92,47 +95,81 @@ if [ -z "${RESUME+set}" ]; then  # the committed state, or this machine's last c
 fi
 CURVE=${CURVE-experiments/state/pdc_pixel_metrics.csv}
 GPU_NAME=$($PY -c 'import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else "")' 2>/dev/null)
-if [ "$BENCH" = auto ]; then  # measured once per network and GPU kind: later sessions train instead
-  BENCH=1
-  [ "$TINY" != 1 ] && BENCH=$($PY experiments/gpu_choices.py bench --arch "$ARCH_NAME" --device "$GPU_NAME" \
-    --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" 2>/dev/null || echo 1)
-fi
+DEVICE=${GPU_NAME:-cpu}
+ITEMS="eager sync host compile compact"
+[ "$TINY" = 1 ] && ITEMS="eager compact"  # the CPU has no CUDA sync check, host pool or compile row to measure
+CHECK_TABLES=(--results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md"
+              --checks benchmarks/results/gpu_checks.md --checks "$KEEP/gpu_checks.md")
+case "$BENCH" in  # each check once per GPU kind: later sessions train instead
+  auto) TODO=$($PY experiments/gpu_choices.py todo --device "$DEVICE" --items "$ITEMS" --arch "$ARCH_NAME" \
+          "${CHECK_TABLES[@]}" 2>> "$OUT/bench.log") || TODO="eager" ;;
+  1) TODO=$ITEMS ;;
+  *) TODO= ;;
+esac
 log "gpu_session: $( (nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo 'no GPU') | head -1); \
 $($PY -c 'import torch; print("torch", torch.__version__)'); git $(git rev-parse --short HEAD 2>/dev/null || echo '?'); \
-RESUME=${RESUME:-none} SPLIT=$SPLIT BENCH=$BENCH; \
+RESUME=${RESUME:-none} SPLIT=$SPLIT BENCH=$BENCH (checks to run: ${TODO:-none}); \
 $($PY -c 'import hiseg.metrics.kernels as k; print("numba" if k.HAVE_NUMBA else "no numba: the numpy/scipy metrics")' 2>&1 | tail -1)"
 
-# ---------------------------------------------------------------- (a) the benchmark, both networks
-if [ "$BENCH" = 1 ]; then
-  if [ "$TINY" = 1 ]; then
-    B=(--device cpu --batch 2 --crop 32 --warmup 2 --images 3 --seconds 1)
-    NETS=("compact_boundary_net" '{"width": 8}' "$ARCH_NAME" '{"width": 8, "blocks": [1, 1, 1, 1]}')
-  else
-    B=(--seconds "$BENCH_SECONDS")
-    NETS=("compact_boundary_net" '{"width": 32, "blocks": [2, 2, 3, 3], "side_channels": 16}' "$ARCH_NAME" '{"width": 40}')
-  fi
-  for i in 0 2; do
-    timeout 150 $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch "${NETS[$i]}" --arch-kwargs "${NETS[$((i + 1))]}" \
-      --results "$OUT/pixel_stage.md" >> "$OUT/bench.log" 2>&1
-    log "bench ${NETS[$i]}: rc=$? $(tail -1 "$OUT/pixel_stage.md" 2>/dev/null)"
-  done
-  if [ "$TINY" != 1 ]; then  # torch.compile (default mode) of the network to train: COMPILE=auto reads this row
-    timeout 240 $PY benchmarks/bench_pixel_stage.py --seconds 6 --compile default --arch "$ARCH_NAME" \
-      --arch-kwargs '{"width": 40}' --results "$OUT/pixel_stage.md" >> "$OUT/bench.log" 2>&1
-    log "bench $ARCH_NAME compiled: rc=$? $(tail -1 "$OUT/pixel_stage.md" 2>/dev/null)"
-  fi
-  [ "$TINY" != 1 ] && { timeout 150 $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 >> "$OUT/bench.log" 2>&1; log "bench_training --host-workers 16 (issue 33 item 3: the host pool's tables, into bench.log): rc=$?"; }
+# ---------------------------------------------------------------- (a) the benchmark: BENCH_SECONDS of checks at most
+# In this order, each once per GPU kind (a row in OUT/gpu_checks.md however it ended, to commit with
+# benchmarks/results/gpu_checks.md; the pixel-stage checks also append their row to OUT/pixel_stage.md):
+#   eager    bench_pixel_stage.py: the network to train (width 40) against its floor (issue 33 item 2's goal)
+#   sync     tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise, both networks
+#   host     bench_training.py --host-workers 16: the fine-tuning step's host pool (item 3's goal; tables in bench.log)
+#   compile  the network under torch.compile (default mode): COMPILE=auto trains with it where >= 1.3x eager
+#   compact  compact_boundary_net at the shipped width: the comparison row
+# A check starts only where its expected time (check_seconds, the first GPU session's estimate) fits in what
+# is left of BENCH_SECONDS, except the first, which may take BENCH_SECONDS; one that does not fit waits for a
+# later session, so a first session spends at most BENCH_SECONDS (about two minutes) before training.
+check_seconds() { [ "$TINY" = 1 ] && { echo 60; return; }; case $1 in compile) echo 120 ;; host) echo 75 ;; *) echo 45 ;; esac; }
+if [ "$TINY" = 1 ]; then
+  B=(--device cpu --batch 2 --crop 32 --warmup 2 --images 3 --seconds 1)
+  NET_KW='{"width": 8, "blocks": [1, 1, 1, 1]}'; COMPACT_KW='{"width": 8}'
+else
+  B=(--seconds "$MEASURE_SECONDS")
+  NET_KW='{"width": 40}'; COMPACT_KW='{"width": 32, "blocks": [2, 2, 3, 3], "side_channels": 16}'
 fi
-
-[ -f "$OUT/pixel_stage.md" ] && mkdir -p "$KEEP" && cat "$OUT/pixel_stage.md" >> "$KEEP/pixel_stage.md"  # next command's
-
-# ---------------------------------------------------------------- (a2) no host synchronisation in the step
-# torch's sync debug mode over ten steps of Trainer.fit (tests/test_sync.py; about 20 s; skipped on the CPU)
-if [ "$BENCH" = 1 ] && [ "$TINY" != 1 ]; then
-  timeout 90 $PY -m pytest -q -p no:cacheprovider -k cuda_pixel_stage tests/test_sync.py > "$OUT/cuda_sync.log" 2>&1
-  log "CUDA sync check: rc=$? $(tail -1 "$OUT/cuda_sync.log")"
-fi
-
+run_check() {  # name, seconds allowed; the check's output goes to bench.log
+  case $1 in
+    eager) timeout "$2" $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch "$ARCH_NAME" --arch-kwargs "$NET_KW" \
+             --results "$OUT/pixel_stage.md" ;;
+    compact) timeout "$2" $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch compact_boundary_net \
+               --arch-kwargs "$COMPACT_KW" --results "$OUT/pixel_stage.md" ;;
+    compile) timeout "$2" $PY benchmarks/bench_pixel_stage.py --seconds 6 --compile default --arch "$ARCH_NAME" \
+               --arch-kwargs "$NET_KW" --results "$OUT/pixel_stage.md" ;;
+    host) timeout "$2" $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 ;;
+    sync) timeout "$2" $PY -m pytest -q -p no:cacheprovider -k cuda_pixel_stage tests/test_sync.py ;;
+  esac >> "$OUT/bench.log" 2>&1
+}
+BENCH_START=$(date +%s)
+ran=0
+for check in $TODO; do
+  left=$(( BENCH_SECONDS - ($(date +%s) - BENCH_START) ))
+  need=$(check_seconds "$check")
+  if [ "$ran" = 1 ] && [ "$need" -gt "$left" ]; then
+    log "bench $check: left for a later session (~${need} s expected, ${left} s of BENCH_SECONDS=$BENCH_SECONDS left)"
+    continue
+  fi
+  [ "$left" -lt "$need" ] && left=$need
+  echo "== $check ($(date -u +%T), at most ${left} s)" >> "$OUT/bench.log"
+  t0=$(date +%s)
+  run_check "$check" "$left"
+  crc=$?
+  case $crc in 0) result=done ;; 124|137) result="timeout after ${left} s" ;; *) result="failed (rc=$crc)" ;; esac
+  [ "$check" = sync ] && [ "$crc" = 0 ] && result="rc=0: $(tail -1 "$OUT/bench.log")"
+  case $check in eager|compact|compile) [ "$crc" = 0 ] && result=$(tail -1 "$OUT/pixel_stage.md" | \
+    awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $6); print "crops/s " $4 ", ratio " $6 " (pixel_stage.md)"}') ;; esac
+  result=${result//|//}  # one cell of the table
+  [ -f "$OUT/gpu_checks.md" ] || printf '| device | check | result | seconds | date |\n|---|---|---|---:|---|\n' > "$OUT/gpu_checks.md"
+  echo "| $DEVICE | $check | $result | $(( $(date +%s) - t0 )) | $(date -u +%F) |" >> "$OUT/gpu_checks.md"
+  log "bench $check: $result ($(( $(date +%s) - t0 )) s)"
+  ran=1
+done
+mkdir -p "$KEEP"  # the next command on this machine reads what this one measured
+for f in pixel_stage.md gpu_checks.md; do  # their rows, without the header
+  [ -f "$OUT/$f" ] && grep '^| ' "$OUT/$f" | grep -v '^| device |' >> "$KEEP/$f"
+done
 # ---------------------------------------------------------------- (b) the new network's pixel stage
 LEFT=$(( BUDGET_SECONDS - ($(date +%s) - START) - RESERVE_SECONDS ))
 if [ "$LEFT" -lt 30 ] && [ "$TINY" != 1 ]; then

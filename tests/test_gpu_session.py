@@ -65,17 +65,22 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     hide.mkdir(parents=True)
     (hide / "__init__.py").write_text("raise ImportError('no numba here, as on the CUDA machine')\n")
     keep = tmp_path / "keep"  # what a warm device keeps between two commands (runs/gpu_session there)
+    # BENCH_SECONDS=0: the first check runs, the other is left for a later command
     env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4", KEEP=str(keep),
-               PYTHONPATH=os.pathsep.join([str(hide.parent), str(ROOT)]))
+               BENCH_SECONDS="0", PYTHONPATH=os.pathsep.join([str(hide.parent), str(ROOT)]))
     r = _bash("gpu_session.sh", str(tmp_path / "a"), env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     a = tmp_path / "a"
-    assert "no numba: the numpy/scipy metrics" in (a / "summary.txt").read_text()
+    summary = (a / "summary.txt").read_text()
+    assert "no numba: the numpy/scipy metrics" in summary and "(checks to run: eager compact)" in summary
+    assert "bench compact: left for a later session" in summary
     names = sorted(p.name for p in a.iterdir())
-    assert len(names) <= 8 and {"summary.txt", "bench.log", "pixel_stage.md", "recipe.log", "pixel_last.ckpt",
-                                "pixel_metrics.csv"} <= set(names), names
+    assert len(names) <= 8 and {"summary.txt", "bench.log", "pixel_stage.md", "gpu_checks.md", "recipe.log",
+                                "pixel_last.ckpt", "pixel_metrics.csv"} <= set(names), names
     rows = [ln for ln in (a / "pixel_stage.md").read_text().splitlines() if ln.startswith("| cpu")]
-    assert len(rows) == 2 and "compact_boundary_net" in rows[0] and "pdc_boundary_net" in rows[1]
+    assert len(rows) == 1 and "pdc_boundary_net" in rows[0]
+    checks = [ln.split("|")[1:-1] for ln in (a / "gpu_checks.md").read_text().splitlines()[2:]]
+    assert [c[:2] for c in checks] == [[" cpu ", " eager "]] and checks[0][2].strip().startswith("crops/s ")
     first = load_ckpt(a / "pixel_last.ckpt")
     assert first["global_step"] == 4 and first["hyper_parameters"]["arch"] == "pdc_boundary_net"
     curve_a = _curve(a / "pixel_metrics.csv")
@@ -90,8 +95,13 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     assert load_ckpt(keep / "pixel_last.ckpt")["global_step"] == 8
     for k in ("RESUME", "CURVE"):
         env.pop(k)
-    env.update(STATE=str(a / "pixel_last.ckpt"), PIXEL_STEPS_TINY="12")
-    _resumed_run(tmp_path / "c", env, keep / "pixel_last.ckpt", 12, curve_b)
+    # BENCH=auto again: the check the first command left (its own done, kept by the warm machine in KEEP)
+    env.update(STATE=str(a / "pixel_last.ckpt"), PIXEL_STEPS_TINY="12", BENCH="auto")
+    c, _ = _resumed_run(tmp_path / "c", env, keep / "pixel_last.ckpt", 12, curve_b)
+    assert "(checks to run: compact)" in (c / "summary.txt").read_text()
+    assert [ln.split("|")[2] for ln in (c / "gpu_checks.md").read_text().splitlines()[2:]] == [" compact "]
+    assert [ln.split("|")[2].strip() for ln in (keep / "gpu_checks.md").read_text().splitlines()] == ["eager",
+                                                                                                     "compact"]
 
 
 def _resumed_run(out, env, resumed, step, curve_before):
@@ -115,9 +125,9 @@ PDC = 'pdc_boundary_net `{"width": 40}` (578k parameters); 32 crops of 320x320, 
 
 
 def test_gpu_choices_read_the_benchmark_rows(tmp_path):
-    """experiments/gpu_choices.py: the benchmark runs until a GPU row of the network exists
-    (CPU rows and other widths do not count); torch.compile is chosen only when its newest row is
-    the gain above the newest eager row of the same GPU; several tables are read in order."""
+    """experiments/gpu_choices.py: torch.compile is chosen only when its newest row is the gain
+    above the newest eager row of the same GPU (CPU rows and other widths do not count); several
+    tables are read in order."""
     sys.path.insert(0, str(ROOT / "experiments"))
     try:
         import gpu_choices as g
@@ -125,19 +135,19 @@ def test_gpu_choices_read_the_benchmark_rows(tmp_path):
         sys.path.pop(0)
     rows = lambda text: g.gpu_rows(text, "pdc_boundary_net", {"width": 40})  # noqa: E731
     cpu_only = _table(("cpu (1 threads)", PDC, "2.3"), ("NVIDIA H100 80GB HBM3", PDC.replace("40", "32"), "900"))
-    assert rows(cpu_only) == [] and g.needs_bench(rows(cpu_only))
+    assert rows(cpu_only) == []
     h100 = "NVIDIA H100 80GB HBM3"
     eager = _table((h100, PDC, "1000.0"))
-    assert not g.needs_bench(rows(eager)) and not g.compile_pays(rows(eager))
+    assert not g.compile_pays(rows(eager))
     compiled = _table((h100, PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"))
     assert [r["compiled"] for r in rows(compiled)] == [None, "default"]
     assert g.compile_pays(rows(compiled), 1.3) and not g.compile_pays(rows(compiled), 1.5)
     only_compiled = _table((h100, PDC + ", compiled (default)", "1400.0"))
-    assert g.needs_bench(rows(only_compiled)) and not g.compile_pays(rows(only_compiled))
+    assert not g.compile_pays(rows(only_compiled))
     other_gpu = _table(("NVIDIA H200", PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"))
     assert not g.compile_pays(rows(other_gpu))
     # a GPU named: only its rows count (an H200 session does not reuse the H100's measurements)
-    assert g.needs_bench(g.gpu_rows(eager, "pdc_boundary_net", {"width": 40}, "NVIDIA H200"))
+    assert g.gpu_rows(eager, "pdc_boundary_net", {"width": 40}, "NVIDIA H200") == []
     assert not g.compile_pays(g.gpu_rows(compiled, "pdc_boundary_net", {"width": 40}, "NVIDIA H200"), 1.3)
     newest = _table((h100, PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"), (h100, PDC, "1200.0"))
     assert not g.compile_pays(rows(newest), 1.3)
@@ -145,17 +155,44 @@ def test_gpu_choices_read_the_benchmark_rows(tmp_path):
     failed = compiled + _table((h100, PDC.split(" (")[0] + " training with torch.compile (gpu_session.sh), "
                                        "compiled (default)", "failed (rc=1, recipe.log)"))
     assert [r["failed"] for r in rows(failed)] == [False, False, True]
-    assert not g.compile_pays(rows(failed), 1.3) and not g.needs_bench(rows(failed))
+    assert not g.compile_pays(rows(failed), 1.3)
     # the command line: the committed table, then a session's rows
     a, b = tmp_path / "a.md", tmp_path / "b.md"
     a.write_text(eager)
     b.write_text(_table((h100, PDC + ", compiled (default)", "1400.0")))
     ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu_choices.py"), *args],  # noqa: E731
                                        capture_output=True, text=True, check=True).stdout.strip()
-    assert ask("bench", "--results", str(tmp_path / "missing.md")) == "1"
-    assert ask("bench", "--results", str(a)) == "0"
     assert ask("compile", "--results", str(a)) == "0"
     assert ask("compile", "--gain", "1.3", "--results", str(a), "--results", str(b)) == "1"
+
+
+def test_gpu_choices_todo_lists_the_checks_a_gpu_has_no_result_for(tmp_path):
+    """experiments/gpu_choices.py todo: the checks in their order, less those with a row of this GPU
+    in a checks table (however they ended) or, for the pixel-stage checks, a GPU row of theirs in
+    pixel_stage.md; another GPU's rows do not count; bad --items or no --device are refused."""
+    h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
+    pixel, checks = tmp_path / "pixel_stage.md", tmp_path / "gpu_checks.md"
+    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu_choices.py"), "todo",  # noqa: E731
+                                        "--results", str(pixel), "--checks", str(checks), *args],
+                                       capture_output=True, text=True)
+    assert ask("--device", h100).stdout.strip() == "eager sync host compile compact"  # neither table exists
+    compact = 'compact_boundary_net `{"width": 32, "blocks": [2, 2, 3, 3], "side_channels": 16}` (329k parameters)'
+    pixel.write_text(_table((h100, PDC, "1000.0"), (h100, compact, "2000.0"), ("cpu (1 threads)", PDC, "2.0"),
+                            (h200, PDC + ", compiled (default)", "1500.0")))
+    checks.write_text("| device | check | result | seconds | date |\n|---|---|---|---:|---|\n"
+                      f"| {h100} | sync | timeout after 45 s | 45 | 2026-11-28 |\n"
+                      f"| {h200} | host | rc=0 | 70 | 2026-11-28 |\n")
+    assert ask("--device", h100).stdout.strip() == "host compile"
+    assert ask("--device", h200).stdout.strip() == "eager sync compact"
+    assert ask("--device", "cpu", "--items", "eager compact").stdout.strip() == "eager compact"  # CPU rows: no
+    # a failed training with compile on that GPU is its compile check's result
+    with pixel.open("a") as f:
+        f.write(f"| {h100} | {PDC.split(' (')[0]} training with torch.compile (gpu_session.sh), compiled (default)"
+                " | failed (rc=1, recipe.log) | – | – |\n")
+    assert ask("--device", h100).stdout.strip() == "host"
+    for bad in (("--device", h100, "--items", "eager warp"), ()):
+        r = ask(*bad)
+        assert r.returncode == 2 and "todo needs --device, and --items among" in r.stderr, r.stderr
 
 
 def test_gpu_choices_newest_checkpoint(tmp_path):
