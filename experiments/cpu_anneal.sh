@@ -9,8 +9,8 @@
 # 100 steps, for the curve only: the last iterate is used.
 #   nohup taskset -c 1 experiments/cpu_anneal.sh [BSDS_ROOT] > runs/cpu_anneal.log 2>&1 &
 # Resumes from runs/cpu_anneal/csv/version_*/checkpoints/last.ckpt (every 50 steps), or, in a fresh clone, from
-# the committed experiments/state/cpu_anneal_last.ckpt (the finished 400-step run of 2026-11-27: a larger STEPS
-# continues it).
+# experiments/state/cpu_anneal_last.ckpt where present (the finished 400-step run of 2026-11-27, archived out of the
+# tree: experiments/state/README.md restores it; a larger STEPS continues it).
 set -eu
 DATA=${1:-datasets/BSDS500}
 STEPS=${STEPS:-400}; BATCH=${BATCH:-8}

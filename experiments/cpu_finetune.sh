@@ -3,8 +3,8 @@
 #   nohup taskset -c 1 experiments/cpu_finetune.sh [INIT_WEIGHTS] [BSDS_ROOT] > runs/cpu_finetune.log 2>&1 &
 # INIT_WEIGHTS: the pixel stage's weights (default models/pixel_stage.ckpt, from
 # python -m hiseg.edge_training); BSDS_ROOT default datasets/BSDS500.
-# Resumes from runs/cpu_finetune/checkpoints/last.ckpt, or, in a fresh clone, from the
-# committed experiments/state/cpu_finetune_last.ckpt (copied there at the end of a session).
+# Resumes from runs/cpu_finetune/checkpoints/last.ckpt, or from experiments/state/cpu_finetune_last.ckpt where
+# present (step 2,830, archived out of the tree: experiments/state/README.md restores it).
 # One thread: leaves a core free. The validation curve: python experiments/cpu_finetune_curve.py
 set -u
 INIT=${1:-models/pixel_stage.ckpt}; DATA=${2:-datasets/BSDS500}

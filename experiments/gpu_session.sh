@@ -188,8 +188,11 @@ if [ "$COMPILE" = auto ]; then
   fi
 fi
 DATA=()
-[ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_train.npz")
-[ "$SPLIT" = train+val ] && [ "$TINY" != 1 ] && DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$GPU_DIR/bsds500_trainval.npz")
+if [ "$TINY" != 1 ]; then  # train reads bsds500_train.npz, or the train images of bsds500_trainval.npz (it holds both)
+  packed=$GPU_DIR/bsds500_trainval.npz
+  [ "$SPLIT" = train ] && [ -f "$GPU_DIR/bsds500_train.npz" ] && packed=$GPU_DIR/bsds500_train.npz
+  DATA=(BSDS="$GPU_DIR/BSDS500" TRAIN_DATA="$packed")
+fi
 
 # one try of the stage for the time left (arguments: 0/1 torch.compile); rc in $rc; where the stage stopped
 # before gpu_recipe.sh copied its files (a failure, or this command's timeout), the run's last periodic

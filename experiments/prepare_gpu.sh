@@ -5,7 +5,9 @@
 #                       instead of 12 MiB of wheels): the machine has no network and lacks both;
 #   bsds500_train.npz   BSDS500 train for the pixel stage (hiseg.data.edges.pack_edge_dataset: the original
 #                       JPEG bytes and the annotators' boundary counts, ~15 MiB; load_edge_dataset gives the
-#                       folder's exact arrays); SPLITS="train train+val" also writes bsds500_trainval.npz;
+#                       folder's exact arrays); SPLITS=train+val writes bsds500_trainval.npz instead (~23 MiB:
+#                       train and val, each image tagged with its split, so gpu_session.sh's SPLIT=train reads
+#                       its train images from it too and one file serves both; delete bsds500_train.npz then);
 #   BSDS500/            the first VAL_IMAGES (10) val images and their ground truth: the pixel stage's validation.
 # Then it prints what a device call would send (tracked and untracked files + .gpu/) against the 64 MiB limit
 # and fails when that is over. Existing outputs are kept (FORCE=1 rebuilds them).

@@ -45,6 +45,12 @@ def test_prepare_gpu_fills_the_carried_folder(tmp_path):
     for a, b in zip(load_edge_dataset(gpu / "bsds500_train.npz", "train"), load_edge_dataset(data, "train")):
         np.testing.assert_array_equal(a, b)
     assert [p.name for p in (gpu / "BSDS500/images/val").iterdir()] == ["val0.jpg"]
+    # SPLITS=train+val: one file holding both splits, from which gpu_session.sh's SPLIT=train reads train alone
+    r = _bash("prepare_gpu.sh", env={**env, "SPLITS": "train+val"})
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    for split in ("train", "train+val"):
+        for a, b in zip(load_edge_dataset(gpu / "bsds500_trainval.npz", split), load_edge_dataset(data, split)):
+            np.testing.assert_array_equal(a, b)
     assert [p.name for p in (gpu / "BSDS500/groundTruth/val").iterdir()] == ["val0.mat"]
     # kept when present; over the size limit: refused, naming it
     before = (gpu / "site.tar.xz").stat().st_mtime_ns
