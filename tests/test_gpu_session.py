@@ -265,6 +265,47 @@ def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp
     assert "torch.compile: off (a training with it failed on this machine" in (tmp_path / "b/summary.txt").read_text()
 
 
+FAILING_EVERYTHING = FAILING_COMPILE + '''
+
+class FailAndBreakTheData(FailAt):
+    """Fails like FailAt, and takes the validation images with it: the retry without compile
+    cannot even start (a failure that is not compile's)."""
+
+    def on_train_batch_end(self, trainer, *args):
+        if trainer.global_step >= 6:
+            import os
+            import shutil
+            shutil.rmtree(os.path.join(os.environ["BSDS"], "images", "val"))
+        super().on_train_batch_end(trainer, *args)
+'''
+
+
+def test_gpu_session_keeps_the_compiled_try_where_the_retry_fails_too(tmp_path):
+    """COMPILE=1, the stage fails at step 6 and the retry without compile fails before its first
+    checkpoint: the compiled try's last periodic checkpoint (step 4) and its curve come back in
+    OUT, and nothing marks compile as failed (the cause was something else)."""
+    data = make_bsds(tmp_path / "bsds")
+    (tmp_path / "mods").mkdir()
+    (tmp_path / "mods" / "failing_everything.py").write_text(FAILING_EVERYTHING)
+    keep = tmp_path / "keep"
+    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="8", KEEP=str(keep), BENCH="0",
+               COMPILE="1", COMPILE_CALLBACK="failing_everything.FailAndBreakTheData",
+               PYTHONPATH=os.pathsep.join([str(tmp_path / "mods"), str(ROOT)]))
+    out = tmp_path / "a"
+    r = _bash("gpu_session.sh", str(out), env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    summary = (out / "summary.txt").read_text()
+    assert "retrying without it" in summary, summary
+    assert "the retry wrote no checkpoint: the compiled try's (rescued) is in OUT" in summary, summary
+    assert "the retry without torch.compile failed too" in summary, summary
+    assert load_ckpt(out / "pixel_last.ckpt")["global_step"] == 4
+    val_steps = [int(row["step"]) for row in _curve(out / "pixel_metrics.csv") if row.get("val/boundary_f")]
+    assert val_steps == [3], val_steps
+    assert not (keep / "compile_failed").exists()
+    assert not (out / "pixel_stage.md").exists() or "failed (rc=" not in (out / "pixel_stage.md").read_text()
+    assert len(list(out.iterdir())) <= 8
+
+
 def test_gpu_choices_curve_joins_and_stops_at_the_checkpoint(tmp_path):
     """``gpu_choices.py curve``: the parts one after the other with the union of their columns;
     --until leaves out the last part's rows of steps after the checkpoint (logged again by the
