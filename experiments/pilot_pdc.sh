@@ -23,6 +23,10 @@
 # Resumable: rerun the same command. A finished run leaves runs/pilot_pdc/<arch>/done and is
 # skipped; an unfinished one resumes from its last.ckpt (written every 100 steps); an evaluation
 # with a results.json is skipped. One training process at a time (the runs are sequential).
+# Across machines (runs/ is not committed): STATE=experiments/state/<name> SAVE=1 experiments/pilot_pdc.sh
+# copies each run's newest last.ckpt, its metrics.csv files and its done marker there (to commit; about
+# 1.3 MB a run) and exits; a later command with the same STATE restores a run missing from ROOT from it
+# first, then resumes it as above.
 set -eu
 DATA=${1:-/work/shared/data/BSDS500}
 STEPS=${STEPS:-1000}; BATCH=${BATCH:-8}; CROP=${CROP:-160}
@@ -43,6 +47,33 @@ arch_kwargs() {
 last_ckpt() {  # the newest version's last.ckpt of a run folder, or nothing
   ls "$1"/csv/version_*/checkpoints/last.ckpt 2>/dev/null | sort -V | tail -1 || true
 }
+
+STATE=${STATE:-}
+if [ -n "$STATE" ]; then
+  for arch in pdc_boundary_net compact_boundary_net; do
+    dir=$ROOT/$arch; st=$STATE/$arch
+    if [ "${SAVE:-0}" = 1 ]; then  # the run so far into STATE
+      last=$(last_ckpt "$dir")
+      [ -n "$last" ] || continue
+      rm -rf "$st.part" && mkdir -p "$st.part"
+      for v in "$dir"/csv/version_*; do
+        [ -f "$v/metrics.csv" ] && mkdir -p "$st.part/$(basename "$v")" && cp "$v/metrics.csv" "$st.part/$(basename "$v")/"
+      done
+      cp "$last" "$st.part/last.ckpt"
+      [ -f "$dir/done" ] && touch "$st.part/done"
+      rm -rf "$st" && mv "$st.part" "$st"
+      echo "pilot_pdc: $arch saved to $st (from $last)"
+    elif [ -z "$(last_ckpt "$dir")" ] && [ -f "$st/last.ckpt" ]; then  # restored: the run resumes from it
+      newest=$(ls -d "$st"/version_* 2>/dev/null | sort -V | tail -1)
+      for v in "$st"/version_*; do mkdir -p "$dir/csv/$(basename "$v")" && cp "$v/metrics.csv" "$dir/csv/$(basename "$v")/"; done
+      mkdir -p "$dir/csv/$(basename "${newest:-version_0}")/checkpoints"
+      cp "$st/last.ckpt" "$dir/csv/$(basename "${newest:-version_0}")/checkpoints/last.ckpt"
+      [ -f "$st/done" ] && touch "$dir/done"
+      echo "pilot_pdc: $arch restored from $st"
+    fi
+  done
+  [ "${SAVE:-0}" = 1 ] && exit 0
+fi
 
 for arch in pdc_boundary_net compact_boundary_net; do
   dir=$ROOT/$arch

@@ -56,3 +56,40 @@ def test_curves_without_metrics_is_an_error(tmp_path):
 
 def test_pilot_script_parses():
     subprocess.run(["bash", "-n", str(ROOT / "experiments" / "pilot_pdc.sh")], check=True)
+
+
+def test_pilot_state_saves_and_restores_the_runs(tmp_path):
+    """STATE=... SAVE=1: each run's metrics (every version) and newest last.ckpt into STATE; the
+    same STATE on a machine without the runs restores them, so the pilot resumes (here: both runs
+    done, so it goes straight to the curves, equal to the original's)."""
+    import os
+
+    runs = tmp_path / "runs"
+    _metrics(runs / "pdc_boundary_net/csv/version_0", ["0,,249,,,0.5,0.6,0.7,0.7"])
+    _metrics(runs / "pdc_boundary_net/csv/version_1", ["0,,499,,,0.55,0.65,0.6,0.6"])
+    for v, text in (("version_0", "old"), ("version_1", "newest")):
+        (runs / f"pdc_boundary_net/csv/{v}/checkpoints").mkdir()
+        (runs / f"pdc_boundary_net/csv/{v}/checkpoints/last.ckpt").write_text(text)
+    (runs / "pdc_boundary_net/done").touch()
+    _metrics(runs / "compact_boundary_net/csv/version_0", ["0,,249,,,0.4,0.55,0.8,0.8"])
+    (runs / "compact_boundary_net/csv/version_0/checkpoints").mkdir()
+    (runs / "compact_boundary_net/csv/version_0/checkpoints/last.ckpt").write_text("compact")
+    state = tmp_path / "state"
+    env = dict(os.environ, ROOT=str(runs), STATE=str(state), SAVE="1")
+    script = str(ROOT / "experiments" / "pilot_pdc.sh")
+    r = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert (state / "pdc_boundary_net/last.ckpt").read_text() == "newest" and (state / "pdc_boundary_net/done").exists()
+    assert sorted(p.name for p in (state / "pdc_boundary_net").iterdir()) == ["done", "last.ckpt", "version_0",
+                                                                             "version_1"]
+    assert not (state / "compact_boundary_net/done").exists()
+    # another machine: nothing in ROOT; compact is not done, so make it done in STATE to keep training out
+    (state / "compact_boundary_net/done").touch()
+    fresh, out = tmp_path / "fresh", tmp_path / "out"
+    env.update(ROOT=str(fresh), SAVE="0", OUT=str(out), EVAL_IMAGES="0")
+    r = subprocess.run(["bash", script, str(tmp_path / "no-bsds")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pdc_boundary_net restored from" in r.stdout and "already trained" in r.stdout
+    assert (fresh / "pdc_boundary_net/csv/version_1/checkpoints/last.ckpt").read_text() == "newest"
+    _curves_module().main(["--runs", str(runs), "--out", str(tmp_path / "orig")])
+    assert (out / "curves.csv").read_text() == (tmp_path / "orig/curves.csv").read_text()
