@@ -1,6 +1,7 @@
 """What experiments/gpu_session.sh decides from the committed benchmark rows
-(benchmarks/results/pixel_stage.md, the rows benchmarks/bench_pixel_stage.py appends), so that a
-GPU session spends its minutes on training once a measurement exists:
+(benchmarks/results/pixel_stage.md, the rows benchmarks/bench_pixel_stage.py appends, and
+benchmarks/results/gpu_checks.md, a row per check a session ran), so that a GPU session spends
+its minutes on training once a measurement exists:
 
 * ``todo``: the benchmark's checks that GPU ``--device`` has no result for yet, in the order a
   session runs them (``--items``; default ``eager sync host compile compact``), space-separated:
@@ -84,13 +85,14 @@ def _cells(line: str) -> list[str]:
 def checks_done(checks: str, pixel: str, device: str, arch: str, arch_kwargs: dict) -> set[str]:
     """The checks GPU ``device`` has a result for: a row of the ``checks`` table(s) (text), or for
     the pixel-stage checks a GPU row of the ``pixel`` table(s): the network's eager row
-    (``eager``), its compiled row, a failed training with compile included (``compile``), the
+    (``eager``), its row compiled in the default mode, a failed training with compile included
+    (``compile``), the
     shipped compact network's eager row (``compact``)."""
     done = {c[1] for c in map(_cells, checks.splitlines()) if len(c) == 5 and c[0] == device and c[1] in ITEMS}
     rows = gpu_rows(pixel, arch, arch_kwargs, device)
     if any(r["compiled"] is None for r in rows):
         done.add("eager")
-    if any(r["compiled"] for r in rows):
+    if any(r["compiled"] == "default" for r in rows):  # the mode COMPILE=auto reads (a failed training's too)
         done.add("compile")
     if any(r["compiled"] is None for r in gpu_rows(pixel, *COMPACT, device)):
         done.add("compact")

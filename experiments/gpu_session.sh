@@ -6,8 +6,9 @@
 #       (width 40); tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise;
 #       benchmarks/bench_training.py --host-workers 16 (the fine-tuning step's host pool, issue 33 item 3); the
 #       network under torch.compile (COMPILE=auto trains with it from then on where it measured >= 1.3x); and
-#       compact_boundary_net (the shipped width 32) for comparison. The first session runs what fits in the two
-#       minutes (about the first two), the next sessions the rest, then none;
+#       compact_boundary_net (the shipped width 32) for comparison. Each command runs, in that order, the checks
+#       that fit in what is left of the two minutes (a cheaper later one may run when an earlier one does not fit),
+#       later commands the rest, then none; the compile check (~150 s) runs alone, as a command's first check;
 #   (b) pdc_boundary_net's pixel stage (configs/bsds500_pdc_pixel.yaml, bf16-mixed, augmentation on the device),
 #       on train first (the twin: its val figures are a measurement), through experiments/gpu_recipe.sh
 #       (CONFIG, SPLIT=train, MERGE=0), resumed from the committed checkpoint, for the time this command has
@@ -29,7 +30,7 @@
 # the carried .gpu/; prepare_gpu.sh prints the total):
 #   1. run(command="bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
 #      -> about 9.5 min: the benchmark's checks still to do (2 min at most), then the pixel stage for the rest
-#         (~6.5 min the first time, ~8 min once all checks are committed).
+#         (about 6 min while checks remain, ~8 min once all are committed).
 #   2. at once if the reply leaves >= 3.5 min of device time (the machine goes back after 30 s idle):
 #      run(command="BENCH=0 BUDGET_SECONDS=150 bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=170)
 #      -> the pixel stage resumed from where command 1 stopped (its checkpoint and curve stay on the warm machine
@@ -102,7 +103,7 @@ CHECK_TABLES=(--results benchmarks/results/pixel_stage.md --results "$KEEP/pixel
               --checks benchmarks/results/gpu_checks.md --checks "$KEEP/gpu_checks.md")
 case "$BENCH" in  # each check once per GPU kind: later sessions train instead
   auto) TODO=$($PY experiments/gpu_choices.py todo --device "$DEVICE" --items "$ITEMS" --arch "$ARCH_NAME" \
-          "${CHECK_TABLES[@]}" 2>> "$OUT/bench.log") || TODO="eager" ;;
+          "${CHECK_TABLES[@]}" 2>> "$OUT/bench.log") || TODO= ;;  # unreadable tables: train
   1) TODO=$ITEMS ;;
   *) TODO= ;;
 esac
@@ -119,10 +120,12 @@ $($PY -c 'import hiseg.metrics.kernels as k; print("numba" if k.HAVE_NUMBA else 
 #   host     bench_training.py --host-workers 16: the fine-tuning step's host pool (item 3's goal; tables in bench.log)
 #   compile  the network under torch.compile (default mode): COMPILE=auto trains with it where >= 1.3x eager
 #   compact  compact_boundary_net at the shipped width: the comparison row
-# A check starts only where its expected time (check_seconds, the first GPU session's estimate) fits in what
-# is left of BENCH_SECONDS, except the first, which may take BENCH_SECONDS; one that does not fit waits for a
-# later session, so a first session spends at most BENCH_SECONDS (about two minutes) before training.
-check_seconds() { [ "$TINY" = 1 ] && { echo 60; return; }; case $1 in compile) echo 120 ;; host) echo 75 ;; *) echo 45 ;; esac; }
+# A check starts only where its expected time (check_seconds, an estimate before any GPU measured it) fits in
+# what is left of BENCH_SECONDS, except a command's first, which may take BENCH_SECONDS or its expected time if
+# longer (compile: three compilations, cold); one that does not fit waits for a later command. So a command
+# spends at most two minutes on checks (2.5 in the one that measures compile) before training. Limits are hard
+# (timeout -k: Lightning only stops at a step's end on SIGTERM).
+check_seconds() { [ "$TINY" = 1 ] && { echo 60; return; }; case $1 in compile) echo 150 ;; host) echo 75 ;; *) echo 45 ;; esac; }
 if [ "$TINY" = 1 ]; then
   B=(--device cpu --batch 2 --crop 32 --warmup 2 --images 3 --seconds 1)
   NET_KW='{"width": 8, "blocks": [1, 1, 1, 1]}'; COMPACT_KW='{"width": 8}'
@@ -132,14 +135,14 @@ else
 fi
 run_check() {  # name, seconds allowed; the check's output goes to bench.log
   case $1 in
-    eager) timeout "$2" $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch "$ARCH_NAME" --arch-kwargs "$NET_KW" \
+    eager) timeout -k 15 "$2" $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch "$ARCH_NAME" --arch-kwargs "$NET_KW" \
              --results "$OUT/pixel_stage.md" ;;
-    compact) timeout "$2" $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch compact_boundary_net \
+    compact) timeout -k 15 "$2" $PY benchmarks/bench_pixel_stage.py "${B[@]}" --arch compact_boundary_net \
                --arch-kwargs "$COMPACT_KW" --results "$OUT/pixel_stage.md" ;;
-    compile) timeout "$2" $PY benchmarks/bench_pixel_stage.py --seconds 6 --compile default --arch "$ARCH_NAME" \
+    compile) timeout -k 15 "$2" $PY benchmarks/bench_pixel_stage.py --seconds 6 --compile default --arch "$ARCH_NAME" \
                --arch-kwargs "$NET_KW" --results "$OUT/pixel_stage.md" ;;
-    host) timeout "$2" $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 ;;
-    sync) timeout "$2" $PY -m pytest -q -p no:cacheprovider -k cuda_pixel_stage tests/test_sync.py ;;
+    host) timeout -k 15 "$2" $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 ;;
+    sync) timeout -k 15 "$2" $PY -m pytest -q -p no:cacheprovider -k cuda_pixel_stage tests/test_sync.py ;;
   esac >> "$OUT/bench.log" 2>&1
 }
 BENCH_START=$(date +%s)
@@ -187,7 +190,7 @@ if [ "$COMPILE" = auto ]; then
       2>/dev/null || echo 0)
   fi
 fi
-DATA=()
+DATA=() packed=
 if [ "$TINY" != 1 ]; then  # train reads bsds500_train.npz, or the train images of bsds500_trainval.npz (it holds both)
   packed=$GPU_DIR/bsds500_trainval.npz
   [ "$SPLIT" = train ] && [ -f "$GPU_DIR/bsds500_train.npz" ] && packed=$GPU_DIR/bsds500_train.npz
@@ -201,12 +204,12 @@ stage() {
   local compile=$1 work train_args=""
   work=$(mktemp -d)
   [ "$compile" = 1 ] && train_args="--trainer.callbacks+=${COMPILE_CALLBACK:-hiseg.callbacks.CompileNetwork}"
-  log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}, torch.compile: $([ "$compile" = 1 ] && echo on || echo off), RESUME=${RESUME:-none})"
+  log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}${packed:+ from $packed}, torch.compile: $([ "$compile" = 1 ] && echo on || echo off), RESUME=${RESUME:-none})"
   rm -f "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv"
   env "${DATA[@]}" WORK="$work" CONFIG=configs/bsds500_pdc_pixel.yaml ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
     TRAIN_ARGS="$train_args" \
     PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
-    timeout $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" ${RESUME:+"$RESUME"}
+    timeout -k 15 $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" ${RESUME:+"$RESUME"}
   rc=$?
   if [ ! -f "$OUT/pixel_last.ckpt" ]; then
     local last

@@ -7,7 +7,8 @@
 #                       JPEG bytes and the annotators' boundary counts, ~15 MiB; load_edge_dataset gives the
 #                       folder's exact arrays); SPLITS=train+val writes bsds500_trainval.npz instead (~23 MiB:
 #                       train and val, each image tagged with its split, so gpu_session.sh's SPLIT=train reads
-#                       its train images from it too and one file serves both; delete bsds500_train.npz then);
+#                       its train images from it too: one file serves both, bsds500_train.npz is removed, and
+#                       later runs with the default SPLITS leave it so);
 #   BSDS500/            the first VAL_IMAGES (10) val images and their ground truth: the pixel stage's validation.
 # Then it prints what a device call would send (tracked and untracked files + .gpu/) against the 64 MiB limit
 # and fails when that is over. Existing outputs are kept (FORCE=1 rebuilds them).
@@ -57,11 +58,15 @@ fi
 
 for split in $SPLITS; do
   name=$([ "$split" = train ] && echo bsds500_train.npz || echo bsds500_trainval.npz)
+  if [ "$name" = bsds500_train.npz ] && [ -f "$GPU_DIR/bsds500_trainval.npz" ]; then
+    echo "prepare_gpu: $GPU_DIR/bsds500_trainval.npz holds train too: no bsds500_train.npz"; continue
+  fi
   if fresh "$GPU_DIR/$name"; then
     $PY -c 'import sys; from hiseg.data.edges import pack_edge_dataset as p; \
 o = p(sys.argv[1], sys.argv[2].split("+"), sys.argv[3]); print(f"{o}: {o.stat().st_size / 2**20:.1f} MiB")' \
       "$BSDS" "$split" "$GPU_DIR/$name"
   fi
+  [ "$name" = bsds500_trainval.npz ] && rm -f "$GPU_DIR/bsds500_train.npz"  # one file serves both splits
 done
 
 if fresh "$GPU_DIR/BSDS500/images/val"; then

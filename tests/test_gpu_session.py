@@ -51,6 +51,9 @@ def test_prepare_gpu_fills_the_carried_folder(tmp_path):
     for split in ("train", "train+val"):
         for a, b in zip(load_edge_dataset(gpu / "bsds500_trainval.npz", split), load_edge_dataset(data, split)):
             np.testing.assert_array_equal(a, b)
+    assert not (gpu / "bsds500_train.npz").exists()  # one file serves both splits
+    r = _bash("prepare_gpu.sh", env=env)  # the default SPLITS=train afterwards: the train+val file does
+    assert r.returncode == 0 and "holds train too" in r.stdout and not (gpu / "bsds500_train.npz").exists()
     assert [p.name for p in (gpu / "BSDS500/groundTruth/val").iterdir()] == ["val0.mat"]
     # kept when present; over the size limit: refused, naming it
     before = (gpu / "site.tar.xz").stat().st_mtime_ns
