@@ -142,7 +142,7 @@ run_check() {  # name, seconds allowed; the check's output goes to bench.log
     compile) timeout -k 15 "$2" $PY benchmarks/bench_pixel_stage.py --seconds 6 --compile default --arch "$ARCH_NAME" \
                --arch-kwargs "$NET_KW" --results "$OUT/pixel_stage.md" ;;
     host) timeout -k 15 "$2" $PY benchmarks/bench_training.py --device cuda --threads 16 --batch 16 --wall --host-workers 16 ;;
-    sync) timeout -k 15 "$2" $PY -m pytest -q -p no:cacheprovider -k cuda_pixel_stage tests/test_sync.py ;;
+    sync) timeout -k 15 "$2" $PY -m pytest -q -p no:cacheprovider -o addopts=-ra -k cuda_pixel_stage tests/test_sync.py ;;  # addopts: no xdist there
   esac >> "$OUT/bench.log" 2>&1
 }
 BENCH_START=$(date +%s)
