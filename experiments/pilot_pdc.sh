@@ -65,7 +65,9 @@ if [ -n "$STATE" ]; then
       echo "pilot_pdc: $arch saved to $st (from $last)"
     elif [ -z "$(last_ckpt "$dir")" ] && [ -f "$st/last.ckpt" ]; then  # restored: the run resumes from it
       newest=$(ls -d "$st"/version_* 2>/dev/null | sort -V | tail -1)
-      for v in "$st"/version_*; do mkdir -p "$dir/csv/$(basename "$v")" && cp "$v/metrics.csv" "$dir/csv/$(basename "$v")/"; done
+      for v in "$st"/version_*; do
+        [ -f "$v/metrics.csv" ] && mkdir -p "$dir/csv/$(basename "$v")" && cp "$v/metrics.csv" "$dir/csv/$(basename "$v")/"
+      done
       mkdir -p "$dir/csv/$(basename "${newest:-version_0}")/checkpoints"
       cp "$st/last.ckpt" "$dir/csv/$(basename "${newest:-version_0}")/checkpoints/last.ckpt"
       [ -f "$st/done" ] && touch "$dir/done"
