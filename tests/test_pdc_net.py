@@ -258,3 +258,22 @@ def test_forward_uses_no_index_tensors():
         with Ops() as ops:
             net(x)[0].sum()
         assert not {n for n in ops.names if n.startswith(("index", "_index_put"))}, sorted(ops.names)
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
+def test_inference_in_place_path_gives_the_same_bits(mode):
+    """Without gradient the blocks and side heads add, rectify and scale in place (fewer
+    allocations): the outputs are bit for bit those of the gradient path, folded or not, and
+    the input is left untouched."""
+    torch.manual_seed(5)
+    net = _trained_like(pdc_boundary_net(width=8))
+    x = torch.rand(2, 3, 37, 53, dtype=torch.float64)
+    x0 = x.clone()
+    for fold_eval in (False, True):
+        net.set_fold_eval(fold_eval)
+        with torch.enable_grad():
+            ref, ref_sides = net(x, return_side_outputs=True)
+        with getattr(torch, mode)():
+            y, sides = net(x, return_side_outputs=True)
+        assert torch.equal(y, ref.detach()) and all(torch.equal(s, r.detach()) for s, r in zip(sides, ref_sides))
+    assert torch.equal(x, x0)
