@@ -93,6 +93,20 @@ def test_side_outputs_are_fused(models, name):
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_inference_gives_the_gradient_path_bits(models, name):
+    """Without gradient (inference, validation) some blocks work in place: the same bits as with
+    gradient, side outputs included, and the input untouched."""
+    m = models[name].eval()
+    x = torch.rand(2, 3, 45, 61)
+    x0 = x.clone()
+    ref, ref_sides = m(x, return_side_outputs=True)
+    with torch.inference_mode():
+        y, sides = m(x, return_side_outputs=True)
+    assert torch.equal(y, ref.detach()) and all(torch.equal(s, r.detach()) for s, r in zip(sides, ref_sides))
+    assert torch.equal(x, x0)
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_gradient_reaches_every_parameter(models, name):
     m = models[name].train()
     m.zero_grad(set_to_none=True)

@@ -169,7 +169,9 @@ class _SeparableResidualBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         y = F.relu(self.bn1(self.dw(x)), inplace=True)
         y = self.bn2(self.pw(y))
-        return F.relu(x + y, inplace=True)
+        if torch.is_grad_enabled():
+            return F.relu(x + y, inplace=True)
+        return F.relu(y.add_(x), inplace=True)  # without gradient: into the fresh y (the same bits, one buffer less)
 
 
 class _Downsample(nn.Module):
