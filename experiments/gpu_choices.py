@@ -86,8 +86,7 @@ def checks_done(checks: str, pixel: str, device: str, arch: str, arch_kwargs: di
     """The checks GPU ``device`` has a result for: a row of the ``checks`` table(s) (text), or for
     the pixel-stage checks a GPU row of the ``pixel`` table(s): the network's eager row
     (``eager``), its row compiled in the default mode, a failed training with compile included
-    (``compile``), the
-    shipped compact network's eager row (``compact``)."""
+    (``compile``), the shipped compact network's eager row (``compact``)."""
     done = {c[1] for c in map(_cells, checks.splitlines()) if len(c) == 5 and c[0] == device and c[1] in ITEMS}
     rows = gpu_rows(pixel, arch, arch_kwargs, device)
     if any(r["compiled"] is None for r in rows):
