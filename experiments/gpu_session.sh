@@ -145,6 +145,18 @@ run_check() {  # name, seconds allowed; the check's output goes to bench.log
     sync) timeout -k 15 "$2" $PY -m pytest -q -p no:cacheprovider -o addopts=-ra -k cuda_pixel_stage tests/test_sync.py ;;  # addopts: no xdist there
   esac >> "$OUT/bench.log" 2>&1
 }
+check_result() {  # name, exit status, seconds allowed: the result cell of its row
+  case $2 in
+    124|137) echo "timeout after $3 s" ;;
+    0) case $1 in
+         sync) echo "rc=0: $(tail -1 "$OUT/bench.log")" ;;
+         eager|compact|compile) tail -1 "$OUT/pixel_stage.md" | awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $6);
+           print "crops/s " $4 ", ratio " $6 " (pixel_stage.md)"}' ;;
+         *) echo done ;;
+       esac ;;
+    *) echo "failed (rc=$2)" ;;
+  esac
+}
 BENCH_START=$(date +%s)
 ran=0
 for check in $TODO; do
@@ -158,15 +170,12 @@ for check in $TODO; do
   echo "== $check ($(date -u +%T), at most ${left} s)" >> "$OUT/bench.log"
   t0=$(date +%s)
   run_check "$check" "$left"
-  crc=$?
-  case $crc in 0) result=done ;; 124|137) result="timeout after ${left} s" ;; *) result="failed (rc=$crc)" ;; esac
-  [ "$check" = sync ] && [ "$crc" = 0 ] && result="rc=0: $(tail -1 "$OUT/bench.log")"
-  case $check in eager|compact|compile) [ "$crc" = 0 ] && result=$(tail -1 "$OUT/pixel_stage.md" | \
-    awk -F'|' '{gsub(/ /, "", $4); gsub(/ /, "", $6); print "crops/s " $4 ", ratio " $6 " (pixel_stage.md)"}') ;; esac
+  result=$(check_result "$check" $? "$left")
   result=${result//|//}  # one cell of the table
+  secs=$(( $(date +%s) - t0 ))
   [ -f "$OUT/gpu_checks.md" ] || printf '| device | check | result | seconds | date |\n|---|---|---|---:|---|\n' > "$OUT/gpu_checks.md"
-  echo "| $DEVICE | $check | $result | $(( $(date +%s) - t0 )) | $(date -u +%F) |" >> "$OUT/gpu_checks.md"
-  log "bench $check: $result ($(( $(date +%s) - t0 )) s)"
+  echo "| $DEVICE | $check | $result | $secs | $(date -u +%F) |" >> "$OUT/gpu_checks.md"
+  log "bench $check: $result ($secs s)"
   ran=1
 done
 mkdir -p "$KEEP"  # the next command on this machine reads what this one measured
@@ -186,7 +195,7 @@ if [ "$COMPILE" = auto ]; then
     log "torch.compile: off (a training with it failed on this machine: $KEEP/compile_failed)"
   elif [ "$TINY" != 1 ]; then
     COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" --device "$GPU_NAME" \
-      --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" --results "$OUT/pixel_stage.md" \
+      --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" \
       2>/dev/null || echo 0)
   fi
 fi

@@ -48,6 +48,14 @@ last_ckpt() {  # the newest version's last.ckpt of a run folder, or nothing
   ls "$1"/csv/version_*/checkpoints/last.ckpt 2>/dev/null | sort -V | tail -1 || true
 }
 
+copy_metrics() {  # every version_*/metrics.csv of folder $1 into the same place under $2
+  local v
+  for v in "$1"/version_*; do
+    [ -f "$v/metrics.csv" ] && mkdir -p "$2/${v##*/}" && cp "$v/metrics.csv" "$2/${v##*/}/"
+  done
+  return 0
+}
+
 STATE=${STATE:-}
 if [ -n "$STATE" ]; then
   for arch in pdc_boundary_net compact_boundary_net; do
@@ -56,20 +64,16 @@ if [ -n "$STATE" ]; then
       last=$(last_ckpt "$dir")
       [ -n "$last" ] || continue
       rm -rf "$st.part" && mkdir -p "$st.part"
-      for v in "$dir"/csv/version_*; do
-        [ -f "$v/metrics.csv" ] && mkdir -p "$st.part/$(basename "$v")" && cp "$v/metrics.csv" "$st.part/$(basename "$v")/"
-      done
+      copy_metrics "$dir/csv" "$st.part"
       cp "$last" "$st.part/last.ckpt"
       [ -f "$dir/done" ] && touch "$st.part/done"
       rm -rf "$st" && mv "$st.part" "$st"
       echo "pilot_pdc: $arch saved to $st (from $last)"
     elif [ -z "$(last_ckpt "$dir")" ] && [ -f "$st/last.ckpt" ]; then  # restored: the run resumes from it
+      copy_metrics "$st" "$dir/csv"
       newest=$(ls -d "$st"/version_* 2>/dev/null | sort -V | tail -1)
-      for v in "$st"/version_*; do
-        [ -f "$v/metrics.csv" ] && mkdir -p "$dir/csv/$(basename "$v")" && cp "$v/metrics.csv" "$dir/csv/$(basename "$v")/"
-      done
-      mkdir -p "$dir/csv/$(basename "${newest:-version_0}")/checkpoints"
-      cp "$st/last.ckpt" "$dir/csv/$(basename "${newest:-version_0}")/checkpoints/last.ckpt"
+      ckpts=$dir/csv/$(basename "${newest:-version_0}")/checkpoints
+      mkdir -p "$ckpts" && cp "$st/last.ckpt" "$ckpts/last.ckpt"
       [ -f "$st/done" ] && touch "$dir/done"
       echo "pilot_pdc: $arch restored from $st"
     fi

@@ -230,21 +230,27 @@ class FailAt(pl.Callback):
 '''
 
 
-def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp_path):
-    """COMPILE=1 and the stage fails at step 6: its last periodic checkpoint (step 4, the first
-    epoch's end) and the curve up to it are kept, the rest of the time trains without compile
-    from there to the budget (8), and the machine's next COMPILE=auto command stays off it."""
+def _compiled_session(tmp_path, callbacks: str, callback: str):
+    """gpu_session.sh at a tiny size with COMPILE=1, ``callback`` (a class of the module source
+    ``callbacks``) standing for torch.compile, 8 steps, into tmp_path/a: (env, out, keep, summary)."""
     data = make_bsds(tmp_path / "bsds")
     (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "failing_compile.py").write_text(FAILING_COMPILE)
+    (tmp_path / "mods" / "stand_in_compile.py").write_text(callbacks)
     keep = tmp_path / "keep"
     env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="8", KEEP=str(keep), BENCH="0",
-               COMPILE="1", COMPILE_CALLBACK="failing_compile.FailAt",
+               COMPILE="1", COMPILE_CALLBACK=f"stand_in_compile.{callback}",
                PYTHONPATH=os.pathsep.join([str(tmp_path / "mods"), str(ROOT)]))
     out = tmp_path / "a"
     r = _bash("gpu_session.sh", str(out), env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    summary = (out / "summary.txt").read_text()
+    return env, out, keep, (out / "summary.txt").read_text()
+
+
+def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp_path):
+    """COMPILE=1 and the stage fails at step 6: its last periodic checkpoint (step 4, the first
+    epoch's end) and the curve up to it are kept, the rest of the time trains without compile
+    from there to the budget (8), and the machine's next COMPILE=auto command stays off it."""
+    env, out, keep, summary = _compiled_session(tmp_path, FAILING_COMPILE, "FailAt")
     assert "its last periodic checkpoint (step 4)" in summary, summary
     assert "retrying without it" in summary and "torch.compile: off, RESUME=" in summary, summary
     assert "inductor failed (the test's stand-in)" in (out / "recipe.log").read_text()
@@ -287,17 +293,7 @@ def test_gpu_session_keeps_the_compiled_try_where_the_retry_fails_too(tmp_path):
     """COMPILE=1, the stage fails at step 6 and the retry without compile fails before its first
     checkpoint: the compiled try's last periodic checkpoint (step 4) and its curve come back in
     OUT, and nothing marks compile as failed (the cause was something else)."""
-    data = make_bsds(tmp_path / "bsds")
-    (tmp_path / "mods").mkdir()
-    (tmp_path / "mods" / "failing_everything.py").write_text(FAILING_EVERYTHING)
-    keep = tmp_path / "keep"
-    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="8", KEEP=str(keep), BENCH="0",
-               COMPILE="1", COMPILE_CALLBACK="failing_everything.FailAndBreakTheData",
-               PYTHONPATH=os.pathsep.join([str(tmp_path / "mods"), str(ROOT)]))
-    out = tmp_path / "a"
-    r = _bash("gpu_session.sh", str(out), env=env)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    summary = (out / "summary.txt").read_text()
+    _, out, keep, summary = _compiled_session(tmp_path, FAILING_EVERYTHING, "FailAndBreakTheData")
     assert "retrying without it" in summary, summary
     assert "the retry wrote no checkpoint: the compiled try's (rescued) is in OUT" in summary, summary
     assert "the retry without torch.compile failed too" in summary, summary

@@ -203,13 +203,12 @@ class _PDCBlock(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.stride > 1:
             x = F.max_pool2d(x, self.stride)
-        if torch.is_grad_enabled():
-            y = self.pw(F.relu(self.dw(x)))
-            return y + (x if self.shortcut is None else self.shortcut(x))
         # without gradient (inference, validation): the same arithmetic in place, on the fresh outputs of the
         # convolutions (bit for bit the same values, fewer allocations)
-        y = self.pw(F.relu(self.dw(x), inplace=True))
-        return y.add_(x if self.shortcut is None else self.shortcut(x))
+        inplace = not torch.is_grad_enabled()
+        y = self.pw(F.relu(self.dw(x), inplace=inplace))
+        s = x if self.shortcut is None else self.shortcut(x)
+        return y.add_(s) if inplace else y + s
 
 
 class _SideHead(nn.Module):
@@ -233,15 +232,12 @@ class _SideHead(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.reduce(F.relu(x))
-        if torch.is_grad_enabled():
-            x = sum(conv(x) for conv in self.dilated)
-            a = torch.sigmoid(self.att(F.relu(self.att_reduce(x))))
-            return self.out(x * a)
-        acc = self.dilated[0](x)  # without gradient: in place, as _PDCBlock (the same values)
+        inplace = not torch.is_grad_enabled()  # as _PDCBlock: the same values, in place without gradient
+        acc = self.dilated[0](x)
         for conv in self.dilated[1:]:
-            acc.add_(conv(x))
-        a = self.att(F.relu(self.att_reduce(acc), inplace=True)).sigmoid_()
-        return self.out(acc.mul_(a))
+            acc = acc.add_(conv(x)) if inplace else acc + conv(x)
+        a = self.att(F.relu(self.att_reduce(acc), inplace=inplace))
+        return self.out(acc.mul_(a.sigmoid_()) if inplace else acc * torch.sigmoid(a))
 
 
 class PDCBoundaryNet(BoundaryNetBase):
