@@ -239,6 +239,9 @@ stage "$COMPILE"
 # retry fails too, the cause was something else and nothing is marked
 if [ "$COMPILE" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ]; then
   compiled_rc=$rc
+  # the row names the network as the config builds it (the key COMPILE=auto reads on the next machines)
+  CONFIG_KW=$($PY -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))["model"]["arch_kwargs"]))' \
+    configs/bsds500_pdc_pixel.yaml 2>/dev/null || echo "$NET_KW")
   LEFT=$(( BUDGET_SECONDS - ($(date +%s) - START) - RESERVE_SECONDS ))
   rm -rf "$KEEP/rescued"
   if [ -f "$OUT/pixel_last.ckpt" ] && mkdir -p "$KEEP/rescued" && cp "$OUT/pixel_last.ckpt" "$KEEP/rescued/"; then
@@ -254,7 +257,7 @@ if [ "$COMPILE" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ];
     fi
     if [ "$rc" = 0 ] || [ "$rc" = 124 ] || [ "$rc" = 137 ]; then
       mkdir -p "$KEEP" && echo "rc=$compiled_rc $(date -u +%FT%TZ)" > "$KEEP/compile_failed"
-      echo "| ${GPU_NAME:-cpu} | $ARCH_NAME \`{\"width\": 40}\` training with torch.compile (gpu_session.sh, $(date -u +%F)), compiled (default) | failed (rc=$compiled_rc, recipe.log) | – | – |" \
+      echo "| ${GPU_NAME:-cpu} | $ARCH_NAME \`$CONFIG_KW\` training with torch.compile (gpu_session.sh, $(date -u +%F)), compiled (default) | failed (rc=$compiled_rc, recipe.log) | – | – |" \
         >> "$OUT/pixel_stage.md"
     else
       log "the retry without torch.compile failed too (rc=$rc): not compile's failure, nothing marked (recipe.log)"

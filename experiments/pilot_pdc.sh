@@ -22,7 +22,10 @@
 #
 # Resumable: rerun the same command. A finished run leaves runs/pilot_pdc/<arch>/done and is
 # skipped; an unfinished one resumes from its last.ckpt (written every 100 steps); an evaluation
-# with a results.json is skipped. One training process at a time (the runs are sequential).
+# with a results.json is skipped. One training process at a time (the runs are
+# sequential), or one process per design, each on its own core: ARCHS=pdc_boundary_net and
+# ARCHS=compact_boundary_net (default both) train and evaluate only those; a design is evaluated
+# only once its run is done.
 # Across machines (runs/ is not committed): STATE=experiments/state/<name> SAVE=1 experiments/pilot_pdc.sh
 # copies each run's newest last.ckpt, its metrics.csv files and its done marker there (to commit; about
 # 1.3 MB a run) and exits; a later command with the same STATE restores a run missing from ROOT from it
@@ -56,6 +59,11 @@ copy_metrics() {  # every version_*/metrics.csv of folder $1 into the same place
   return 0
 }
 
+ARCHS=${ARCHS:-pdc_boundary_net compact_boundary_net}
+for arch in $ARCHS; do
+  [ -n "$(arch_kwargs "$arch")" ] || { echo "pilot_pdc: ARCHS: unknown design '$arch' (pdc_boundary_net, compact_boundary_net)" >&2; exit 2; }
+done
+
 STATE=${STATE:-}
 if [ -n "$STATE" ]; then
   for arch in pdc_boundary_net compact_boundary_net; do
@@ -81,7 +89,7 @@ if [ -n "$STATE" ]; then
   [ "${SAVE:-0}" = 1 ] && exit 0
 fi
 
-for arch in pdc_boundary_net compact_boundary_net; do
+for arch in $ARCHS; do
   dir=$ROOT/$arch
   if [ -f "$dir/done" ]; then echo "pilot_pdc: $arch already trained ($dir/done)"; continue; fi
   last=$(last_ckpt "$dir")
@@ -104,9 +112,10 @@ done
 python experiments/pilot_pdc_curves.py --runs "$ROOT" --out "$OUT" --batch "$BATCH"
 
 if [ "$EVAL_IMAGES" -gt 0 ]; then
-  for arch in pdc_boundary_net compact_boundary_net; do
+  for arch in $ARCHS; do
     ev=$ROOT/eval_$arch
     if [ -f "$ev/results.json" ]; then echo "pilot_pdc: $arch already evaluated ($ev)"; continue; fi
+    if [ ! -f "$ROOT/$arch/done" ]; then echo "pilot_pdc: $arch not trained to its end: not evaluated"; continue; fi
     echo "pilot_pdc: evaluating $arch on $EVAL_IMAGES val images; $(date)"
     python experiments/bsds_eval.py --checkpoint "$(last_ckpt "$ROOT/$arch")" --bsds "$DATA" --out "$ev" \
       --n-images "$EVAL_IMAGES" --thresholds "$THRESHOLDS"

@@ -93,3 +93,25 @@ def test_pilot_state_saves_and_restores_the_runs(tmp_path):
     assert (fresh / "pdc_boundary_net/csv/version_1/checkpoints/last.ckpt").read_text() == "newest"
     _curves_module().main(["--runs", str(runs), "--out", str(tmp_path / "orig")])
     assert (out / "curves.csv").read_text() == (tmp_path / "orig/curves.csv").read_text()
+
+
+def test_pilot_archs_picks_the_designs(tmp_path):
+    """ARCHS=compact_boundary_net trains and evaluates that design alone (the pdc run, not done, is
+    left to its own process); an unknown design is refused before anything runs."""
+    import os
+
+    runs = tmp_path / "runs"
+    _metrics(runs / "compact_boundary_net/csv/version_0", ["0,,249,,,0.4,0.55,0.8,0.8"])
+    (runs / "compact_boundary_net/done").touch()
+    (runs / "eval_compact_boundary_net").mkdir()
+    (runs / "eval_compact_boundary_net/results.json").write_text("{}")
+    script = str(ROOT / "experiments" / "pilot_pdc.sh")
+    env = dict(os.environ, ROOT=str(runs), OUT=str(tmp_path / "out"), EVAL_IMAGES="1", ARCHS="compact_boundary_net")
+    r = subprocess.run(["bash", script, str(tmp_path / "no-bsds")], env=env, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "compact_boundary_net already trained" in r.stdout and "compact_boundary_net already evaluated" in r.stdout
+    assert "pdc_boundary_net" not in r.stdout and not (runs / "pdc_boundary_net").exists()
+    env["ARCHS"] = "pdc_boundary_net unet"
+    r = subprocess.run(["bash", script, str(tmp_path / "no-bsds")], env=env, capture_output=True, text=True)
+    assert r.returncode == 2 and "ARCHS: unknown design 'unet'" in r.stderr
+    assert not (runs / "pdc_boundary_net").exists()
