@@ -73,6 +73,7 @@ BENCH_SECONDS=${BENCH_SECONDS:-120}
 MEASURE_SECONDS=${MEASURE_SECONDS:-8}
 SPLIT=${SPLIT:-train}
 ARCH_NAME=${ARCH_NAME:-pdc_boundary_net}
+PIXEL_CONFIG=configs/bsds500_pdc_pixel.yaml  # the stage's config (its network names the failed-compile row)
 STATE=${STATE:-experiments/state/pdc_pixel_last.ckpt}
 KEEP=${KEEP:-runs/gpu_session}  # on the device (git-ignored, kept by a warm machine): the last command's end
 log() { echo "[$(date -u +%T) +$(( $(date +%s) - START ))s] $*" | tee -a "$OUT/summary.txt"; }
@@ -215,7 +216,7 @@ stage() {
   [ "$compile" = 1 ] && train_args="--trainer.callbacks+=${COMPILE_CALLBACK:-hiseg.callbacks.CompileNetwork}"
   log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}${packed:+ from $packed}, torch.compile: $([ "$compile" = 1 ] && echo on || echo off), RESUME=${RESUME:-none})"
   rm -f "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv"
-  env "${DATA[@]}" WORK="$work" CONFIG=configs/bsds500_pdc_pixel.yaml ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
+  env "${DATA[@]}" WORK="$work" CONFIG="$PIXEL_CONFIG" ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
     TRAIN_ARGS="$train_args" \
     PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
     timeout -k 15 $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" ${RESUME:+"$RESUME"}
@@ -241,7 +242,7 @@ if [ "$COMPILE" = 1 ] && [ "$rc" != 0 ] && [ "$rc" != 124 ] && [ "$rc" != 137 ];
   compiled_rc=$rc
   # the row names the network as the config builds it (the key COMPILE=auto reads on the next machines)
   CONFIG_KW=$($PY -c 'import json, sys, yaml; print(json.dumps(yaml.safe_load(open(sys.argv[1]))["model"]["arch_kwargs"]))' \
-    configs/bsds500_pdc_pixel.yaml 2>/dev/null || echo "$NET_KW")
+    "$PIXEL_CONFIG" 2>/dev/null || echo "$NET_KW")
   LEFT=$(( BUDGET_SECONDS - ($(date +%s) - START) - RESERVE_SECONDS ))
   rm -rf "$KEEP/rescued"
   if [ -f "$OUT/pixel_last.ckpt" ] && mkdir -p "$KEEP/rescued" && cp "$OUT/pixel_last.ckpt" "$KEEP/rescued/"; then

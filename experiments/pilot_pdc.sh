@@ -59,14 +59,15 @@ copy_metrics() {  # every version_*/metrics.csv of folder $1 into the same place
   return 0
 }
 
-ARCHS=${ARCHS:-pdc_boundary_net compact_boundary_net}
+DESIGNS="pdc_boundary_net compact_boundary_net"  # the designs arch_kwargs knows
+ARCHS=${ARCHS:-$DESIGNS}
 for arch in $ARCHS; do
-  [ -n "$(arch_kwargs "$arch")" ] || { echo "pilot_pdc: ARCHS: unknown design '$arch' (pdc_boundary_net, compact_boundary_net)" >&2; exit 2; }
+  [ -n "$(arch_kwargs "$arch")" ] || { echo "pilot_pdc: ARCHS: unknown design '$arch' ($DESIGNS)" >&2; exit 2; }
 done
 
 STATE=${STATE:-}
 if [ -n "$STATE" ]; then
-  for arch in pdc_boundary_net compact_boundary_net; do
+  for arch in $DESIGNS; do
     dir=$ROOT/$arch; st=$STATE/$arch
     if [ "${SAVE:-0}" = 1 ]; then  # the run so far into STATE
       last=$(last_ckpt "$dir")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import csv
 import importlib.util
+import os
 import subprocess
 from pathlib import Path
 
@@ -62,8 +63,6 @@ def test_pilot_state_saves_and_restores_the_runs(tmp_path):
     """STATE=... SAVE=1: each run's metrics (every version) and newest last.ckpt into STATE; the
     same STATE on a machine without the runs restores them, so the pilot resumes (here: both runs
     done, so it goes straight to the curves, equal to the original's)."""
-    import os
-
     runs = tmp_path / "runs"
     _metrics(runs / "pdc_boundary_net/csv/version_0", ["0,,249,,,0.5,0.6,0.7,0.7"])
     _metrics(runs / "pdc_boundary_net/csv/version_1", ["0,,499,,,0.55,0.65,0.6,0.6"])
@@ -98,8 +97,6 @@ def test_pilot_state_saves_and_restores_the_runs(tmp_path):
 def test_pilot_archs_picks_the_designs(tmp_path):
     """ARCHS=compact_boundary_net trains and evaluates that design alone (the pdc run, not done, is
     left to its own process); an unknown design is refused before anything runs."""
-    import os
-
     runs = tmp_path / "runs"
     _metrics(runs / "compact_boundary_net/csv/version_0", ["0,,249,,,0.4,0.55,0.8,0.8"])
     (runs / "compact_boundary_net/done").touch()
