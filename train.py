@@ -11,7 +11,7 @@ options apply (``python train.py fit --help``).
 import sys
 from pathlib import Path
 
-from hiseg.cli_train import main
+from hiseg.training.cli import main
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "synthetic.yaml"
 

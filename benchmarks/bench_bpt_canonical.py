@@ -1,5 +1,5 @@
 """hiseg's canonical BPT (numpy sort + higra's public ``hg.bpt_canonical`` on the edge
-arrays, ``hiseg.ultrametric._canonical_bpt``) against the private ``hg.cpp._bpt_canonical``
+arrays, ``hiseg.core.ultrametric._canonical_bpt``) against the private ``hg.cpp._bpt_canonical``
 it wraps (hiseg's path until 2026-11; it pinned higra < 0.7) and the public call on a higra
 graph object.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 import higra as hg
 import numpy as np
 
-from hiseg.ultrametric import _canonical_bpt, canonical_edge_order
+from hiseg.core.ultrametric import _canonical_bpt, canonical_edge_order
 
 OUT = Path(__file__).resolve().parent / "results" / "bpt_canonical.md"
 
@@ -76,7 +76,7 @@ def main():
              f"higra {_higra_version()}; median of {args.repeat} calls; 5-NN + chain graphs of uniform points "
              "(`benchmarks/bench_bpt_canonical.py`). *hiseg*: `canonical_edge_order` (numpy sort, ties by "
              "edge index) + the public `hg.bpt_canonical((sources, targets, n), sorted_edge_indices=...)` "
-             "(`hiseg.ultrametric._canonical_bpt`); *private*: the same order + `hg.cpp._bpt_canonical` "
+             "(`hiseg.core.ultrametric._canonical_bpt`); *private*: the same order + `hg.cpp._bpt_canonical` "
              "(hiseg's path before, pinned `higra<0.7`); *public, graph*: `hg.bpt_canonical(graph, w, "
              "compute_mst=False)` on a prebuilt higra graph (its own sort). Measured on the shared 2-core machine, "
              "other jobs running.", "",

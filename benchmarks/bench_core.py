@@ -10,7 +10,7 @@ Prints markdown tables:
 3. peak resident memory of the closest iteration at the largest size (fresh process).
 
 ``--optimiser`` prints only the optimiser step's table instead: the AMSGrad step of
-``fit_ultrametric`` (``hiseg.fitting._AdamStep``: ``torch.optim.adam.adam`` on its own
+``fit_ultrametric`` (``hiseg.core.fitting._AdamStep``: ``torch.optim.adam.adam`` on its own
 state), the step it replaced (written out in the module, kept below as ``WrittenOutAdam``)
 and ``torch.optim.Adam(amsgrad=True).step()``, per step on E weights next to the floor of
 one in-place pass over them (``theta.add_(g)``), and the first step in a fresh process
@@ -41,9 +41,9 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 import hiseg  # noqa: E402
-from hiseg.fitting import make_loss  # noqa: E402
-from hiseg.graph import batch_graphs, grid_graph, region_adjacency_graph  # noqa: E402
-from hiseg.ultrametric import build_hierarchy  # noqa: E402
+from hiseg.core.fitting import make_loss  # noqa: E402
+from hiseg.core.graph import batch_graphs, grid_graph, region_adjacency_graph  # noqa: E402
+from hiseg.core.ultrametric import build_hierarchy  # noqa: E402
 
 
 def grid_for_edges(e):
@@ -84,7 +84,7 @@ def iteration_time(g, w, loss, repeat, **kw):
 
 def breakdown(g, w):
     """Where the closest iteration's time goes (one run)."""
-    from hiseg.ultrametric import canonical_edge_order
+    from hiseg.core.ultrametric import canonical_edge_order
 
     out = {}
     t0 = time.perf_counter()
@@ -128,7 +128,7 @@ def peak_memory_child(edges):
 
 class WrittenOutAdam:
     """The AMSGrad step fit_ultrametric used before issue 30 (torch.optim's update written
-    out in hiseg.fitting), kept here as the reference of ``--optimiser``."""
+    out in hiseg.core.fitting), kept here as the reference of ``--optimiser``."""
 
     def __init__(self, theta, lr, eps=1e-8, b1=0.9, b2=0.999):
         self.theta, self.lr, self.eps, self.b1, self.b2, self.t = theta, lr, eps, b1, b2, 0
@@ -149,7 +149,7 @@ class WrittenOutAdam:
 
 
 def _steppers(theta):
-    from hiseg.fitting import _AdamStep
+    from hiseg.core.fitting import _AdamStep
 
     opt = None
 

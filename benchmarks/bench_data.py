@@ -49,7 +49,7 @@ from hiseg.data.targets import graph_targets, mean_boundary  # noqa: E402
 from hiseg.segmentation import (Superpixels, achievable_segmentation_accuracy, boundary_recall,  # noqa: E402
                                 frontier_pixel_pairs, slic_superpixels, watershed_superpixels)
 from hiseg.segmentation.superpixels import make_connected  # noqa: E402
-from hiseg.graph import region_adjacency_graph  # noqa: E402
+from hiseg.core.graph import region_adjacency_graph  # noqa: E402
 
 SHARED_BSDS = ROOT.parent / "shared" / "data" / "BSDS500"
 PATHS = ("per_sample", "cached", "none")

@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-FLOOR = ("import sys, cv2, hiseg.inference; from hiseg.io import read_image; "
+FLOOR = ("import sys, cv2, hiseg.segmentation.segmenter; from hiseg.io import read_image; "
          "im = read_image(sys.argv[1]); cv2.imwrite(sys.argv[2], (im[..., 0] * 255).astype('uint8'))")
-FLOOR8 = ("import sys, cv2, hiseg.inference; from hiseg.io import decode_image; "
+FLOOR8 = ("import sys, cv2, hiseg.segmentation.segmenter; from hiseg.io import decode_image; "
           "im = decode_image(sys.argv[1])[0]; cv2.imwrite(sys.argv[2], im[..., 0])")
 
 

@@ -1,7 +1,7 @@
 """Candidate networks for the GPU recipe's pixel stage, chosen by training throughput on the CPU.
 
 For each candidate ``compact_boundary_net`` setting: parameters, and the CPU time of one
-training step of the pixel stage (forward with side outputs, :func:`hiseg.losses.edge_loss`,
+training step of the pixel stage (forward with side outputs, :func:`hiseg.core.losses.edge_loss`,
 backward) on a batch of 320x320 crops, as a ratio to the shipped network's step measured in
 the same run. The last columns project a GPU budget from the shipped network's measured
 H200 throughput (about 850 crops/s, bf16, ``models/README.md``), assuming the GPU step time
@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from hiseg.losses import edge_loss
+from hiseg.core.losses import edge_loss
 from hiseg.models import get_model
 
 SHIPPED = {"width": 32, "blocks": [2, 2, 3, 3], "side_channels": 16}

@@ -1,7 +1,7 @@
 """Speed of the pixel stage: crops/s of the real training step next to its floor.
 
 **The real step** is the one training runs: Lightning's ``Trainer.fit`` of
-:class:`hiseg.lightning.HierarchicalSegmentationModule` set up as the pixel stage
+:class:`hiseg.training.module.HierarchicalSegmentationModule` set up as the pixel stage
 (``configs/bsds500_pixel.yaml``'s model settings, with ``--arch`` and ``--arch-kwargs``)
 on :class:`hiseg.data.edges.BSDS500PixelDataModule`'s batch path: one key per step, the
 crops' random numbers drawn on the device, 16 rotations, flips, log-uniform scales and
@@ -132,7 +132,7 @@ def floor(args, device: torch.device) -> float:
     """crops/s of the network's bare forward + backward on a random device tensor."""
     from hiseg.models import get_model
 
-    from hiseg.training import channels_last_agrees, precision_dtype
+    from hiseg.training.steps import channels_last_agrees, precision_dtype
 
     net = get_model(args.arch, **args.arch_kwargs).to(device).train()
     x = torch.rand(args.batch, 3, args.crop, args.crop, device=device)
@@ -140,7 +140,7 @@ def floor(args, device: torch.device) -> float:
     if device.type == "cuda" and channels_last_agrees(net, device, precision_dtype(args.precision)):
         net, x = net.to(memory_format=torch.channels_last), x.contiguous(memory_format=torch.channels_last)
     elif device.type == "cuda":
-        args.layout = "plain layout: channels-last failed hiseg.training.channels_last_agrees"
+        args.layout = "plain layout: channels-last failed hiseg.training.steps.channels_last_agrees"
     if args.compile:
         net.compile(mode=None if args.compile == "default" else args.compile)
 
@@ -166,9 +166,9 @@ def real_step(args, device: torch.device) -> tuple[float, int]:
     """crops/s of the pixel stage's training step through ``Trainer.fit``; and its step count."""
     import pytorch_lightning as pl
 
-    from hiseg.callbacks import CompileNetwork
+    from hiseg.training.callbacks import CompileNetwork
     from hiseg.data.edges import BSDS500PixelDataModule, load_edge_dataset
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     if args.data:
         images, cons = load_edge_dataset(args.data, "train")

@@ -1,6 +1,6 @@
 """Seconds per image of ``hiseg predict``: network, superpixels/RAG, hierarchy, writing.
 
-Runs the :class:`hiseg.inference.Segmenter` of a checkpoint (default: the shipped default
+Runs the :class:`hiseg.segmentation.segmenter.Segmenter` of a checkpoint (default: the shipped default
 model, ``Weights.default()``, when present, else the classical path) on BSDS500
 val images (481x321) or on scikit-image sample images resized to 481x321, and prints a
 markdown table of the median time per stage, plus the batched network time on the
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hiseg.inference import Segmenter, write_outputs
+from hiseg.segmentation.segmenter import Segmenter, write_outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 BSDS_VAL = Path("/work/shared/data/BSDS500/data/images/val")

@@ -4,14 +4,14 @@
 
 Times, best of ``--repeats``:
 
-* ``hiseg``: :func:`hiseg.graph.region_adjacency_graph`, the whole RAG (graph, renumbered
+* ``hiseg``: :func:`hiseg.core.graph.region_adjacency_graph`, the whole RAG (graph, renumbered
   labels, pixel-edge map, frontier CSR);
 * ``higra call``: ``hg.make_region_adjacency_graph_from_labelisation`` alone, on the pixels'
   4-adjacency graph built beforehand (``hg.get_4_adjacency_graph``, not timed; higra refuses
   the implicit graph): the least any higra-based RAG costs. It is not hiseg's RAG (one vertex
   per connected component in order of appearance, edges in order of discovery, pixel edges
   in higra's order, no frontier lists);
-* ``higra-based``: :func:`hiseg.graph._region_adjacency_graph_higra`, hiseg's RAG built from
+* ``higra-based``: :func:`hiseg.core.graph._region_adjacency_graph_higra`, hiseg's RAG built from
   higra's (building the 4-adjacency graph included), checked here to equal hiseg's in every
   field, bit for bit and dtype (tests/test_graph.py checks it on random label images).
 
@@ -56,7 +56,7 @@ def main(argv=None):
 
     import higra as hg
 
-    from hiseg.graph import _region_adjacency_graph_higra, region_adjacency_graph
+    from hiseg.core.graph import _region_adjacency_graph_higra, region_adjacency_graph
 
     rows = []
     for name, shape, n in CASES:

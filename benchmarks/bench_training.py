@@ -2,7 +2,7 @@
 
 Builds one batch (default 8 crops of 320x320: BSDS500 train crops with ``--bsds DIR``,
 else synthetic images) and times, over several steps, each stage of
-:class:`hiseg.lightning.HierarchicalSegmentationModule`'s training step, for three
+:class:`hiseg.training.module.HierarchicalSegmentationModule`'s training step, for three
 pipelines:
 
 * ``color_watershed``: the loader's colour superpixels, exactly the pipeline's
@@ -54,11 +54,11 @@ import torch
 
 import hiseg.segmentation.hostpool as hostpool
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch, loader_superpixels, rebuild_graphs
-from hiseg.graph import batch_graphs, grid_graph
-from hiseg.lightning import HierarchicalSegmentationModule
+from hiseg.core.graph import batch_graphs, grid_graph
+from hiseg.training.module import HierarchicalSegmentationModule
 from hiseg.segmentation import Pipeline
 from hiseg.segmentation.hostpool import average_linkage_batch, host_pool, resolve_workers
-from hiseg.ultrametric import build_average_linkage_hierarchy
+from hiseg.core.ultrametric import build_average_linkage_hierarchy
 
 STAGES = ("forward", "superpixels", "pooling", "tree", "loss", "backward", "optimizer")
 HOST = ("pooling", "tree", "loss", "superpixels")

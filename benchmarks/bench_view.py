@@ -89,8 +89,8 @@ def main(argv=None) -> int:
     ap.add_argument("--moves", type=int, default=40, help="slider moves per image (default 40)")
     ap.add_argument("--out", type=Path, default=None, help="also write the table to this markdown file")
     args = ap.parse_args(argv)
-    from hiseg.inference import Segmenter
-    from hiseg.view import build_page
+    from hiseg.segmentation.segmenter import Segmenter
+    from hiseg.explorer.page import build_page
 
     seg = Segmenter.from_pretrained("bsds500")
     d = chromium()

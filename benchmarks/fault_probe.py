@@ -107,7 +107,7 @@ def hiseg_inline(*argv):
 
 def train_inline(*argv):
     """(exit status, stderr) of ``python train.py ARGV`` in this process."""
-    from hiseg.cli_train import main
+    from hiseg.training.cli import main
 
     err = io.StringIO()
     with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
@@ -186,7 +186,7 @@ def interrupted(tmp, n):
     d = photos(tmp, [f"p{i}.png" for i in range(max(n, 3))])
     out = tmp / "o"
     argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "4", d, "-o", out)
-    from hiseg.inference import image_done
+    from hiseg.segmentation.segmenter import image_done
 
     stems = [f"p{i}" for i in range(max(n, 3))]
     p = hiseg_process(*argv)
@@ -273,7 +273,7 @@ def full_disk(tmp, n):
 
     import torch
 
-    from hiseg.callbacks import AtomicCheckpointIO
+    from hiseg.training.callbacks import AtomicCheckpointIO
 
     target = tmp / "ckpts" / "last.ckpt"
     AtomicCheckpointIO().save_checkpoint({"state_dict": {"w": torch.zeros(1000)}, "global_step": 1}, target)

@@ -36,9 +36,9 @@ def main():
     sys.path.insert(0, str(ROOT))
     from benchmarks.bench_view import chromium, move, open_page
 
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.io import read_image
-    from hiseg.view import build_page
+    from hiseg.explorer.page import build_page
 
     img = read_image(args.image)
     res = Segmenter.from_pretrained("bsds500").segment(img)

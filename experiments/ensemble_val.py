@@ -34,7 +34,7 @@ def main(argv=None):
     from ucm_calibration import figures, link_ground_truth
 
     from hiseg.data.bsds import find_bsds_root
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.io import read_image, write_ucm2_mat
     from hiseg.metrics.bsds import evaluate
     from hiseg.models.ensemble import MeanProbabilityEnsemble

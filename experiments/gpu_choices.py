@@ -13,7 +13,7 @@ its minutes on training once a measurement exists:
   device, or, for the three pixel-stage checks, when a ``--results`` table has its GPU row;
 * ``compile``: 1 when the newest GPU row of the network compiled with ``torch.compile``'s default
   mode is at least ``--gain`` (1.15) times the newest eager GPU row's crops/s on the same device
-  (the pixel stage then trains with ``hiseg.callbacks.CompileNetwork``), else 0; a row whose
+  (the pixel stage then trains with ``hiseg.training.callbacks.CompileNetwork``), else 0; a row whose
   crops/s says ``failed`` (gpu_session.sh's, when a training with compile failed on that GPU)
   counts as the newest compiled one and answers 0;
 * ``newest CKPT...``: the checkpoint with the most training steps (``global_step``; the first

@@ -30,7 +30,7 @@
 #   TRAIN_DATA (a hiseg.data.edges.pack_edge_dataset file to train from instead of BSDS's folder),
 #   CURVE (the resumed run's curve so far; default pixel_metrics.csv next to the resumed checkpoint),
 #   TRAIN_ARGS (more train.py arguments for the pixel stage, split at spaces, e.g.
-#   --trainer.callbacks+=hiseg.callbacks.CompileNetwork)
+#   --trainer.callbacks+=hiseg.training.callbacks.CompileNetwork)
 set -euo pipefail
 OUT=$1; RESUME=${2:-}
 mkdir -p "$OUT"

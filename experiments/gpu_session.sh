@@ -13,7 +13,7 @@
 #       on train first (the twin: its val figures are a measurement), through experiments/gpu_recipe.sh
 #       (CONFIG, SPLIT=train, MERGE=0), resumed from the committed checkpoint, for the time this command has
 #       left, stopped by Lightning's max_time with a final checkpoint (and a LastCheckpoint every 500 steps).
-#       Channels-last is used where hiseg.training.channels_last_agrees passes (checked at the fit's start).
+#       Channels-last is used where hiseg.training.steps.channels_last_agrees passes (checked at the fit's start).
 # At most 8 files come back in OUT: summary.txt, bench.log (every check's output), pixel_stage.md (the benchmark's
 # rows, to append to benchmarks/results/pixel_stage.md), gpu_checks.md (a row per check run, to append to
 # benchmarks/results/gpu_checks.md), recipe.log, pixel_last.ckpt, pixel_metrics.csv (the whole
@@ -50,10 +50,10 @@
 #   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
 #   BENCH (auto: the checks without a result for this GPU kind, decided by experiments/gpu_choices.py todo; 1: all
 #   of them; 0: none), BENCH_SECONDS (120: the benchmark's time, (a)), MEASURE_SECONDS (8 per measurement),
-#   COMPILE (auto: train with hiseg.callbacks.CompileNetwork when the committed rows and this run's show torch.compile
+#   COMPILE (auto: train with hiseg.training.callbacks.CompileNetwork when the committed rows and this run's show torch.compile
 #   at >= 1.3x the eager crops/s on that GPU, and no try with it failed on this machine: each command compiles
 #   again, a minute or so, from the cache on a warm machine; 1 / 0: with / without; COMPILE_CALLBACK: the
-#   callback it adds, hiseg.callbacks.CompileNetwork), SPLIT (train; train+val once chosen on val),
+#   callback it adds, hiseg.training.callbacks.CompileNetwork), SPLIT (train; train+val once chosen on val),
 #   ARCH_NAME (pdc_boundary_net), GPU_DIR (.gpu), PY (python3),
 #   TINY=1: a CPU check of the whole chain at a tiny size (BSDS= a BSDS500-layout folder; PIXEL_STEPS_TINY).
 set -u
@@ -213,7 +213,7 @@ fi
 stage() {
   local compile=$1 work train_args=""
   work=$(mktemp -d)
-  [ "$compile" = 1 ] && train_args="--trainer.callbacks+=${COMPILE_CALLBACK:-hiseg.callbacks.CompileNetwork}"
+  [ "$compile" = 1 ] && train_args="--trainer.callbacks+=${COMPILE_CALLBACK:-hiseg.training.callbacks.CompileNetwork}"
   log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}${packed:+ from $packed}, torch.compile: $([ "$compile" = 1 ] && echo on || echo off), RESUME=${RESUME:-none})"
   rm -f "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv"
   env "${DATA[@]}" WORK="$work" CONFIG="$PIXEL_CONFIG" ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \

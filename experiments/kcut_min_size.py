@@ -6,7 +6,7 @@ gPb-owt-ucm's, both cut by the same function (hiseg.metrics.kcut.ucm2_size_aware
         --out experiments/results/kcut_min_size.md
 
 The minimum size is FRACTION / K of the image (FRACTION = 0: the plain cut). Used to
-choose hiseg's default for images (hiseg.cuts.AUTO_MIN_REGION_FRACTION) on val; train and val
+choose hiseg's default for images (hiseg.core.cuts.AUTO_MIN_REGION_FRACTION) on val; train and val
 are all it reads.
 """
 from __future__ import annotations

@@ -64,7 +64,7 @@ def feature_cache(maps: str) -> Path:
 def cmd_features(args):
     from hiseg.data.bsds import find_bsds_root
     from hiseg.data.targets import graph_targets
-    from hiseg.graph import region_adjacency_graph
+    from hiseg.core.graph import region_adjacency_graph
     from hiseg.io import load_ground_truth, read_image
     from hiseg.segmentation import Pipeline
     from hiseg.segmentation.merging import FEATURES, edge_features
@@ -114,14 +114,14 @@ def select(data, feats):
 
 
 def train_head(args, train):
-    from hiseg.graph import batch_graphs
+    from hiseg.core.graph import batch_graphs
     from hiseg import losses
     try:
-        from hiseg.losses import sample_batch_triplets
-    except ImportError:  # before it moved out of hiseg.lightning
-        from hiseg.losses import sample_batch_triplets
+        from hiseg.core.losses import sample_batch_triplets
+    except ImportError:  # before it moved out of hiseg.training.module
+        from hiseg.core.losses import sample_batch_triplets
     from hiseg.segmentation.merging import MergeHead
-    from hiseg.ultrametric import average_linkage_ultrametric
+    from hiseg.core.ultrametric import average_linkage_ultrametric
 
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -172,9 +172,9 @@ def train_head(args, train):
 
 def val_ucm2(head, val, feats, linkage="average"):
     """Per val image: (name, ucm2, rag) of the head's (or, head None, the frontier mean's) hierarchy."""
-    from hiseg.graph import region_adjacency_graph
+    from hiseg.core.graph import region_adjacency_graph
     from hiseg.segmentation.saliency import ucm2_from_rag
-    from hiseg.ultrametric import average_linkage_ultrametric
+    from hiseg.core.ultrametric import average_linkage_ultrametric
 
     Xs = select(val, feats) if head is not None else None
     mi = val["features"].index("mean")
@@ -192,7 +192,7 @@ def evaluate_val(head, val, feats, out, thresholds, bsds, workers=2, n_images=No
     from hiseg.io import load_ground_truth, write_ucm2_mat
     from hiseg.metrics.bsds import evaluate
     from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k
-    from hiseg.cuts import AUTO_MIN_REGION_FRACTION, resolve_min_size
+    from hiseg.core.cuts import AUTO_MIN_REGION_FRACTION, resolve_min_size
     from hiseg.segmentation.saliency import cut_num_regions
 
     root = find_bsds_root(bsds)
@@ -293,7 +293,7 @@ def cmd_bench(args):
     import tempfile
 
     from hiseg.data.bsds import find_bsds_root
-    from hiseg.inference import Segmenter, write_outputs
+    from hiseg.segmentation.segmenter import Segmenter, write_outputs
     from hiseg.io import read_image
 
     torch.set_num_threads(args.threads)

@@ -27,7 +27,7 @@ def main():
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from hiseg.data.bsds import find_bsds_root
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.io import read_image
 
     root = find_bsds_root(args.bsds)

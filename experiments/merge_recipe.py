@@ -68,7 +68,7 @@ def main(argv=None):
     subprocess.run(train_args(args, recipe), check=True)
     last = sorted(Path(args.work).glob("csv/version_*/checkpoints/last.ckpt"))[-1]
 
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.models.weights import save_weights
 
     seg = Segmenter.from_checkpoint(last, device="cpu")

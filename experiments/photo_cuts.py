@@ -11,7 +11,7 @@ import numpy as np
 import skimage.data
 
 from common import emit, region_shares
-from hiseg.inference import Segmenter
+from hiseg.segmentation.segmenter import Segmenter
 
 ROOT = Path(__file__).resolve().parents[1]
 PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "camera", "hubble_deep_field", "immunohistochemistry"]

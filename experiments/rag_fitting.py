@@ -2,7 +2,7 @@
 
 For each scikit-image sample image and each SLIC size (~1e3 and ~1e4 regions), the RAG
 edge weight is the mean Sobel gradient magnitude (max over colour channels) along the
-frontier (``hiseg.graph.region_adjacency_graph`` + ``hiseg.segmentation.pooling``).
+frontier (``hiseg.core.graph.region_adjacency_graph`` + ``hiseg.segmentation.pooling``).
 Compared, by the mean squared error to the input weights:
 
 * the subdominant ultrametric (single linkage; where every fit starts);
@@ -45,8 +45,8 @@ torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import hiseg  # noqa: E402
-from hiseg.fitting import fit_ultrametric  # noqa: E402
-from hiseg.graph import region_adjacency_graph  # noqa: E402
+from hiseg.core.fitting import fit_ultrametric  # noqa: E402
+from hiseg.core.graph import region_adjacency_graph  # noqa: E402
 from hiseg.segmentation.pooling import frontier_mean, frontier_pixel_pairs  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"

@@ -98,7 +98,7 @@ def main(argv=None):
     import torch
 
     from hiseg.data.bsds import find_bsds_root
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.io import write_ucm2_mat
     from hiseg.models import Weights
     from hiseg.metrics.bsds import evaluate

@@ -14,8 +14,8 @@ The product, importable from here (see ``__all__``):
   :func:`region_adjacency_graph`, :func:`batch_graphs`), the differentiable ultrametric layer
   (:func:`subdominant_ultrametric`, :func:`average_linkage_ultrametric`, ...), hierarchies
   (:func:`build_hierarchy`, :func:`cut_hierarchy`), fitting (:func:`fit_ultrametric`); the
-  modules :mod:`hiseg.graph`, :mod:`hiseg.ultrametric`, :mod:`hiseg.cuts`, :mod:`hiseg.losses`,
-  :mod:`hiseg.fitting`.
+  modules :mod:`hiseg.core.graph`, :mod:`hiseg.core.ultrametric`, :mod:`hiseg.core.cuts`, :mod:`hiseg.core.losses`,
+  :mod:`hiseg.core.fitting`.
 
 Every name is imported when first used (``import hiseg`` alone costs no torch or higra).
 """
@@ -27,20 +27,20 @@ __version__ = "0.1.0"
 
 #: name -> the module that defines it
 _WHERE = {
-    "Segmenter": "inference", "SegmentationResult": "inference",
+    "Segmenter": "segmentation.segmenter", "SegmentationResult": "segmentation.segmenter",
     "Pipeline": "segmentation.pipeline",
     "Weights": "models.weights",
     "UltrametricClustering": "clustering",
-    "fit_ultrametric": "fitting", "FitResult": "fitting",
-    "cut_hierarchy": "cuts",
-    **{n: "graph" for n in ("EdgeList", "BatchedGraph", "RegionAdjacencyGraph", "batch_graphs", "grid_graph",
-                            "knn_graph", "region_adjacency_graph")},
-    **{n: "ultrametric" for n in ("Hierarchy", "SubdominantUltrametric", "AverageLinkageUltrametric",
-                                  "AverageLinkageHierarchy", "subdominant_ultrametric", "average_linkage_ultrametric",
-                                  "ward_linkage_ultrametric", "build_hierarchy", "build_average_linkage_hierarchy")},
+    "fit_ultrametric": "core.fitting", "FitResult": "core.fitting",
+    "cut_hierarchy": "core.cuts",
+    **{n: "core.graph" for n in ("EdgeList", "BatchedGraph", "RegionAdjacencyGraph", "batch_graphs", "grid_graph",
+                                 "knn_graph", "region_adjacency_graph")},
+    **{n: "core.ultrametric" for n in ("Hierarchy", "SubdominantUltrametric", "AverageLinkageUltrametric",
+                                       "AverageLinkageHierarchy", "subdominant_ultrametric",
+                                       "average_linkage_ultrametric", "ward_linkage_ultrametric", "build_hierarchy",
+                                       "build_average_linkage_hierarchy")},
 }
-_MODULES = ("graph", "ultrametric", "cuts", "losses", "fitting", "clustering", "inference", "segmentation", "models",
-            "metrics", "data", "io", "view", "cli")
+_MODULES = ("core", "clustering", "io", "segmentation", "models", "metrics", "data", "training", "explorer", "cli")
 
 __all__ = list(_WHERE) + ["__version__"]
 

@@ -11,29 +11,29 @@ __all__ = ["PRIVATE_MEMBERS"]
 
 # rows of one shape by design (a table): `duplicates hiseg/` lists the pair of its halves
 PRIVATE_MEMBERS = (
-    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_save_last_checkpoint", "hiseg/callbacks.py",
+    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_save_last_checkpoint", "hiseg/training/callbacks.py",
      "LastCheckpoint writes last.ckpt at every epoch end and every N steps whatever the monitor; the public "
      "save_last only follows the monitored saves"),
-    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_monitor_candidates", "hiseg/callbacks.py",
+    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_monitor_candidates", "hiseg/training/callbacks.py",
      "the metrics dict that _save_last_checkpoint takes (the same call Lightning makes)"),
-    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_last_global_step_saved", "hiseg/callbacks.py",
+    ("pytorch_lightning.callbacks", "ModelCheckpoint", "_last_global_step_saved", "hiseg/training/callbacks.py",
      "on_train_end: whether the final step is already saved (max_steps ending mid-epoch)"),
-    ("pytorch_lightning.loggers.csv_logs", "ExperimentWriter", "_check_log_dir_exists", "hiseg/callbacks.py",
+    ("pytorch_lightning.loggers.csv_logs", "ExperimentWriter", "_check_log_dir_exists", "hiseg/training/callbacks.py",
      "Lightning's deletes metrics.csv when a resumed run logs into its folder: overridden to append"),
-    ("pytorch_lightning.loggers.csv_logs", "ExperimentWriter", "_fs", "hiseg/callbacks.py",
+    ("pytorch_lightning.loggers.csv_logs", "ExperimentWriter", "_fs", "hiseg/training/callbacks.py",
      "the writer's (and CSVLogger's) filesystem handle: the appending writer reads the existing metrics.csv "
      "through it, as Lightning's own writer does"),
-    ("pytorch_lightning.loggers", "CSVLogger", "_experiment", "hiseg/callbacks.py",
+    ("pytorch_lightning.loggers", "CSVLogger", "_experiment", "hiseg/training/callbacks.py",
      "CSVLogger.experiment is overridden to make the appending writer; Lightning caches it in _experiment"),
-    ("pytorch_lightning.cli", "LightningCLI", "_subcommand_parsers", "hiseg/cli_train.py",
+    ("pytorch_lightning.cli", "LightningCLI", "_subcommand_parsers", "hiseg/training/cli.py",
      "the subcommands' parsers, to give --ckpt_path a help saying what hiseg accepts (no public accessor)"),
-    ("argparse", "ArgumentParser", "_actions", "hiseg/cli_train.py",
+    ("argparse", "ArgumentParser", "_actions", "hiseg/training/cli.py",
      "argparse has no public list of a parser's actions; used to reword generated help texts"),
     ("sklearn.base", "BaseEstimator", "_validate_data", "hiseg/clustering/estimator.py",
      "scikit-learn < 1.6 only (validate_data is public from 1.6 and used there): n_features_in_ bookkeeping"),
 )
-#: Not attributes but formats: the loop-state layout that ``hiseg.callbacks._epoch_end_loops``
+#: Not attributes but formats: the loop-state layout that ``hiseg.training.callbacks._epoch_end_loops``
 #: edits in a saved checkpoint (``fit_loop.epoch_progress``), so that a run resumed from an
 #: epoch-end checkpoint is exactly the uninterrupted run; ``tests/test_resume.py`` checks it.
 PRIVATE_FORMATS = (("pytorch_lightning", "checkpoint['loops']['fit_loop']['epoch_progress']",
-                    "hiseg/callbacks.py"),)
+                    "hiseg/training/callbacks.py"),)

@@ -1,7 +1,7 @@
 """Random and complete test graphs shared by the layer tests."""
 import numpy as np
 
-from hiseg.graph import EdgeList
+from hiseg.core.graph import EdgeList
 
 
 def complete_graph(n):

@@ -12,7 +12,7 @@ import hiseg
 
 def test_every_name_of_all_resolves_to_its_module():
     import hiseg.clustering
-    import hiseg.inference
+    import hiseg.segmentation.segmenter
     import hiseg.models.weights
     import hiseg.segmentation.pipeline
 
@@ -20,7 +20,7 @@ def test_every_name_of_all_resolves_to_its_module():
         assert getattr(hiseg, name) is not None, name
     from hiseg import Pipeline, Segmenter, UltrametricClustering, Weights
 
-    assert Segmenter is hiseg.inference.Segmenter and Pipeline is hiseg.segmentation.pipeline.Pipeline
+    assert Segmenter is hiseg.segmentation.segmenter.Segmenter and Pipeline is hiseg.segmentation.pipeline.Pipeline
     assert Weights is hiseg.models.weights.Weights and UltrametricClustering is hiseg.clustering.UltrametricClustering
     assert {"Segmenter", "SegmentationResult", "Pipeline", "Weights", "UltrametricClustering", "fit_ultrametric",
             "cut_hierarchy", "subdominant_ultrametric", "grid_graph"} <= set(hiseg.__all__)

@@ -10,8 +10,8 @@ from scipy.spatial.distance import pdist
 import hiseg
 from _graphs import complete_graph, random_connected_graph
 from hiseg import losses
-from hiseg.graph import EdgeList, batch_graphs
-from hiseg.ultrametric import average_linkage_ultrametric, build_average_linkage_hierarchy
+from hiseg.core.graph import EdgeList, batch_graphs
+from hiseg.core.ultrametric import average_linkage_ultrametric, build_average_linkage_hierarchy
 
 
 def brute_average_linkage(g: EdgeList, w, lengths=None):
@@ -126,7 +126,7 @@ def test_cut_with_k_regions(rng):
     regions of the same tree (random weights: no tied altitudes, so the cut is unique)."""
     import higra as hg
 
-    from hiseg.graph import region_adjacency_graph
+    from hiseg.core.graph import region_adjacency_graph
     from hiseg.segmentation.saliency import cut_num_regions
 
     labels = np.arange(36).reshape(6, 6)

@@ -70,13 +70,13 @@ def test_unknown_network_is_named(tmp_path):
 
 
 def test_compile_network_option_keeps_outputs_and_keys():
-    """hiseg.callbacks.CompileNetwork (off by default) compiles the network for the training
+    """hiseg.training.callbacks.CompileNetwork (off by default) compiles the network for the training
     steps only: the same outputs, the same state-dict keys (checkpoints unchanged), and eval
     mode (validation's whole images) runs the network uncompiled. The eager backend: no compiler."""
     import torch
 
-    from hiseg.callbacks import CompileNetwork
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.callbacks import CompileNetwork
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_loss="edge")
     x = torch.rand(2, 3, 32, 32)

@@ -8,7 +8,7 @@ import pytest
 import torch
 from _train import ROOT, run_train
 
-from hiseg.cli_train import main
+from hiseg.training.cli import main
 from hiseg.models import get_model
 from hiseg.models.weights import CheckpointError, load_weights
 

@@ -94,7 +94,7 @@ def test_predict_and_view_use_the_shipped_default_model_and_name_it(tmp_path, ca
     import cv2
     import numpy as np
 
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.models import Weights
 
     img = tmp_path / "x.png"

@@ -7,7 +7,7 @@ from sklearn.datasets import make_blobs
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from hiseg import UltrametricClustering
-from hiseg.cuts import cut_hierarchy
+from hiseg.core.cuts import cut_hierarchy
 
 
 def _accuracy(y, labels):
@@ -306,7 +306,7 @@ def test_no_predict_and_not_fitted_errors():
 def test_plotting_helpers(blobs, tmp_path):
     from scipy.cluster.hierarchy import is_valid_linkage, linkage
 
-    from hiseg.plotting import plot_hierarchies_grid, plot_hierarchy_and_clusters, to_linkage
+    from hiseg.clustering.plotting import plot_hierarchies_grid, plot_hierarchy_and_clusters, to_linkage
 
     X, y = blobs
     est = UltrametricClustering(3, max_iter=20).fit(X)
@@ -336,7 +336,7 @@ def coins_rag():
     from skimage.filters import sobel
     from skimage.segmentation import slic
 
-    from hiseg.graph import grid_graph, region_adjacency_graph
+    from hiseg.core.graph import grid_graph, region_adjacency_graph
 
     im = skimage.util.img_as_float(skimage.data.coins())
     grad = sobel(im).ravel()
@@ -352,7 +352,7 @@ def test_newton_fit_ends_below_average_linkage(coins_rag):
     import higra as hg
     import torch
 
-    from hiseg.fitting import fit_ultrametric
+    from hiseg.core.fitting import fit_ultrametric
 
     from test_ultrametric import is_ultrametric_on_graph
 
@@ -442,8 +442,8 @@ def test_auto_dissimilarity_is_chosen_on_the_labelled_samples(data, expected):
 def test_internal_score_is_the_normalised_cut():
     # against a dense brute force: sum over clusters of cut(C, rest) / vol(C) on the
     # similarity matrix of the 5-NN graph
-    from hiseg.graph import knn_graph
-    from hiseg.ultrametric import build_hierarchy
+    from hiseg.core.graph import knn_graph
+    from hiseg.core.ultrametric import build_hierarchy
 
     rng = np.random.default_rng(4)
     X = rng.normal(size=(40, 2))

@@ -51,12 +51,12 @@ def test_hiseg_uses_no_unlisted_private_member():
 
 
 def test_one_list():
-    """hiseg/_compat.py is the one list: no module keeps its own (hiseg.callbacks had one), and
-    every private member that hiseg/callbacks.py uses of Lightning is in it."""
-    import hiseg.callbacks
+    """hiseg/_compat.py is the one list: no module keeps its own (hiseg.training.callbacks had one), and
+    every private member that hiseg/training/callbacks.py uses of Lightning is in it."""
+    import hiseg.training.callbacks
 
-    assert not hasattr(hiseg.callbacks, "LIGHTNING_PRIVATE_MEMBERS")
-    listed = {a for _, _, a, where, _ in PRIVATE_MEMBERS if where == "hiseg/callbacks.py"}
+    assert not hasattr(hiseg.training.callbacks, "LIGHTNING_PRIVATE_MEMBERS")
+    listed = {a for _, _, a, where, _ in PRIVATE_MEMBERS if where == "hiseg/training/callbacks.py"}
     assert {"_save_last_checkpoint", "_monitor_candidates", "_check_log_dir_exists"} <= listed
 
 

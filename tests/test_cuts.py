@@ -1,4 +1,4 @@
-"""hiseg.cuts: the one cut of a hierarchy (plain and size-aware) against independent truths
+"""hiseg.core.cuts: the one cut of a hierarchy (plain and size-aware) against independent truths
 (scipy's fcluster, a brute force on explicit sets), its callers, and one name per concept."""
 import warnings
 
@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from _graphs import complete_graph, random_connected_graph
 from hiseg import build_hierarchy
-from hiseg.cuts import (AUTO_MIN_CLUSTER_FRACTION, AUTO_MIN_REGION_FRACTION, cut_hierarchy,
+from hiseg.core.cuts import (AUTO_MIN_CLUSTER_FRACTION, AUTO_MIN_REGION_FRACTION, cut_hierarchy,
                         kcut_merges, resolve_min_size)
 
 
@@ -117,7 +117,7 @@ def test_halving_when_too_few_clusters_are_large_enough():
     """Two groups of 5 ({0..4}, {5..9}, each two pairs and a single) and a speck 10 merged
     last: k = 2 splits the groups (the speck stays with 9); k = 3 has no third group of 5,
     min_size is halved to 1.25, where the pair merges count; k = 11 ends at the plain cut."""
-    from hiseg.graph import EdgeList
+    from hiseg.core.graph import EdgeList
 
     edges = [(0, 1, .1), (5, 6, .15), (2, 3, .2), (7, 8, .25), (1, 2, .3), (6, 7, .35), (3, 4, .4), (8, 9, .45),
              (4, 5, 5.), (9, 10, 10.)]
@@ -136,7 +136,7 @@ def test_kcut_merges_against_brute_force(rng):
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    from hiseg.graph import knn_graph
+    from hiseg.core.graph import knn_graph
 
     X = rng.normal(size=(70, 2))
     X[:4] += 12  # a small far group
@@ -182,7 +182,7 @@ def test_errors(rng):
         cut_hierarchy(h, 2, 1, leaf_size=np.r_[np.ones(5), 0])
     with pytest.raises(ValueError, match="binary"):
         cut_hierarchy(np.array([2, 2, 2, 3]), 1)
-    from hiseg.graph import batch_graphs
+    from hiseg.core.graph import batch_graphs
 
     hb = build_hierarchy(batch_graphs([g, g]), torch.from_numpy(rng.random(2 * g.num_edges)))
     with pytest.raises(ValueError, match="batched"):
@@ -200,7 +200,7 @@ def test_resolve_min_size():
 
 def test_check_count():
     """The one check of a number of clusters or regions (estimator, cuts, images)."""
-    from hiseg.cuts import check_count
+    from hiseg.core.cuts import check_count
 
     assert check_count(3, 5) == 3 and check_count(np.int64(5), 5) == 5 and check_count(10 ** 9) == 10 ** 9
     for bad, error, msg in ((0, ValueError, r"n_clusters must be an integer >= 1, got 0"),
@@ -214,7 +214,7 @@ def test_check_count():
 
 
 def test_one_resolve_min_size_and_one_count_check():
-    """resolve_min_size and the count check are defined once (hiseg.cuts), not per use."""
+    """resolve_min_size and the count check are defined once (hiseg.core.cuts), not per use."""
     import ast
     from pathlib import Path
 
@@ -229,7 +229,7 @@ def test_one_resolve_min_size_and_one_count_check():
 
 
 def test_one_auto_fraction_per_use():
-    """The defaults are defined once, in hiseg.cuts; the modules using them hold no other name."""
+    """The defaults are defined once, in hiseg.core.cuts; the modules using them hold no other name."""
     import hiseg.clustering as clustering
     import hiseg.segmentation.saliency as saliency
 
@@ -242,7 +242,7 @@ def test_one_name_per_concept(rng):
     """The names of earlier releases are gone (no second name, no warning): ``k`` is
     ``n_clusters``, ``cut_num_clusters`` is ``cut_hierarchy``."""
     import hiseg.clustering as clustering
-    import hiseg.cuts as cuts
+    import hiseg.core.cuts as cuts
 
     g = random_connected_graph(rng, 20, 10)
     h = build_hierarchy(g, torch.from_numpy(rng.random(g.num_edges)))
@@ -258,7 +258,7 @@ def test_one_name_per_concept(rng):
 
 
 def test_explorer_page_takes_n_regions():
-    from hiseg.view import start_of
+    from hiseg.explorer.page import start_of
 
     assert start_of(n_regions=5) == {"regions": 5} and start_of() == {"regions": 12}
     with pytest.raises(TypeError, match="'regions'"):

@@ -14,7 +14,7 @@ from hiseg.data import (BSDS500, CenterCrop, Compose, FolderSegmentation, Random
                         superpixel_labels)
 from hiseg.io import DataError, read_image
 from hiseg.segmentation.superpixels import Superpixels, boundary_recall, make_connected
-from hiseg.graph import region_adjacency_graph
+from hiseg.core.graph import region_adjacency_graph
 
 def _bsds_root() -> Path:
     """BSDS500 where the README tells users to put it (datasets/BSDS500), else the shared copy."""

@@ -32,7 +32,7 @@ def test_mean_of_the_members_probabilities_and_a_saved_round_trip(tmp_path):
         assert torch.equal(again(x), ens(x))
     assert again.arch_kwargs["members"][1]["arch_kwargs"]["width"] == 12
     # what `hiseg predict` runs: a pipeline on the ensemble's map
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
 
     res = Segmenter.from_checkpoint(path).segment(np.random.default_rng(0).uniform(0, 1, (40, 56, 3)).astype(np.float32))
     assert res.ucm2.shape == (81, 113) and np.isfinite(res.ucm2).all()
@@ -72,7 +72,7 @@ def test_misuse_is_a_clear_error():
 
 def test_the_shipped_ensemble_is_the_default_and_runs_its_pipeline():
     """``bsds500_ensemble``: two trained networks and a merging head fitted on their averaged maps."""
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.models import Weights
 
     seg = Segmenter.from_pretrained()

@@ -5,8 +5,8 @@ import torch
 from sklearn.datasets import make_blobs
 
 import hiseg
-from hiseg.fitting import fit_ultrametric
-from hiseg.graph import grid_graph, knn_graph
+from hiseg.core.fitting import fit_ultrametric
+from hiseg.core.graph import grid_graph, knn_graph
 
 from test_ultrametric import is_ultrametric_on_graph
 
@@ -153,9 +153,9 @@ def test_average_linkage_start(blobs):
 @pytest.mark.parametrize("kind", ["amsgrad", "adam", "sgd"])
 @pytest.mark.parametrize("decay", [None, 0.97])
 def test_fitting_step_equals_torch_optim(kind, decay):
-    """fit_ultrametric's step (hiseg.fitting._AdamStep: torch.optim's update functions on
+    """fit_ultrametric's step (hiseg.core.fitting._AdamStep: torch.optim's update functions on
     its own state) makes the updates of torch.optim's classes, bit for bit."""
-    from hiseg.fitting import _AdamStep
+    from hiseg.core.fitting import _AdamStep
 
     gen = torch.Generator().manual_seed(0)
     a = torch.randn(50, dtype=torch.float64, generator=gen)

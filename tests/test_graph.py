@@ -5,7 +5,7 @@ import higra as hg
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from hiseg.graph import batch_graphs, grid_graph, knn_graph, region_adjacency_graph
+from hiseg.core.graph import batch_graphs, grid_graph, knn_graph, region_adjacency_graph
 
 
 def test_grid_graph_matches_higra_edge_set():
@@ -48,7 +48,7 @@ def test_euclidean_mst_matches_scipy(rng):
     from scipy.sparse.csgraph import minimum_spanning_tree
     from scipy.spatial.distance import pdist, squareform
 
-    from hiseg._neighbors import euclidean_mst
+    from hiseg.core._neighbors import euclidean_mst
 
     X = rng.normal(size=(300, 7))
     D = squareform(pdist(X))
@@ -206,7 +206,7 @@ def test_rag_built_from_higras_is_identical(seed):
     sparse and negative label values, one row / one column images and a single region; and
     the documented orders hold: edges ``a < b`` in lexicographic order, each frontier in
     increasing pixel-edge id."""
-    from hiseg.graph import _region_adjacency_graph_higra
+    from hiseg.core.graph import _region_adjacency_graph_higra
 
     rng = np.random.default_rng(seed)
     images = [rng.integers(-3, 4, (9, 11)) * [1, 7, 1_000_003][seed % 3],  # disconnected labels

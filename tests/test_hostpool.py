@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hiseg.segmentation.hostpool as hostpool
-from hiseg.graph import batch_graphs, grid_graph
-from hiseg.losses import closest, triplet
+from hiseg.core.graph import batch_graphs, grid_graph
+from hiseg.core.losses import closest, triplet
 from hiseg.segmentation import Pipeline
 from hiseg.segmentation.hostpool import HostPool, average_linkage_batch, host_pool, resolve_workers
-from hiseg.ultrametric import build_average_linkage_hierarchy, leaf_lca, upload_indices
+from hiseg.core.ultrametric import build_average_linkage_hierarchy, leaf_lca, upload_indices
 
 ARRAYS = ("parents", "mst_edge_map", "edge_lca", "pass_edge")
 
@@ -125,7 +125,7 @@ def test_step_equals_with_the_pool(pool, always_pool):
     those in process, bitwise."""
     from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
     from hiseg.data.synthetic import SyntheticSegmentation
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     ds = SegmentationGraphDataset(SyntheticSegmentation(3, size=64, seed=0), None, None, superpixels="none")
     batch = collate_graph_batch([ds[i] for i in range(3)])
@@ -156,7 +156,7 @@ def test_workers_setting(monkeypatch):
     for bad in (-1, 1.5, "many", True):
         with pytest.raises(ValueError, match="host_workers must be an integer >= 0"):
             resolve_workers(bad)
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     with pytest.raises(ValueError, match="host_workers"):
         HierarchicalSegmentationModule(arch_kwargs={"width": 8}, host_workers=-2)
@@ -196,7 +196,7 @@ def test_the_pool_adds_no_copy(pool, always_pool, superpixels):
 
 def test_lca_of_a_leaf_with_itself_in_a_two_leaf_tree():
     """The leaf-lca query of (v, v) stays inside a one-entry table (it read past it for v = 1)."""
-    from hiseg.ultrametric import build_hierarchy
+    from hiseg.core.ultrametric import build_hierarchy
 
     h = build_hierarchy((np.array([0]), np.array([1]), 2), np.array([0.5]))
     a = np.array([0, 1, 1, 0])

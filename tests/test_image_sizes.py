@@ -1,7 +1,7 @@
 """Images at the extremes of size: 1x1, 1xN and Nx1 through ``hiseg predict`` with the default
 model (scales 0.5 and 1: the 0.5 scale of a 1-pixel side stays 1 pixel) and the classical path;
 and large ones, whose working image is reduced and whose outputs are drawn band by band
-(``hiseg.inference.BAND_PIXELS``): the same files as the whole-image path."""
+(``hiseg.segmentation.segmenter.BAND_PIXELS``): the same files as the whole-image path."""
 import cv2
 import numpy as np
 import pytest
@@ -53,7 +53,7 @@ def test_tiny_images_through_predict(tmp_path, model, capsys):
 @settings(max_examples=40, deadline=None)
 @given(st.data())
 def test_ucm2_blocks_equal_the_whole_map(data):
-    from hiseg.graph import region_adjacency_graph
+    from hiseg.core.graph import region_adjacency_graph
     from hiseg.segmentation.saliency import UCM2Blocks, rag_hierarchy, ucm2_from_labels, upsample_labels
 
     rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 16)))
@@ -113,7 +113,7 @@ def test_write_png_rows_decodes_as_the_array(tmp_path, band, kind):
 def test_banded_outputs_equal_the_whole_image_ones(tmp_path, monkeypatch, kind, max_pixels, band):
     """predict_file with bands of a few rows (BAND_PIXELS forced small) writes the files the
     whole-image views give: the cut, its overlay, the saliency maps and the ucm2."""
-    from hiseg.inference import Segmenter, _colour_overlay, _quantise, predict_file
+    from hiseg.segmentation.segmenter import Segmenter, _colour_overlay, _quantise, predict_file
 
     rng = np.random.default_rng(3)
     img = cv2.resize(rng.integers(0, 256, (6, 8, 3)).astype(np.uint8), (130, 97), interpolation=cv2.INTER_CUBIC)

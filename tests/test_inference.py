@@ -6,7 +6,7 @@ from scipy.io import loadmat
 
 import cv2
 from hiseg.cli import main as cli_main
-from hiseg.inference import Segmenter, write_outputs
+from hiseg.segmentation.segmenter import Segmenter, write_outputs
 from hiseg.io import atomic_write
 from hiseg.models import get_model
 from hiseg.models.weights import save_weights
@@ -456,7 +456,7 @@ def test_tiled_shipped_networks_equal_their_whole_image_pass():
 
 
 def test_ucm2_from_labels_equals_ucm2_from_rag_and_upsamples_the_cuts(rng):
-    from hiseg.graph import region_adjacency_graph
+    from hiseg.core.graph import region_adjacency_graph
     from hiseg.metrics.region import ucm_to_labels
     from hiseg.segmentation.saliency import (cut_at_threshold, rag_hierarchy, ucm2_from_labels, ucm2_from_rag,
                                              upsample_labels)

@@ -7,7 +7,7 @@ import torch
 
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
 from hiseg.data.synthetic import SyntheticSegmentation
-from hiseg.lightning import HierarchicalSegmentationModule
+from hiseg.training.module import HierarchicalSegmentationModule
 from hiseg.models import get_model, save_weights
 from hiseg.segmentation import Pipeline
 from hiseg.segmentation.merging import MergeHead, network_fingerprint

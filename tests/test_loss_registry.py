@@ -1,12 +1,12 @@
-"""One registry of loss terms (``hiseg.losses.TERMS``): a term registered here (one function,
+"""One registry of loss terms (``hiseg.core.losses.TERMS``): a term registered here (one function,
 one line) trains through ``fit_ultrametric``, ``UltrametricClustering`` and the Lightning module."""
 import numpy as np
 import pytest
 import torch
 
 from hiseg import losses
-from hiseg.fitting import fit_ultrametric, make_loss
-from hiseg.graph import grid_graph
+from hiseg.core.fitting import fit_ultrametric, make_loss
+from hiseg.core.graph import grid_graph
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_new_term_trains_the_lightning_module(mean_height, tmp_path):
 
     from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
     from hiseg.data.synthetic import SyntheticSegmentation
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
     from hiseg.segmentation.superpixels import Superpixels
 
     ds = SegmentationGraphDataset(SyntheticSegmentation(4, size=48, seed=1), None, Superpixels(region_size=6.0))

@@ -6,8 +6,8 @@ from hypothesis import given, settings, strategies as st
 from scipy.special import expit
 
 from hiseg import losses
-from hiseg.graph import grid_graph
-from hiseg.ultrametric import build_hierarchy, subdominant_ultrametric
+from hiseg.core.graph import grid_graph
+from hiseg.core.ultrametric import build_hierarchy, subdominant_ultrametric
 
 from test_ultrametric import random_connected_graph
 
@@ -41,7 +41,7 @@ def test_closest(rng):
         losses.closest(u, w[:3])
     with pytest.raises(ValueError, match="reduction"):
         losses.closest(u, w, reduction="avg")
-    # `target` is the argument's one name (`weights` names the optimised tensor in hiseg.losses)
+    # `target` is the argument's one name (`weights` names the optimised tensor in hiseg.core.losses)
     assert losses.closest(u, target=w).item() == losses.closest(u, w).item()
     with pytest.raises(TypeError, match="weights"):
         losses.closest(u, weights=w)
@@ -154,7 +154,7 @@ def test_torch_triplet_sampler_matches_make_triplets():
 def test_torch_triplets_give_the_host_triplet_loss(rng):
     """The device path of `triplet` (tensors: one batched leaf_lca lookup) equals the host
     path on the same triplets; `valid` masks out slots."""
-    from hiseg.ultrametric import average_linkage_ultrametric, upload_indices
+    from hiseg.core.ultrametric import average_linkage_ultrametric, upload_indices
 
     g = grid_graph((4, 5))
     w = torch.tensor(rng.random(g.num_edges), requires_grad=True)

@@ -9,15 +9,15 @@ import pytest
 import torch
 
 from hiseg import losses
-from hiseg.graph import batch_graphs, region_adjacency_graph
-from hiseg.inference import Segmenter
+from hiseg.core.graph import batch_graphs, region_adjacency_graph
+from hiseg.segmentation.segmenter import Segmenter
 from hiseg.models import get_model
 from hiseg.models.weights import save_weights
 from hiseg.segmentation import Pipeline, PipelineError
 from hiseg.segmentation.merging import (FEATURES, MergeHead, MergeHeadError, TorchEdgeFeatures, edge_features,
                                        edge_features_torch, network_fingerprint)
 from hiseg.segmentation.pooling import rag_frontier_mean
-from hiseg.ultrametric import average_linkage_ultrametric
+from hiseg.core.ultrametric import average_linkage_ultrametric
 
 
 def scene(seed=0, h=40, w=56):
@@ -226,7 +226,7 @@ def test_merge_checkpoint_loads_by_name_and_training_needs_the_heads_network():
     assert seg.pipeline.head is not None and seg.pipeline.flip and seg.pipeline.scales == (0.5, 1.0)
     # training trains the head jointly (tests/test_joint.py); a network other than the one the head
     # was fitted on (here a fresh one) is refused by name, not silently mismatched
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     with pytest.raises(ValueError, match="merge_head.network"):
         HierarchicalSegmentationModule(pipeline=seg.pipeline.to_dict())

@@ -31,7 +31,7 @@ def test_frozen_network_trains_the_new_head_alone(start):
     import pytorch_lightning as pl
 
     from hiseg.data import BSDS500DataModule
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     data, ckpt, net = start
     pl.seed_everything(0)
@@ -64,7 +64,7 @@ def test_frozen_network_trains_the_new_head_alone(start):
 def test_the_config_trains_a_head_fingerprinted_to_its_network(tmp_path, start):
     """train.py fit --config configs/bsds500_merge_head.yaml: the checkpoint's pipeline holds the
     head, tied to the (unchanged) network; hiseg's Segmenter runs it as it is."""
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
 
     data, ckpt, net = start
     r = run(tmp_path, "bsds500_merge_head.yaml", "--trainer.default_root_dir", str(tmp_path / "mh"),
@@ -83,7 +83,7 @@ def test_the_config_trains_a_head_fingerprinted_to_its_network(tmp_path, start):
     assert head["network"] == network_fingerprint(net) and head["features"] == FEATURES and head["hidden"] == [8]
     assert head["std"] != [1.0] * len(FEATURES)  # standardised on the data
     # the checkpoint loads back as a module (its head now the pipeline's)
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     back = HierarchicalSegmentationModule.load_from_checkpoint(last, map_location="cpu")
     assert back.merge_head.to_spec()["weights"] == head["weights"]
@@ -102,14 +102,14 @@ def test_the_config_trains_a_head_fingerprinted_to_its_network(tmp_path, start):
     (dict(optimizer="sgd"), r"model\.optimizer must be one of \('adamw', 'amsgrad'\)"),
 ])
 def test_bad_head_settings_are_refused_by_name(kwargs, message):
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     with pytest.raises(ValueError, match=message):
         HierarchicalSegmentationModule(arch_kwargs={"width": 8}, **kwargs)
 
 
 def test_new_head_with_a_pipeline_head_is_refused():
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
     from hiseg.segmentation.merging import MergeHead
 
     pipe = dict(PIPE, merge_head=MergeHead(["mean"], [2]).to_spec())

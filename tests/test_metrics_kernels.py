@@ -285,7 +285,7 @@ def test_an_evaluation_without_numba_gives_the_same_figures(tmp_path):
 
     from scipy.io import savemat
 
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.metrics.bsds import evaluate
 
     rng = np.random.default_rng(0)

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from hiseg.data.collate import collate_graph_batch, make_graph_sample
-from hiseg.inference import Segmenter
-from hiseg.lightning import HierarchicalSegmentationModule
+from hiseg.segmentation.segmenter import Segmenter
+from hiseg.training.module import HierarchicalSegmentationModule
 
 
 @pytest.mark.parametrize("pipeline", [{"superpixels": "boundary_watershed", "linkage": "average", "region_size": 6.0},

@@ -46,7 +46,7 @@ def test_sdist_and_wheel_carry_tests_configs_licence_and_weights(tmp_path):
         tar.extractall(tmp_path / "unpacked", filter="data")
     for need in ("LICENSE", "train.py", "tests/conftest.py", "tests/_graphs.py", "tests/_train.py",
                  "tests/_interrupt.py", "configs/synthetic.yaml", "configs/folder_finetune.yaml",
-                 "models/hiseg_bsds500.ckpt", "models/README.md", "hiseg/view_page.html"):
+                 "models/hiseg_bsds500.ckpt", "models/README.md", "hiseg/explorer/view_page.html"):
         assert need in names, need
     # the wheel, built from the source archive (as `python -m build` does)
     (unpacked,) = (tmp_path / "unpacked").iterdir()
@@ -62,7 +62,7 @@ def test_sdist_and_wheel_carry_tests_configs_licence_and_weights(tmp_path):
         assert "BSD-3-Clause" in z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         z.extractall(tmp_path / "site")
     # installed (here: the wheel's files first on the path), from another folder, no repository
-    code = ("import hiseg, pathlib; from hiseg.models import Weights; from hiseg.inference import Segmenter; "
+    code = ("import hiseg, pathlib; from hiseg.models import Weights; from hiseg.segmentation.segmenter import Segmenter; "
             "p = Weights.from_name('bsds500').path(); assert pathlib.Path(hiseg.__file__).parent / 'weights' in "
             "p.parents, p; print(Segmenter.from_pretrained('bsds500').pipeline.linkage)")
     r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True,

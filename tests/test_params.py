@@ -1,12 +1,12 @@
 """hiseg._params (declarative parameter checks) and the training module's table of them
-(hiseg.training.MODULE_CONSTRAINTS): every parameter refuses a bad value by name, with one
+(hiseg.training.steps.MODULE_CONSTRAINTS): every parameter refuses a bad value by name, with one
 message shape; the schedule helper against its definition."""
 import math
 
 import pytest
 
 from hiseg._params import Interval, Options, check_parameters
-from hiseg.training import MODULE_CONSTRAINTS, warmup_cosine
+from hiseg.training.steps import MODULE_CONSTRAINTS, warmup_cosine
 
 
 @pytest.mark.parametrize("interval, inside, outside, text", [
@@ -50,7 +50,7 @@ def test_every_module_parameter_of_the_table_has_a_bad_value_here():
 
 @pytest.mark.parametrize("name", sorted(BAD))
 def test_module_refuses_a_bad_value_by_name(name):
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     with pytest.raises(ValueError, match=rf"^model\.{name} must be .*, got {BAD[name]!r}$"):
         HierarchicalSegmentationModule(arch_kwargs={"width": 8}, **{name: BAD[name]})

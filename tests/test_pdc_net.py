@@ -173,7 +173,7 @@ def test_checkpoint_holds_the_trainable_form(tmp_path):
 
 
 def test_segmenter_runs_the_folded_kernels(tmp_path):
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
 
     torch.manual_seed(6)
     net = _trained_like(pdc_boundary_net(width=8), torch.float32)

@@ -22,7 +22,7 @@ def test_pdc_rest_runs_the_recipe_and_resumes(tmp_path):
     assert ft["hyper_parameters"]["arch_kwargs"] == {"width": 8, "blocks": [1, 1, 1, 1]}
     for name in ("pdc_finetune", "pdc_merge", "ensemble", "pdc_ensemble"):
         assert (work / f"{name}.ckpt").is_file(), name
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
 
     merged = Segmenter.from_checkpoint(work / "pdc_merge.ckpt")
     assert merged.pipeline.merge_head is not None and merged.pipeline.flip

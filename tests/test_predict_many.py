@@ -1,4 +1,4 @@
-"""Many images (issue 23 section 4): ``hiseg predict --workers N`` and :mod:`hiseg.predict_ddp`
+"""Many images (issue 23 section 4): ``hiseg predict --workers N`` and :mod:`hiseg.segmentation.predict_ddp`
 write the same bytes as the single-process ``hiseg predict --workers 0``, keep its
 guarantees (existing files refused before writing, per-image failures reported at the end
 with exit 1, atomic writes) and name the image of an error raised in a worker."""
@@ -122,8 +122,8 @@ def test_workers_default_to_auto_and_help_names_the_cpus(capsys):
 
 
 def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path, capsys, checkpoint):
-    from hiseg.inference import Segmenter
-    from hiseg.predict_ddp import IMAGE_ERRORS, predict_files
+    from hiseg.segmentation.segmenter import Segmenter
+    from hiseg.segmentation.predict_ddp import IMAGE_ERRORS, predict_files
     from hiseg.cli.options import PER_FILE_ERRORS
 
     assert IMAGE_ERRORS == PER_FILE_ERRORS
@@ -166,8 +166,8 @@ def test_warnings_from_workers_name_their_image_in_input_order(tmp_path, capsys)
 
 
 def test_predict_ddp_reports_a_bad_image_and_writes_the_others(tmp_path, capfd, checkpoint):
-    from hiseg.inference import Segmenter
-    from hiseg.predict_ddp import predict_files
+    from hiseg.segmentation.segmenter import Segmenter
+    from hiseg.segmentation.predict_ddp import predict_files
 
     d = four_photos(tmp_path)
     (d / "b.png").write_bytes(b"not an image")

@@ -36,7 +36,7 @@ def test_readme_python_block_runs(tmp_path, i):
 
 
 def test_from_pretrained_by_name_and_errors(tmp_path, monkeypatch):
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.models import Weights, read_checkpoint
     from hiseg.models import weights as W
 

@@ -101,7 +101,7 @@ def test_recipe_is_two_train_py_commands(tmp_path):
              and not torch.equal(v, ck["state_dict"][k])]
     assert moved, "the fine-tuning did not change the pixel stage's weights"
 
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
 
     seg = Segmenter.from_checkpoint(tmp_path / "ft/csv/version_0/checkpoints/last.ckpt")
     assert seg.pipeline.superpixels == "boundary_watershed" and seg.pipeline.linkage == "average"
@@ -112,7 +112,7 @@ def test_recipe_is_two_train_py_commands(tmp_path):
 def test_former_state_pt_and_weights_pt_start_a_run(tmp_path):
     """The former pixel-stage script's state.pt (model, opt, step...) and weights.pt still load
     as initial weights."""
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
     from hiseg.models import get_model, save_weights
 
     net = get_model("compact_boundary_net", width=8)
@@ -217,7 +217,7 @@ def test_packed_edge_dataset_of_bsds500(tmp_path, shared_data):
         np.testing.assert_array_equal(a, b)
 
 def _pixel_module():
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     return HierarchicalSegmentationModule(arch_kwargs={"width": 8}, closest_weight=0, triplet_weight=0,
                                           pixel_loss="edge", pixel_weight=1.0)
@@ -235,7 +235,7 @@ def test_pixel_stage_non_finite_loss_on_the_cpu_stops_at_its_step():
 def test_pixel_stage_deferred_finite_guard():
     """Where the check is deferred (a GPU: no host synchronisation per step), the first bad
     step is remembered on the device, reported at the next check, and no checkpoint is
-    written after it (hiseg.callbacks.FiniteLossGuard, which the module watches its steps with)."""
+    written after it (hiseg.training.callbacks.FiniteLossGuard, which the module watches its steps with)."""
     m = _pixel_module()
     g = m.finite_guard
     assert any(c is g for c in m.configure_callbacks())
@@ -254,7 +254,7 @@ def test_pixel_stage_deferred_finite_guard():
 
 def test_pixel_batches_need_a_pixel_stage_model():
     """Pixel-stage batches carry no regions: a model with hierarchy terms is refused, naming them."""
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     batch = PixelBatch(torch.rand(2, 3, 16, 16), torch.zeros(2, 16, 16), torch.ones(2, 16, 16, dtype=torch.bool))
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8})
@@ -271,7 +271,7 @@ def test_pixel_batches_need_a_pixel_stage_model():
 
 
 def test_schedule_warmup_in_steps_or_fraction():
-    from hiseg.lightning import HierarchicalSegmentationModule
+    from hiseg.training.module import HierarchicalSegmentationModule
 
     class T:
         estimated_stepping_batches = 100
@@ -316,7 +316,7 @@ def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
                                        (tmp_path / "b/summary.txt").read_text()).groups()[:4])
     assert ((d * 24 + h) * 60 + mi) * 60 + sec == spent + 5 * 60
 
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
 
     seg = Segmenter.from_checkpoint(tmp_path / "b/hiseg_gpu_merge.ckpt")
     assert seg.pipeline.merge_head is not None and seg.pipeline.flip and tuple(seg.pipeline.scales) == (0.5, 1.0)
@@ -330,7 +330,7 @@ def test_pdc_network_goes_through_the_rest_of_the_recipe(tmp_path, capsys):
     `bsds500`; the ensemble runs the pdc member's folded kernels and its map is the mean of
     the members' probabilities, each member's computed by its own Segmenter."""
     from hiseg.cli import main
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.models import PDCBoundaryNet, load_model
 
     data = make_bsds(tmp_path / "bsds")

@@ -13,13 +13,13 @@ import torch
 from _train import csv_rows, load_ckpt, run_train
 from jsonargparse import Namespace
 
-from hiseg.cli_train import _resume_log_versions
+from hiseg.training.cli import _resume_log_versions
 from hiseg.data.collate import SegmentationGraphDataset
 from hiseg.data.datamodule import SeededSampler
 from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation
 from hiseg.data.transforms import Compose, RandomFlip
-from hiseg.lightning import LastCheckpoint
+from hiseg.training.module import LastCheckpoint
 
 # 24 images, batches of 4: 6 steps per epoch, 12 in all
 RUN = ("--data.init_args.n_train", "24", "--trainer.max_epochs", "2")
@@ -134,7 +134,7 @@ def test_resume_from_the_end_of_training_continues_where_it_stopped(tmp_path):
 def test_resume_reuses_the_log_versions_of_loggers_that_append():
     """Lightning's CSVLogger deletes metrics.csv in a folder it resumes into: it gets a new version."""
     paths = ("pytorch_lightning.loggers.TensorBoardLogger", "pytorch_lightning.loggers.CSVLogger",
-             "hiseg.lightning.CSVLogger", "hiseg.lightning.CSVLogger")
+             "hiseg.training.module.CSVLogger", "hiseg.training.module.CSVLogger")
     cfg = Namespace(logger=[Namespace(class_path=p, init_args=Namespace(name=f"n{i}", version=None))
                             for i, p in enumerate(paths)])
     cfg.logger[3].init_args.version = "mine"  # set by the user: kept

@@ -43,7 +43,7 @@ def figures(path: str) -> dict:
     :data:`N_IMAGES` val images."""
     import torch
 
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.io import read_image, to_float_rgb, write_ucm2_mat
     from hiseg.metrics import evaluate
 

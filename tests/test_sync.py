@@ -30,7 +30,7 @@ from torch.overrides import TorchFunctionMode
 
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
 from hiseg.data.synthetic import SyntheticSegmentation
-from hiseg.lightning import HierarchicalSegmentationModule
+from hiseg.training.module import HierarchicalSegmentationModule
 from hiseg.segmentation.superpixels import Superpixels
 
 READS = {"cpu", "item", "tolist", "__bool__", "__int__", "__float__", "__index__", "numpy", "__array__",

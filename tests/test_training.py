@@ -9,8 +9,8 @@ from _train import csv_rows, load_ckpt, run_train
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
 from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation
-from hiseg.lightning import HierarchicalSegmentationModule
-from hiseg.losses import sample_batch_triplets
+from hiseg.training.module import HierarchicalSegmentationModule
+from hiseg.core.losses import sample_batch_triplets
 
 
 @pytest.fixture(scope="module")
@@ -166,10 +166,10 @@ def test_color_superpixel_pipeline_needs_loader_superpixels(batch, tmp_path):
 
 
 def test_edge_pixel_loss_is_the_pixel_stage_loss(batch):
-    """pixel_loss='edge': the pixel term equals hiseg.losses.edge_loss on consensus labels
+    """pixel_loss='edge': the pixel term equals hiseg.core.losses.edge_loss on consensus labels
     of one-pixel-wide annotator boundaries, with the side outputs supervised too."""
     from hiseg.data.targets import mean_boundary
-    from hiseg.losses import edge_loss
+    from hiseg.core.losses import edge_loss
 
     torch.manual_seed(0)
     m = HierarchicalSegmentationModule(arch_kwargs={"width": 8}, pixel_loss="edge",
@@ -225,7 +225,7 @@ def test_validation_metrics(batch):
     precision 1 at every threshold; an all-zero ultrametric has F = 0 against the
     annotators' boundary pixels counted by hand."""
     from hiseg.data.collate import make_graph_sample
-    from hiseg.lightning import VAL_THRESHOLDS, LossResult
+    from hiseg.training.module import VAL_THRESHOLDS, LossResult
     from hiseg.metrics.matching import BoundaryMatcher, boundary_counts, seg_to_boundaries
     from hiseg.metrics.predictions import Prediction
     from hiseg.segmentation.saliency import ucm2_from_rag
@@ -270,7 +270,7 @@ def test_validation_metrics(batch):
 def test_segmentation_metrics_are_f_of_summed_counts():
     """F of the counts summed over batches (not the mean of the batches' Fs), losses as
     means per image, a loss missing from a batch counted as 0 there; empty: no numbers."""
-    from hiseg.lightning import SegmentationMetrics
+    from hiseg.training.module import SegmentationMetrics
 
     met = SegmentationMetrics(n_thresholds=3)
     # counts per threshold: (matched GT, GT, matched predicted, predicted)
@@ -396,7 +396,7 @@ def test_ddp_validation_f_is_the_single_process_f(tmp_path):
               "--model.val_threshold", "0.45", "--trainer.accelerator", "cpu")
     res = {}
     for devices, extra in (("1", ()), ("2", ("--trainer.strategy", "ddp"))):
-        logger = json.dumps({"class_path": "hiseg.lightning.CSVLogger",
+        logger = json.dumps({"class_path": "hiseg.training.module.CSVLogger",
                              "init_args": {"save_dir": str(tmp_path), "name": f"devices{devices}"}})
         r = run_train(tmp_path, *common, "--trainer.devices", devices, *extra, "--trainer.logger", logger,
                       sub="validate")
@@ -443,7 +443,7 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
         assert "WARNING: validation boundary F ended at 0" in r.stdout and "configs/folder_finetune.yaml" in r.stdout
         assert best[0].endswith("(F 0: not worth using)") and "next:" not in r.stdout
     # the checkpoint carries its segmentation pipeline: hiseg predict can use it
-    from hiseg.inference import Segmenter
+    from hiseg.segmentation.segmenter import Segmenter
 
     seg = Segmenter.from_checkpoint(tmp_path / last[0])
     assert seg.pipeline.superpixels == "color_watershed" and seg.pipeline.linkage == "average"
@@ -458,7 +458,7 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
 
 
 def _fake_fit(f_after, best_score, tmp_path, f_before=0.07, init_from=None):
-    """(trainer, model) stand-ins for :func:`hiseg.cli_train.fit_summary`."""
+    """(trainer, model) stand-ins for :func:`hiseg.training.cli.fit_summary`."""
     from types import SimpleNamespace
 
     from pytorch_lightning.callbacks import ModelCheckpoint
@@ -475,7 +475,7 @@ def _fake_fit(f_after, best_score, tmp_path, f_before=0.07, init_from=None):
 
 
 def test_fit_summary_recommends_no_degenerate_checkpoint(tmp_path):
-    from hiseg.cli_train import fit_summary
+    from hiseg.training.cli import fit_summary
 
     good = fit_summary(*_fake_fit(0.4, 0.45, tmp_path))
     assert f"next: hiseg predict IMAGE --checkpoint {tmp_path / 'best.ckpt'} -o predictions/" in good
@@ -493,7 +493,7 @@ def test_fit_summary_recommends_no_degenerate_checkpoint(tmp_path):
 def test_fit_summary_says_when_the_run_made_the_starting_model_worse(tmp_path):
     """Issue 31's own-folder fine-tune: validation F .5646 before, .5309 at best: the summary
     says so, points back at the starting model and recommends no new checkpoint."""
-    from hiseg.cli_train import fit_summary
+    from hiseg.training.cli import fit_summary
 
     worse = fit_summary(*_fake_fit(0.5309, 0.5309, tmp_path, f_before=0.5646, init_from="bsds500"))
     assert "validation boundary F of the starting model (bsds500): 0.5646" in worse
@@ -513,7 +513,7 @@ def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
     checkpoints."""
     from _train import ROOT
 
-    from hiseg.cli_train import main
+    from hiseg.training.cli import main
 
     monkeypatch.setattr("sys.argv", ["train.py"])
     default = ROOT / "configs" / "synthetic.yaml"
@@ -587,9 +587,9 @@ def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(t
     (runs/cpu_finetune for the CPU run, which resumes there), no loader superpixels."""
     from _train import ROOT
 
-    from hiseg.callbacks import LastCheckpoint
-    from hiseg.cli_train import main
-    from hiseg.lightning import CSVLogger
+    from hiseg.training.callbacks import LastCheckpoint
+    from hiseg.training.cli import main
+    from hiseg.training.module import CSVLogger
 
     cfg = ROOT / "configs"
     base = ("--config", str(cfg / "bsds500_finetune.yaml"), "--data.init_args.data_root", str(tmp_path))
@@ -609,7 +609,7 @@ def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(t
 
 
 def test_csv_logger_without_save_dir_follows_default_root_dir(tmp_path):
-    logger = json.dumps({"class_path": "hiseg.lightning.CSVLogger", "init_args": {"name": "follow"}})
+    logger = json.dumps({"class_path": "hiseg.training.module.CSVLogger", "init_args": {"name": "follow"}})
     r = run_train(tmp_path, "--trainer.default_root_dir", str(tmp_path / "elsewhere"), "--trainer.logger", logger,
                   sub="validate")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -661,7 +661,7 @@ class _Net(torch.nn.Module):
 
 def test_channels_last_check_passes_the_networks_and_changes_nothing():
     from hiseg.models import get_model, pdc_boundary_net
-    from hiseg.training import channels_last_agrees
+    from hiseg.training.steps import channels_last_agrees
 
     torch.manual_seed(0)
     for net in (pdc_boundary_net(width=8, blocks=(1, 1, 1, 1)), get_model("compact_boundary_net", width=8),
@@ -681,7 +681,7 @@ def test_channels_last_check_reads_dict_outputs_and_bf16_networks():
     """A network returning a dict (its tensors all count: the bug behind the conv of the dict's
     first entry is caught too), and one in bf16 throughout (Lightning's bf16-true: the images
     take its dtype)."""
-    from hiseg.training import channels_last_agrees
+    from hiseg.training.steps import channels_last_agrees
 
     torch.manual_seed(0)
     assert channels_last_agrees(_DictNet(1.0), "cpu", size=16)
@@ -696,7 +696,7 @@ def test_channels_last_check_catches_a_kernel_that_fails_in_one_layout(factor):
     """Gradients scaled by 1e20, NaN, zero or 3x in channels-last are caught in fp32, the first two
     in bf16 too (its tolerance lets rounding through, not blow-ups); the frozen network (nothing
     to train) passes."""
-    from hiseg.training import channels_last_agrees
+    from hiseg.training.steps import channels_last_agrees
 
     torch.manual_seed(0)
     net = _Net(factor)

@@ -16,9 +16,9 @@ import pytest
 from scipy.io import savemat
 
 from hiseg.cli import main as cli_main
-from hiseg.inference import Segmenter, write_outputs
+from hiseg.segmentation.segmenter import Segmenter, write_outputs
 from hiseg.metrics.region import ucm_to_labels
-from hiseg.view import build_page, check_ucm2
+from hiseg.explorer.page import build_page, check_ucm2
 
 VAL = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "BSDS500" / "data" / "images" / "val"
 GPB = VAL.parents[2] / "ucm2" / "val"
@@ -235,7 +235,7 @@ def test_a_small_images_page_is_the_page_of_its_full_ucm2(tmp_path, classical):
 def test_a_resumed_index_reads_each_entry_from_its_page(tmp_path, classical):
     """page_entry (a resumed predict --html's index): the entry the page's writing returned,
     for a page at full and at reduced resolution, without the image or its ucm2 file."""
-    from hiseg.view import page_entry, write_page_file
+    from hiseg.explorer.page import page_entry, write_page_file
 
     _, img, res = classical
     entry = write_page_file(tmp_path, "small", img, res.ucm2, "src")

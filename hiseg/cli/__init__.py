@@ -16,7 +16,7 @@ The vocabulary, the same in every subcommand (``tests/test_cli_help.py`` checks 
 * ``--workers N``: processes working on the images in parallel, ``auto`` by default (one per
   usable CPU, at most 8; none when there are too few images to pay for starting them);
 * ``-q/--quiet``: no progress bar, no line naming the model;
-* cuts in the names of :mod:`hiseg.cuts`' vocabulary: ``--regions K`` (``n_regions``),
+* cuts in the names of :mod:`hiseg.core.cuts`' vocabulary: ``--regions K`` (``n_regions``),
   ``--min-region-size SIZE`` (``min_size``); ``--level T``: the segmentation at level ``T`` of
   the saliency map (``SegmentationResult.cut(threshold=T)``); ``--thresholds N`` (``evaluate``)
   is a *number* of levels, never a level;

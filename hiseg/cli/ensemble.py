@@ -38,7 +38,7 @@ def run(args) -> int:
     """``hiseg ensemble`` with parsed ``args``: 0, or ValueError / FileNotFoundError /
     CheckpointError (fewer than two members, an existing output without --overwrite, an
     unreadable member) before anything is written."""
-    from ..inference import Segmenter
+    from ..segmentation.segmenter import Segmenter
     from ..io import refuse_overwrite
     from ..models import load_model, save_weights
     from ..models.ensemble import MeanProbabilityEnsemble

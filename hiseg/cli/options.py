@@ -170,7 +170,7 @@ def add_level(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _min_size(text: str):
-    from ..cuts import resolve_min_size
+    from ..core.cuts import resolve_min_size
 
     try:
         v = text if text == "auto" else float(text)
@@ -181,7 +181,7 @@ def _min_size(text: str):
 
 
 def add_min_region_size(p: argparse.ArgumentParser) -> None:
-    from ..cuts import AUTO_MIN_REGION_FRACTION
+    from ..core.cuts import AUTO_MIN_REGION_FRACTION
 
     p.add_argument("--min-region-size", type=_min_size, default="auto", metavar="SIZE",
                    help="with --regions: no region smaller than SIZE pixels (>= 1), SIZE of the image "
@@ -238,7 +238,7 @@ def make_segmenter(args):
     default model; ``--classical``: the classical path) on ``--device``, its pipeline overridden
     by ``--scales``/``--flip``/``--linkage``/``--max-pixels``. Raises ValueError (a bad device, or
     a network option on the classical path), FileNotFoundError, CheckpointError."""
-    from ..inference import Segmenter, resolve_device
+    from ..segmentation.segmenter import Segmenter, resolve_device
 
     device = resolve_device(args.device, "--device")  # before any checkpoint is read
     scales, flip, linkage = getattr(args, "scales", None), getattr(args, "flip", None), getattr(args, "linkage", None)

@@ -1,7 +1,7 @@
 """``hiseg predict``: saliency maps (UCM), ucm2 ``.mat`` files and cuts of images, written into ``--out``.
 
 One driver (:func:`run`) with three back-ends, chosen by the options; the files are the same
-byte for byte whichever runs (all go through :func:`hiseg.inference.predict_file`):
+byte for byte whichever runs (all go through :func:`hiseg.segmentation.segmenter.predict_file`):
 
 * in process (``--workers 0`` or ``1``, or fewer than :data:`POOL_MIN_IMAGES` images with
   ``--workers auto``): each image in turn, in this process;
@@ -9,7 +9,7 @@ byte for byte whichever runs (all go through :func:`hiseg.inference.predict_file
   processes decode the images and make their superpixels, hierarchies and files
   (:func:`_predict_pool`);
 * Lightning DDP (``--devices N`` > 1 or ``--num-nodes M`` > 1): ``trainer.predict`` over N
-  devices per node (:mod:`hiseg.predict_ddp`; no ``--html``).
+  devices per node (:mod:`hiseg.segmentation.predict_ddp`; no ``--html``).
 
 The driver does the rest once: collect the inputs, refuse existing outputs before anything is
 loaded or written, check ``--resume`` against the run record and write it (:mod:`hiseg.cli.record`),
@@ -43,7 +43,7 @@ def _scale(v: float) -> None:
 
 
 def _tile(v: int) -> None:
-    from ..inference import check_tile
+    from ..segmentation.segmenter import check_tile
 
     check_tile(v, "TILE")
 
@@ -125,8 +125,8 @@ def run(args) -> int:
 
 def _run(args, files: list, ddp: bool) -> int:
     """:func:`run` once the inputs are collected and ``--out`` is this run's."""
-    from .. import view
-    from ..inference import output_paths
+    from ..explorer import page as view
+    from ..segmentation.segmenter import output_paths
     from ..io import display_path, refuse_overwrite
 
     out = Path(args.out)
@@ -193,8 +193,8 @@ def _to_do(args, out: Path, files: list, record: "RunRecord", wanted: dict) -> t
     ``--resume``: the check of ``wanted`` (:func:`output_options`) against ``record``
     (ValueError: :meth:`RunRecord.check_resume`), then the images whose files are not all there
     and complete; the skipped ones reported (a warning for those the record does not know)."""
-    from .. import view
-    from ..inference import image_done, output_paths
+    from ..explorer import page as view
+    from ..segmentation.segmenter import image_done, output_paths
     from ..io import display_path
 
     if not (args.resume or args.overwrite):
@@ -226,8 +226,8 @@ def _to_do(args, out: Path, files: list, record: "RunRecord", wanted: dict) -> t
 def _resumed_index(out: Path, files: list, pages: list) -> list:
     """The index entries of every image of a resumed run, in input order: this run's
     ``pages``, and for the images it skipped the entry read from their page
-    (:func:`hiseg.view.page_entry`: neither the image nor its full-size ucm2 is read)."""
-    from .. import view
+    (:func:`hiseg.explorer.page.page_entry`: neither the image nor its full-size ucm2 is read)."""
+    from ..explorer import page as view
 
     made = {e[0]: e for e in pages}
     return [made.get(f"{f.stem}.html") or view.page_entry(out, f.stem) for f in files]
@@ -254,14 +254,14 @@ def _predict_local(seg, files: list, opts: dict, workers: int, failures: list, d
 
 
 def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
-    """The Lightning DDP back-end (:func:`hiseg.predict_ddp.predict_files`); True in the
+    """The Lightning DDP back-end (:func:`hiseg.segmentation.predict_ddp.predict_files`); True in the
     process that reports (global rank 0), with ``failures`` filled."""
     import logging
     import warnings
 
     from pytorch_lightning.utilities.rank_zero import rank_zero_only
 
-    from ..predict_ddp import predict_files
+    from ..segmentation.predict_ddp import predict_files
 
     for name in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric"):  # its banners: not the user's business
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -276,11 +276,11 @@ def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
 
 
 def _predict_one(seg, f: Path, opts: dict, pmap=None):
-    """:func:`hiseg.inference.predict_file` of image ``f`` (``pmap``: its boundary map, computed
+    """:func:`hiseg.segmentation.segmenter.predict_file` of image ``f`` (``pmap``: its boundary map, computed
     there when None), plus its page with --html; (page index entry or True, the warnings'
     messages). The one code of ``hiseg predict``'s images, in this process or a worker."""
-    from .. import view
-    from ..inference import predict_file
+    from ..explorer import page as view
+    from ..segmentation.segmenter import predict_file
 
     done = predict_file(seg, f, opts["out"], opts["tile"], opts["regions"], opts["threshold"], opts["min_size"],
                         boundary=pmap, overwrite=opts.get("overwrite", True), resume=opts.get("resume", False),
@@ -288,7 +288,7 @@ def _predict_one(seg, f: Path, opts: dict, pmap=None):
     if done is None:  # --resume: complete already
         return None, []
     img, res, caught = done
-    # the page of the result, not of res.ucm2: a large image's is drawn at the working resolution (hiseg.view.shown)
+    # the page of the result, not of res.ucm2: a large image's is drawn at the working resolution (hiseg.explorer.page.shown)
     page = view.write_page_file(opts["out"], f.stem, img, res, opts["source"], opts["start"]) if opts["html"] else True
     return page, caught
 
@@ -312,7 +312,7 @@ def _in_worker(step, f: Path, *rest):
     """``step`` of image ``f`` in a worker, its outcome as plain data (any exception comes
     back as its class name and message, with the worker's traceback, whatever its pickling):
     ("ok", value), ("fail", message) for the errors that stop one image
-    (:data:`hiseg.view.PER_FILE_ERRORS`), ("error", class name, message)."""
+    (:data:`hiseg.explorer.page.PER_FILE_ERRORS`), ("error", class name, message)."""
     import traceback
 
     from .options import PER_FILE_ERRORS
@@ -358,7 +358,7 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
     from collections import deque
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from ..inference import Segmenter
+    from ..segmentation.segmenter import Segmenter
     from .options import PER_FILE_ERRORS
 
     # forkserver (Linux) or spawn: never a plain fork of this process, whose OpenCV / OpenMP

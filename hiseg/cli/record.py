@@ -44,7 +44,7 @@ def _models_own(spec: str):
     as none given (:func:`_differences`)."""
     import warnings
 
-    from ..inference import stored_pipeline
+    from ..segmentation.segmenter import stored_pipeline
     from ..models.weights import CheckpointError, Weights, read_checkpoint
     from ..segmentation.pipeline import Pipeline, PipelineError
 

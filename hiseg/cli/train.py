@@ -1,5 +1,5 @@
 """``hiseg train``: ``python train.py`` as a subcommand (the same LightningCLI,
-:mod:`hiseg.cli_train`; ``hiseg train fit --help`` lists every option).
+:mod:`hiseg.training.cli`; ``hiseg train fit --help`` lists every option).
 
 In a folder holding ``configs/synthetic.yaml`` (the repository's root), ``hiseg train`` with
 no arguments is ``python train.py``'s default run; elsewhere, name a config.
@@ -18,7 +18,7 @@ def run(argv: Sequence[str]) -> int:
     """Run ``python train.py ARGV``'s CLI; its exit status (LightningCLI exits itself on errors)."""
     import sys
 
-    from ..cli_train import main
+    from ..training.cli import main
 
     default = Path.cwd() / "configs" / "synthetic.yaml"
     saved, sys.argv = sys.argv, [f"{Path(sys.argv[0]).name} train", *argv]  # LightningCLI reads sys.argv itself

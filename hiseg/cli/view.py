@@ -1,5 +1,5 @@
 """``hiseg view``: interactive explorer pages of images' hierarchies (the pages themselves are
-:mod:`hiseg.view`'s), computed on the spot or read from ``hiseg predict``'s ucm2 files (``--ucm``)."""
+:mod:`hiseg.explorer.page`'s), computed on the spot or read from ``hiseg predict``'s ucm2 files (``--ucm``)."""
 from __future__ import annotations
 
 import argparse
@@ -65,7 +65,7 @@ def _write(args, files: list, mats: list, inputs: list, out: Path) -> int:
     from tqdm import tqdm
 
     from ..io import read_image, refuse_overwrite
-    from ..view import INDEX, check_ucm2, page_outputs, write_pages
+    from ..explorer.page import INDEX, check_ucm2, page_outputs, write_pages
 
     refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs, overwrite=args.overwrite,
                      command="hiseg view")

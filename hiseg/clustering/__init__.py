@@ -1,10 +1,10 @@
 r"""Hierarchical clustering by ultrametric fitting: a scikit-learn style estimator.
 
 :class:`UltrametricClustering` builds the paper's graph on the samples (k nearest
-neighbours made connected by spanning edges, :func:`hiseg.graph.knn_graph`, without n^2
-memory), fits an ultrametric on its edges with :func:`hiseg.fitting.fit_ultrametric`
+neighbours made connected by spanning edges, :func:`hiseg.core.graph.knn_graph`, without n^2
+memory), fits an ultrametric on its edges with :func:`hiseg.core.fitting.fit_ultrametric`
 (closest, cluster size, triplet or Dasgupta losses), and cuts the resulting hierarchy
-into ``n_clusters`` flat clusters with a size-aware cut (:mod:`hiseg.cuts`).
+into ``n_clusters`` flat clusters with a size-aware cut (:mod:`hiseg.core.cuts`).
 
 Partial labels ``y`` (``-1`` = unlabelled) feed the triplet term of the semi-supervised
 losses ``"closest+triplet"`` and ``"closest+size+triplet"`` and set the cut's minimum
@@ -20,12 +20,12 @@ The package, in the order of a fit:
 
 The measures of a whole hierarchy, :func:`dendrogram_purity` and :func:`dasgupta_cost`
 (for any hiseg hierarchy, fitted estimator, scipy linkage matrix or higra tree), are
-:mod:`hiseg.metrics.hierarchy`'s; they and :func:`~hiseg.cuts.cut_hierarchy` are
+:mod:`hiseg.metrics.hierarchy`'s; they and :func:`~hiseg.core.cuts.cut_hierarchy` are
 re-exported here, as before the split.
 """
 from __future__ import annotations
 
-from ..cuts import cut_hierarchy
+from ..core.cuts import cut_hierarchy
 from ..metrics.hierarchy import as_tree, dasgupta_cost, dendrogram_purity
 from .estimator import UltrametricClustering
 

@@ -14,9 +14,9 @@ from sklearn.base import BaseEstimator, ClusterMixin
 from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from .. import losses
-from ..cuts import AUTO_MIN_CLUSTER_FRACTION, check_count, cut_hierarchy, resolve_min_size
-from ..fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
+from ..core import losses
+from ..core.cuts import AUTO_MIN_CLUSTER_FRACTION, check_count, cut_hierarchy, resolve_min_size
+from ..core.fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
 from ..metrics.hierarchy import dendrogram_purity
 from . import auto
 from .labels import label_array, partial_labels
@@ -68,15 +68,15 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     The samples are the vertices of a graph: every sample is joined to its
     ``n_neighbors`` nearest neighbours and spanning edges are added so that the graph is
-    connected (:func:`hiseg.graph.knn_graph`: the exact Euclidean MST up to 2e4 samples,
+    connected (:func:`hiseg.core.graph.knn_graph`: the exact Euclidean MST up to 2e4 samples,
     the paper's construction; edges joining the kNN graph's components above); edge
     weights are the input dissimilarity (``dissimilarity``: Euclidean distances, the
     paper's choice, or Ward's heights on the graph), divided by their mean for the fit
     (the losses and their settings are then unit-free: ``X * 1e300`` and ``X * 1e-300``
     give the same clustering). An ultrametric on that graph is fitted by gradient descent
-    (:func:`hiseg.fitting.fit_ultrametric`, AMSGrad on :math:`J(\Phi(\tilde w))`); its
+    (:func:`hiseg.core.fitting.fit_ultrametric`, AMSGrad on :math:`J(\Phi(\tilde w))`); its
     single-linkage tree is the hierarchy, cut into ``n_clusters`` clusters by a
-    size-aware cut (:func:`hiseg.cuts.cut_hierarchy`): groups smaller than
+    size-aware cut (:func:`hiseg.core.cuts.cut_hierarchy`): groups smaller than
     ``min_size`` merged last (outliers) are not split off as clusters of their
     own but stay with the cluster they merged into.
 
@@ -108,7 +108,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         What the fit sees on each edge of the graph. ``"euclidean"``: the distance of its
         two samples (the paper). ``"ward"``: the height at which Ward's hierarchy,
         constrained to the graph, first joins them
-        (:func:`hiseg.ultrametric.ward_linkage_ultrametric`, O(E log E)); an ultrametric
+        (:func:`hiseg.core.ultrametric.ward_linkage_ultrametric`, O(E log E)); an ultrametric
         already, so the closest term alone returns Ward's hierarchy and the size,
         triplet or Dasgupta terms reshape it from there (``init="auto"`` starts at it).
         Choose ``"ward"`` for compact classes in many dimensions: on 64-d Gaussian
@@ -135,11 +135,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         paper), 15 for ``"ward"`` (on a sparser graph Ward's constrained hierarchy drifts
         from the unconstrained one).
     knn : {"auto", "exact", "approximate"}, default="auto"
-        Neighbour search (``method`` of :func:`hiseg.graph.knn_graph`): exact up to 2e4
+        Neighbour search (``method`` of :func:`hiseg.core.graph.knn_graph`): exact up to 2e4
         samples (or in at most 3 dimensions), a random-projection forest with NN-descent
         above.
     connect : {"auto", "mst", "components"}, default="auto"
-        Spanning edges of the graph (:func:`hiseg.graph.knn_graph`): the exact Euclidean
+        Spanning edges of the graph (:func:`hiseg.core.graph.knn_graph`): the exact Euclidean
         MST (``"mst"``, O(n^2) time, O(n) memory) up to 2e4 samples, edges joining the
         kNN graph's components above.
     init : {"auto", "input", "average"} or array, default="auto"
@@ -154,11 +154,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         labelled samples only (wine, 10% labelled: 0.90 from average linkage, 0.93 from
         the input, 0.94 chosen; ``experiments/real.py``).
     min_size : "auto", float or 0, default="auto"
-        Smallest cluster the cut splits off (:func:`hiseg.cuts.cut_hierarchy`): a number
+        Smallest cluster the cut splits off (:func:`hiseg.core.cuts.cut_hierarchy`): a number
         of samples (>= 1), a fraction of the samples (in (0, 1)) or 0 (plain cut: the
         ``n_clusters - 1`` highest merges undone, ties broken by the merge order).
         ``"auto"``: with partial labels, half the smallest labelled class share of the
-        samples; without, :data:`hiseg.cuts.AUTO_MIN_CLUSTER_FRACTION` (10%) of an even
+        samples; without, :data:`hiseg.core.cuts.AUTO_MIN_CLUSTER_FRACTION` (10%) of an even
         share (``0.1 n / n_clusters``). When the hierarchy has fewer than
         ``n_clusters`` clusters of that size, the size is halved until it has them:
         ``labels_`` always has ``n_clusters`` clusters. Without a minimum size, outliers
@@ -176,7 +176,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         Stop after that many iterations without improvement of the loss.
     optimizer : {"amsgrad", "adam", "sgd", "newton"}, default="amsgrad"
         ``"newton"``: gradient steps preconditioned by the closest term's curvature (see
-        :func:`hiseg.fitting.fit_ultrametric`); closest losses only.
+        :func:`hiseg.core.fitting.fit_ultrametric`); closest losses only.
     random_state : int, RandomState instance or None, default=None
         Seeds the approximate neighbour search (seed 0 when None) and the triplet
         sampling.
@@ -187,7 +187,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         Cluster of every sample, ``0..n_clusters-1``, numbered by smallest sample index
         (fewer clusters, identical samples together, when ``X`` has fewer distinct rows
         than ``n_clusters``: a ``ConvergenceWarning`` says so).
-    graph_ : :class:`hiseg.graph.EdgeList`
+    graph_ : :class:`hiseg.core.graph.EdgeList`
         The kNN graph with its spanning edges (``num_vertices = n_samples``).
     edge_weights_ : float64 ndarray (n_edges,)
         The input dissimilarity on each edge of ``graph_``: its Euclidean length, or
@@ -229,7 +229,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     -----
     Cost of ``fit``, n samples in d dimensions, E ~ 4 n edges: the graph in O(n^2 d) time
     up to 2e4 samples and about O(n (T L + R k^2) d) above (approximate search, see
-    :func:`hiseg._neighbors.approximate_knn`), O(n (k + d)) memory in both cases; then at
+    :func:`hiseg.core._neighbors.approximate_knn`), O(n (k + d)) memory in both cases; then at
     most ``max_iter`` iterations of O(E log E) (one canonical BPT, its lcas, the loss,
     one AMSGrad step), plus O(|T|) for the triplet term or O(n K) for Dasgupta; the cut
     O(n log n). Measured (``benchmarks/results/clustering_scale.md``): 1e5 points in
@@ -482,14 +482,14 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     def _graph(self, X, dissimilarity, k, seed, knn: dict):
         """The kNN + spanning-edges graph (``k`` neighbours) and the input dissimilarity on
         its edges; ``knn`` caches the graphs by neighbour count."""
-        from ..graph import knn_graph
+        from ..core.graph import knn_graph
 
         if k not in knn:
             knn[k] = knn_graph(X, k, connect=self.connect, method=self.knn,
                                random_state=0 if seed is None else seed)
         graph, w = knn[k]
         if dissimilarity == "ward":
-            from ..ultrametric import ward_linkage_ultrametric
+            from ..core.ultrametric import ward_linkage_ultrametric
 
             w = ward_linkage_ultrametric(graph, X)
         return graph, w
@@ -518,9 +518,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         return hg.Tree(self.parents_)
 
     def linkage_matrix(self):
-        """The fitted hierarchy as a scipy linkage matrix (see :func:`hiseg.plotting.to_linkage`)."""
+        """The fitted hierarchy as a scipy linkage matrix (see :func:`hiseg.clustering.plotting.to_linkage`)."""
         check_is_fitted(self, "parents_")
-        from ..plotting import to_linkage
+        from .plotting import to_linkage
 
         return to_linkage(self.parents_, self.altitudes_)
 

@@ -23,10 +23,10 @@ from typing import Any, Callable, Optional, Sequence
 import numpy as np
 import torch
 
-from ..graph import BatchedGraph, batch_graphs, region_adjacency_graph
+from ..core.graph import BatchedGraph, batch_graphs, region_adjacency_graph
+from ..core.ultrametric import packed_copy
 from ..segmentation.pooling import frontier_pixel_pairs
 from ..segmentation.superpixels import Superpixels, make_connected
-from ..ultrametric import packed_copy
 from .cache import SuperpixelCache
 from .targets import graph_targets, mean_boundary
 from .transforms import as_numpy_generator
@@ -95,7 +95,7 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
         annotations, then relabelled into connected regions ``0..R-1`` (without a
         transform: exactly the ``per_sample`` superpixels); ``none``, no superpixels, no
         graph (for a model whose pipeline builds the superpixels of every batch from its
-        own prediction, see :class:`hiseg.lightning.HierarchicalSegmentationModule`).
+        own prediction, see :class:`hiseg.training.module.HierarchicalSegmentationModule`).
     cache_dir : str, optional
         ``cached`` only: keep the superpixels on disk there (default: in memory).
 
@@ -431,7 +431,7 @@ def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_f
 
     ``map_fn`` maps the per-image work (for example a thread pool's ``map``).
     Cost: the RAG and targets of every image on the CPU (O(A H W) each), and the graph
-    tensors moved to the images' device in one copy (:func:`hiseg.ultrametric.packed_copy`);
+    tensors moved to the images' device in one copy (:func:`hiseg.core.ultrametric.packed_copy`);
     no image is copied.
     """
     if len(superpixels) != batch.batch_size:

@@ -22,7 +22,7 @@ Under DDP each process gets its shard of the training set (the sampler is a
 metrics summed over processes count every image once).
 
 Superpixels belong to the model's :class:`~hiseg.segmentation.Pipeline`, for training as
-for inference: :class:`~hiseg.lightning.HierarchicalSegmentationModule` hands its pipeline
+for inference: :class:`~hiseg.training.module.HierarchicalSegmentationModule` hands its pipeline
 to the data module when training starts (:meth:`_GraphDataModule.use_pipeline`). An
 image-based pipeline (``color_watershed``) makes the loaders compute exactly its
 ``make_superpixels`` (:class:`~hiseg.data.collate.PipelineSuperpixels`); one that builds
@@ -57,7 +57,7 @@ __all__ = ["SyntheticDataModule", "BSDS500DataModule", "FolderDataModule", "Seed
            "worker_init", "TRAINING_PIPELINE"]
 
 
-#: The default pipeline of training (:class:`~hiseg.lightning.HierarchicalSegmentationModule`'s):
+#: The default pipeline of training (:class:`~hiseg.training.module.HierarchicalSegmentationModule`'s):
 #: the loaders' colour-watershed superpixels, average linkage.
 TRAINING_PIPELINE = {"superpixels": "color_watershed", "linkage": "average"}
 

@@ -4,7 +4,7 @@ The recipe is the standard one of from-scratch edge detectors (HED, RCF, PiDiNet
 
 * **labels** -- the consensus of the annotators: ``c(p)`` = fraction of annotators whose
   ``Boundaries`` map marks pixel ``p``; positive where ``c >= 0.3``, negative where
-  ``c == 0``, ignored in between (:func:`hiseg.losses.consensus_targets`);
+  ``c == 0``, ignored in between (:func:`hiseg.core.losses.consensus_targets`);
 * **augmentation** -- every crop is drawn with a random rotation (16 angles), a random
   horizontal flip, a random scale (log-uniform in ``scale_range``), a random centre and
   a small colour jitter. The whole training set lives on the device and a batch of crops
@@ -13,7 +13,7 @@ The recipe is the standard one of from-scratch edge detectors (HED, RCF, PiDiNet
   neighbours fall in the ignored band), pixels drawn from outside the image are ignored.
 
 :class:`BSDS500PixelDataModule` serves it to the same LightningModule as the fine-tuning
-(:class:`hiseg.lightning.HierarchicalSegmentationModule`, with ``closest_weight`` and
+(:class:`hiseg.training.module.HierarchicalSegmentationModule`, with ``closest_weight`` and
 ``triplet_weight`` 0 and ``pixel_loss: edge``). Its training loader yields one small key per
 step, :class:`PixelStep` (a Python int, no tensor: nothing is copied to the device), whose
 seed is a function of the run's seed, the epoch and the step's index in it

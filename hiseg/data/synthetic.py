@@ -45,7 +45,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..graph import region_adjacency_graph
+from ..core.graph import region_adjacency_graph
 
 __all__ = ["SyntheticSegmentation", "make_synthetic_sample"]
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..graph import compact_labels
+from ..core.graph import compact_labels
 from ..segmentation.superpixels import label_boundaries
 
 __all__ = ["superpixel_labels", "edge_targets", "boundary_maps", "mean_boundary", "graph_targets", "compute_targets"]
@@ -158,7 +158,7 @@ def compute_targets(rag, segmentations) -> dict:
 
     Parameters
     ----------
-    rag : hiseg.graph.RegionAdjacencyGraph
+    rag : hiseg.core.graph.RegionAdjacencyGraph
         Built from the superpixels (its ``labels`` are the superpixels ``0..R-1``).
     segmentations : int array (A, H, W)
 

@@ -1,6 +1,6 @@
 r"""Measures of a whole hierarchy: dendrogram purity and Dasgupta's cost.
 
-Both take any hierarchy hiseg meets: a higra ``Tree``, a :class:`hiseg.ultrametric.Hierarchy`
+Both take any hierarchy hiseg meets: a higra ``Tree``, a :class:`hiseg.core.ultrametric.Hierarchy`
 (:func:`hiseg.build_hierarchy`), a fitted :class:`hiseg.UltrametricClustering`, a scipy
 linkage matrix (:func:`scipy.cluster.hierarchy.linkage`) or a parent array (children
 numbered before their parents, leaves first, the root last: higra's convention). The leaves
@@ -16,7 +16,7 @@ are the samples, in order.
   is better); ``normalize=True`` divides by :math:`N \sum s`, the cost of the flat tree
   (every pair joined at the root), giving a number in (0, 1].
 
-Core-level code (numpy, higra and :mod:`hiseg.graph` only): the one module of
+Core-level code (numpy, higra and :mod:`hiseg.core.graph` only): the one module of
 :mod:`hiseg.metrics` that ranks below :mod:`hiseg.clustering` in hiseg's layers
 (``tests/test_layers.py``), because the estimator's ``score_hierarchy`` and its label-free
 choice of fit (:mod:`hiseg.clustering.auto`) measure hierarchies with it.
@@ -236,7 +236,7 @@ def dasgupta_cost(hierarchy, graph, similarities, *, normalize: bool = False) ->
     ----------
     hierarchy : see :func:`as_tree`; its leaves are the graph's vertices.
     graph : higra UndirectedGraph, (sources, targets, num_vertices) or
-        :class:`hiseg.graph.EdgeList`.
+        :class:`hiseg.core.graph.EdgeList`.
     similarities : array (n_edges,)
         Nonnegative finite similarity of each edge (for distances, pass e.g.
         ``np.exp(-d**2 / sigma**2)``; higra's ``dasgupta_cost`` also has a
@@ -252,7 +252,7 @@ def dasgupta_cost(hierarchy, graph, similarities, *, normalize: bool = False) ->
     """
     import higra as hg
 
-    from ..graph import as_edge_list
+    from ..core.graph import as_edge_list
 
     tree = as_tree(hierarchy)
     g = as_edge_list(graph)

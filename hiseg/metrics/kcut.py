@@ -63,22 +63,22 @@ def ucm2_cut_k(ucm2: np.ndarray, n_regions: int) -> np.ndarray:
 
 def ucm2_size_aware_cut(ucm2: np.ndarray, n_regions: int, min_size="auto") -> np.ndarray:
     """The size-aware cut with ``n_regions`` regions of any UCM (labels (H, W) from 1), by
-    :func:`hiseg.cuts.cut_hierarchy` as hiseg's own hierarchies are cut
-    (:meth:`hiseg.inference.SegmentationResult.cut`), so that hiseg's and another method's
+    :func:`hiseg.core.cuts.cut_hierarchy` as hiseg's own hierarchies are cut
+    (:meth:`hiseg.segmentation.segmenter.SegmentationResult.cut`), so that hiseg's and another method's
     UCMs (gPb-owt-ucm) are cut the same way. ``min(n_regions, finest level's regions)``
     regions: when the map has fewer regions of ``min_size``, ``min_size`` is halved until
-    it has them (:func:`~hiseg.cuts.cut_hierarchy`).
+    it has them (:func:`~hiseg.core.cuts.cut_hierarchy`).
 
     The hierarchy is rebuilt from the map: the regions of its finest level, their
     4-adjacency graph weighted by the UCM value on each frontier (max), single linkage
     (which returns the UCM's own hierarchy, an ultrametric being its own subdominant).
-    ``min_size``: pixels, a fraction of the image, or "auto" (:func:`hiseg.cuts.resolve_min_size`
-    with :data:`~hiseg.cuts.AUTO_MIN_REGION_FRACTION`).
+    ``min_size``: pixels, a fraction of the image, or "auto" (:func:`hiseg.core.cuts.resolve_min_size`
+    with :data:`~hiseg.core.cuts.AUTO_MIN_REGION_FRACTION`).
     """
-    from ..graph import region_adjacency_graph
-    from ..cuts import AUTO_MIN_REGION_FRACTION, resolve_min_size
+    from ..core.graph import region_adjacency_graph
+    from ..core.cuts import AUTO_MIN_REGION_FRACTION, resolve_min_size
     from ..segmentation.saliency import cut_num_regions, ucm2_edge_views
-    from ..ultrametric import build_hierarchy
+    from ..core.ultrametric import build_hierarchy
 
     ucm2 = np.asarray(ucm2, dtype=np.float64)
     if ucm2.ndim != 2 or ucm2.shape[0] % 2 == 0 or ucm2.shape[1] % 2 == 0:

@@ -2,8 +2,8 @@
 
 :mod:`~hiseg.segmentation.superpixels` (over-segmentations of an image or of a boundary
 map, and their quality measures) -> the region adjacency graph
-(:func:`hiseg.graph.region_adjacency_graph`) -> :mod:`~hiseg.segmentation.pooling`
-(boundary map to RAG edge weights) -> the hierarchy (:mod:`hiseg.ultrametric`) ->
+(:func:`hiseg.core.graph.region_adjacency_graph`) -> :mod:`~hiseg.segmentation.pooling`
+(boundary map to RAG edge weights) -> the hierarchy (:mod:`hiseg.core.ultrametric`) ->
 :mod:`~hiseg.segmentation.saliency` (UCM rendering and cuts). :class:`Pipeline`
 (:mod:`~hiseg.segmentation.pipeline`) is the one configurable object of that chain.
 """

@@ -45,8 +45,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import torch
 
-from ..graph import RegionAdjacencyGraph, as_edge_list, batch_graphs
-from ..ultrametric import packed_copy
+from ..core.graph import RegionAdjacencyGraph, as_edge_list, batch_graphs
+from ..core.ultrametric import packed_copy
 from .pooling import batch_frontier_pixels
 
 __all__ = ["FEATURES", "MergeHead", "MergeHeadError", "TorchEdgeFeatures", "edge_features", "edge_features_torch",
@@ -223,7 +223,7 @@ class TorchEdgeFeatures:
 
     Parameters
     ----------
-    rags : one :class:`~hiseg.graph.RegionAdjacencyGraph` or a sequence of B (a batch).
+    rags : one :class:`~hiseg.core.graph.RegionAdjacencyGraph` or a sequence of B (a batch).
     names : names from :data:`FEATURES` (the columns, in this order).
     images : for one RAG its (H, W, 3) float RGB image in [0, 1]; for a sequence, one per
         RAG (or None). Needed by the colour and texture features only.
@@ -236,7 +236,7 @@ class TorchEdgeFeatures:
 
     Calling it on a map (H, W) (one RAG) or (B, H, W) returns (E_total, len(names)) features,
     rows in the order of the RAGs' edges, RAG after RAG (``graph``: their
-    :class:`~hiseg.graph.BatchedGraph`, what a ``context`` head reads), differentiable almost everywhere (quantiles and max: the gradient goes to the
+    :class:`~hiseg.core.graph.BatchedGraph`, what a ``context`` head reads), differentiable almost everywhere (quantiles and max: the gradient goes to the
     order statistic; mean, smoothing, interior means: linear). Cost per call O(B H W k + P log P)
     for kernels of k taps and P frontier pixel pairs.
     """
@@ -439,7 +439,7 @@ class MergeHead(torch.nn.Module):
         set); a persistent ``pending`` buffer says whether that is still to come (resumes keep it).
 
     ``forward(x, graph)`` takes (E, F) raw features (and, with ``context``, the graph whose
-    edges they describe, any form :func:`hiseg.graph.as_edge_list` takes, batched graphs
+    edges they describe, any form :func:`hiseg.core.graph.as_edge_list` takes, batched graphs
     included: regions of different graphs never exchange messages) and returns (E,)
     weights, differentiable in the head's parameters.
     """

@@ -63,12 +63,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..graph import BatchedGraph, region_adjacency_graph
+from ..core.fitting import fit_ultrametric
+from ..core.graph import BatchedGraph, region_adjacency_graph
+from ..core.ultrametric import build_average_linkage_hierarchy, build_hierarchy, subdominant_ultrametric, upload_indices
 from .hostpool import average_linkage_batch
 from .merging import MergeHead, MergeHeadError, TorchEdgeFeatures
 from .pooling import batch_frontier_pixels, frontier_mean
-from ..fitting import fit_ultrametric
-from ..ultrametric import build_average_linkage_hierarchy, build_hierarchy, subdominant_ultrametric, upload_indices
 from .superpixels import Superpixels, all_minima_watershed, boundary_watershed, color_gradient
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
@@ -347,7 +347,7 @@ class Pipeline:
         is built on the host from ``host_weights`` (the weights already copied there, the
         training step's one device-to-host copy) or from a copy of ``weights``; its gather
         indices (with ``lca`` the leaf-lca tables the triplet term queries) go to the weights'
-        device in one copy (:func:`hiseg.ultrametric.upload_indices`). ``lengths``: the
+        device in one copy (:func:`hiseg.core.ultrametric.upload_indices`). ``lengths``: the
         frontier lengths (average linkage). A batch's average linkage is one tree per graph
         (:func:`hiseg.segmentation.hostpool.average_linkage_batch`), built by ``pool`` (a
         :class:`~hiseg.segmentation.hostpool.HostPool`; None: in process), the same arrays

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..graph import RegionAdjacencyGraph
+from ..core.graph import RegionAdjacencyGraph
 
 __all__ = ["frontier_pixel_pairs", "batch_frontier_pixels", "frontier_mean", "rag_frontier_mean"]
 

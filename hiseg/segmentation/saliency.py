@@ -13,7 +13,7 @@ boundaries at ``ucm2[2::2, 2::2]`` and regions as the 8-connected components of
 ``ucm2 <= t`` at ``[1::2, 1::2]``.
 
 Cuts: :func:`cut_num_regions` (``n_regions`` regions, none under ``min_size`` pixels) is
-the region adjacency graph's wrapper of :func:`hiseg.cuts.cut_hierarchy`, the one cut of
+the region adjacency graph's wrapper of :func:`hiseg.core.cuts.cut_hierarchy`, the one cut of
 hiseg; :func:`cut_at_threshold` is the level ``t``. The maps and the threshold cut are
 numpy: higra's ``graph_4_adjacency_2_khalimsky`` and
 ``labelisation_horizontal_cut_from_threshold`` give the same arrays bit for bit (tested
@@ -25,9 +25,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..cuts import check_count, cut_hierarchy
-from ..graph import EdgeList, RegionAdjacencyGraph, connected_components
-from ..ultrametric import Hierarchy, build_hierarchy
+from ..core.cuts import check_count, cut_hierarchy
+from ..core.graph import EdgeList, RegionAdjacencyGraph, connected_components
+from ..core.ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
            "upsample_labels", "ucm2_from_labels", "UCM2Blocks",
@@ -271,7 +271,7 @@ def _cut_at_threshold_higra(rag: RegionAdjacencyGraph, ultrametric, threshold: f
     the same labels, kept for the equality tests and the benchmark."""
     import higra as hg
 
-    from ..cuts import _first_occurrence_order
+    from ..core.cuts import _first_occurrence_order
 
     tree, alt = hg.bpt_canonical(rag.graph.to_higra(), _np(ultrametric).astype(np.float64))
     lab = _first_occurrence_order(np.asarray(hg.labelisation_horizontal_cut_from_threshold(tree, alt, threshold)))
@@ -282,7 +282,7 @@ def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, n_regions: 
                     *, return_min_size: bool = False):
     """Segmentation (H, W) int32 of the hierarchy of a RAG cut into ``n_regions`` regions.
 
-    A thin wrapper of :func:`hiseg.cuts.cut_hierarchy` for region adjacency graphs: the
+    A thin wrapper of :func:`hiseg.core.cuts.cut_hierarchy` for region adjacency graphs: the
     leaves are the superpixels, weighted by their pixel counts, and the labels of the
     superpixels are drawn on ``rag.labels`` (regions numbered in the order of their
     smallest superpixel). ``min_size`` (pixels; 0: the plain cut, the ``n_regions - 1``
@@ -292,9 +292,9 @@ def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, n_regions: 
     pixels, ``min_size`` is halved until it has them: the result always has exactly
     ``n_regions`` regions; ``return_min_size=True`` also returns the size used (pixels).
     Raises TypeError for an ``n_regions`` that is not an integer, ValueError for one
-    outside ``1..R`` (:func:`hiseg.cuts.check_count`) or a negative ``min_size``. For a
-    ``min_size`` setting (``"auto"``, a fraction): :func:`hiseg.cuts.resolve_min_size` with
-    :data:`~hiseg.cuts.AUTO_MIN_REGION_FRACTION`.
+    outside ``1..R`` (:func:`hiseg.core.cuts.check_count`) or a negative ``min_size``. For a
+    ``min_size`` setting (``"auto"``, a fraction): :func:`hiseg.core.cuts.resolve_min_size` with
+    :data:`~hiseg.core.cuts.AUTO_MIN_REGION_FRACTION`.
     """
     n = rag.graph.num_vertices
     n_regions = check_count(n_regions, n, name="n_regions", of="the number of superpixels")

@@ -7,7 +7,7 @@ ASA and time against SLIC and other watershed variants) is in
 ``benchmarks/results/superpixels.md`` (``python benchmarks/bench_data.py --superpixels``).
 
 All functions return an int64 label image numbered ``0..R-1`` in which every label
-is one 4-connected region (the contract that :func:`hiseg.graph.region_adjacency_graph`
+is one 4-connected region (the contract that :func:`hiseg.core.graph.region_adjacency_graph`
 and the frontier pooling rely on).
 """
 from __future__ import annotations

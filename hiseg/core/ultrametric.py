@@ -352,7 +352,7 @@ def build_hierarchy(graph: GraphLike, weights, *, check: bool = True) -> Hierarc
 
     Parameters
     ----------
-    graph : graph argument (see :mod:`hiseg.graph`) or :class:`~hiseg.graph.BatchedGraph`
+    graph : graph argument (see :mod:`hiseg.core.graph`) or :class:`~hiseg.core.graph.BatchedGraph`
     weights : 1-D float tensor or array, one value per edge (only read, no gradient)
     check : validate the graph and the weights (O(E)).
 
@@ -456,7 +456,7 @@ def subdominant_ultrametric(graph: GraphLike, weights: torch.Tensor, *, return_h
     Parameters
     ----------
     graph : higra ``UndirectedGraph``, ``(sources, targets, num_vertices)`` or a
-        :class:`~hiseg.graph.BatchedGraph` (many graphs concatenated with offsets; the
+        :class:`~hiseg.core.graph.BatchedGraph` (many graphs concatenated with offsets; the
         result equals the per-graph results concatenated, exactly).
     weights : torch.Tensor (E,) floating point, any device (numpy arrays are converted).
     return_hierarchy : also return the :class:`Hierarchy`.
@@ -575,7 +575,7 @@ def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
 
     Parameters
     ----------
-    graph : graph argument or :class:`~hiseg.graph.BatchedGraph`
+    graph : graph argument or :class:`~hiseg.core.graph.BatchedGraph`
     weights : 1-D float tensor or array (E,): dissimilarities (only read).
     lengths : 1-D positive array (E,), optional: edge lengths (frontier lengths of a
         RAG, multiplicities); all ones when omitted.
@@ -654,7 +654,7 @@ def average_linkage_ultrametric(graph: GraphLike, weights: torch.Tensor, lengths
     Parameters
     ----------
     graph : higra ``UndirectedGraph``, ``(sources, targets, num_vertices)`` or a
-        :class:`~hiseg.graph.BatchedGraph` (result equal to the per-graph results).
+        :class:`~hiseg.core.graph.BatchedGraph` (result equal to the per-graph results).
     weights : torch.Tensor (E,) floating point, any device.
     lengths : (E,) positive array or tensor, optional (frontier lengths of a RAG).
     return_hierarchy : also return the :class:`AverageLinkageHierarchy`.

@@ -234,7 +234,7 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
       O(n d) memory;
     * ``"components"``: edges joining the connected components of the kNN graph, found
       by nearest-neighbour searches between components (Borůvka-style rounds; see
-      :func:`hiseg._neighbors.spanning_edges`): nothing is added when the kNN graph is
+      :func:`hiseg.core._neighbors.spanning_edges`): nothing is added when the kNN graph is
       connected, otherwise about one edge per component, each a close pair of points
       of two nearby components; O(n) memory and time per round, at most
       log2(components) rounds;
@@ -248,7 +248,7 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
     connect : ``"auto"``, ``True``, ``"mst"``, ``"components"`` or ``False``.
     method : neighbour search: ``"exact"`` (scikit-learn's ``NearestNeighbors``: KD-tree,
         ball tree or chunked brute force), ``"approximate"`` (random-projection forest +
-        NN-descent, :func:`hiseg._neighbors.approximate_knn`; about 90% of the true
+        NN-descent, :func:`hiseg.core._neighbors.approximate_knn`; about 90% of the true
         neighbours on 16-d Gaussian blobs, the others near ones) or ``"auto"``: exact up
         to :data:`EXACT_KNN_MAX_POINTS` points or in at most :data:`EXACT_KNN_MAX_DIM`
         dimensions, approximate otherwise.

@@ -19,9 +19,9 @@ from typing import Optional, Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
-from .io import DataError
-from .lightning import VAL_THRESHOLDS, HierarchicalSegmentationModule
-from .models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
+from ..io import DataError
+from ..models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
+from .module import VAL_THRESHOLDS, HierarchicalSegmentationModule
 
 SUBCOMMANDS = ("fit", "validate", "test")
 
@@ -100,7 +100,7 @@ class HisegCLI(LightningCLI):
 
     def _remember_new_log_dirs(self) -> None:
         """The log folders this run will create (see :func:`_remove_unused_log_dirs`); every
-        checkpoint of the run written atomically (:class:`hiseg.callbacks.AtomicCheckpointIO`)."""
+        checkpoint of the run written atomically (:class:`hiseg.training.callbacks.AtomicCheckpointIO`)."""
         from .callbacks import use_atomic_checkpoints
 
         use_atomic_checkpoints(self.trainer)
@@ -300,7 +300,7 @@ def fit_summary(trainer, model) -> str:
 
 def _appends_on_resume(class_path: str) -> bool:
     """Loggers that keep what a folder holds: TensorBoard (a new events file) and
-    :class:`hiseg.lightning.CSVLogger`; Lightning's own CSVLogger deletes ``metrics.csv``."""
+    :class:`hiseg.training.module.CSVLogger`; Lightning's own CSVLogger deletes ``metrics.csv``."""
     from pytorch_lightning.loggers import TensorBoardLogger
 
     from .callbacks import CSVLogger
@@ -330,12 +330,12 @@ def _resume_log_versions(trainer_cfg, checkpoint) -> None:
             init_args["version"] = old["version"]
         else:
             warnings.warn(f"{entry.class_path} would delete the logs of {old['name']} version {old['version']!r} "
-                          f"if resumed there: it logs to a new version (hiseg.lightning.CSVLogger appends)",
+                          f"if resumed there: it logs to a new version (hiseg.training.module.CSVLogger appends)",
                           stacklevel=2)
 
 
 def _logs_follow_root_dir(trainer_cfg) -> None:
-    """Loggers configured without a ``save_dir`` (:class:`hiseg.lightning.CSVLogger`
+    """Loggers configured without a ``save_dir`` (:class:`hiseg.training.module.CSVLogger`
     allows it) log under the trainer's ``default_root_dir``."""
     entries = trainer_cfg.get("logger")
     for entry in entries if isinstance(entries, list) else [entries]:

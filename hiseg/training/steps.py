@@ -1,4 +1,4 @@
-"""What the training module (:class:`hiseg.lightning.HierarchicalSegmentationModule`) uses that is not orchestration.
+"""What the training module (:class:`hiseg.training.module.HierarchicalSegmentationModule`) uses that is not orchestration.
 
 * :data:`MODULE_CONSTRAINTS`: its constructor's checks, one declaration per parameter
   (:func:`hiseg._params.check_parameters`, scikit-learn's parameter-constraints shape);
@@ -22,8 +22,8 @@ from typing import NamedTuple, Optional
 import numpy as np
 import torch
 
-from . import losses as loss_terms
-from ._params import Interval, Options
+from .._params import Interval, Options
+from ..core import losses as loss_terms
 
 __all__ = ["MODULE_CONSTRAINTS", "PIXEL_LOSSES", "start_and_pipeline", "merge_head_of", "LossResult",
            "batch_consensus", "step_triplets", "check_finite", "StageClock", "warmup_cosine",
@@ -80,11 +80,11 @@ def start_and_pipeline(init_from, pipeline, pipeline_from_init):
     (``weights_only``). Raises ValueError for ``pipeline_from_init`` without ``init_from`` or
     with ``pipeline``, a start holding no pipeline, and the ``closest`` linkage (a fit, not a
     layer); the checkpoint reader's errors for a bad file."""
-    from .segmentation.pipeline import Pipeline
+    from ..segmentation.pipeline import Pipeline
 
     start = None
     if init_from:
-        from .models.weights import Weights, read_checkpoint
+        from ..models.weights import Weights, read_checkpoint
 
         start = read_checkpoint(Weights.resolve(init_from))  # a file, or a shipped model's name
     if pipeline_from_init:
@@ -95,7 +95,7 @@ def start_and_pipeline(init_from, pipeline, pipeline_from_init):
         if not isinstance(pipeline, dict):
             raise ValueError(f"model.pipeline_from_init: checkpoint {init_from} holds no pipeline settings")
     if pipeline is None:
-        from .data.datamodule import TRAINING_PIPELINE
+        from ..data.datamodule import TRAINING_PIPELINE
 
         pipeline = dict(TRAINING_PIPELINE)
     pipeline = pipeline if isinstance(pipeline, Pipeline) else Pipeline.from_dict(pipeline, source="model.pipeline")
@@ -112,7 +112,7 @@ def merge_head_of(pipeline, model: torch.nn.Module, trainable: bool, freeze_netw
     ``model.new_merge_head`` for bad settings or next to a pipeline's head, MergeHeadError when
     the pipeline's head was fitted on another network than ``model``, and ValueError for
     ``freeze_network`` without a head."""
-    from .segmentation.merging import MergeHead, MergeHeadError
+    from ..segmentation.merging import MergeHead, MergeHeadError
 
     if new is not None:
         if not isinstance(new, dict):
@@ -140,7 +140,7 @@ def merge_head_of(pipeline, model: torch.nn.Module, trainable: bool, freeze_netw
 def batch_consensus(batch, positive_threshold: float):
     """(pos, neg) masks (B, H, W) of the ``edge`` pixel loss of a graph batch, on its device:
     the annotators' one-pixel-wide boundaries, made on the host (one copy)."""
-    from .data.targets import mean_boundary
+    from ..data.targets import mean_boundary
 
     b, hp, wp = batch.boundary.shape
     cons = np.full((b, hp, wp), -1.0, np.float32)
@@ -152,7 +152,7 @@ def batch_consensus(batch, positive_threshold: float):
 
 
 def step_triplets(batch, device, rng: np.random.Generator, per_image: int):
-    """(ref, pos, neg, valid) on the device (:func:`hiseg.losses.sample_batch_triplets_torch`),
+    """(ref, pos, neg, valid) on the device (:func:`hiseg.core.losses.sample_batch_triplets_torch`),
     from a device generator seeded by one draw of the step's ``rng``."""
     gen = torch.Generator(device=device)
     gen.manual_seed(int(rng.integers(2 ** 63 - 1)))
@@ -166,7 +166,7 @@ def step_triplets(batch, device, rng: np.random.Generator, per_image: int):
 def check_finite(host: np.ndarray, n_weights: int, names, step: int) -> None:
     """FloatingPointError for non-finite edge weights (``host[:n_weights]``: a diverged
     network) or terms (``host[n_weights:]``, named ``names``) at ``step``."""
-    from .segmentation.pipeline import DIVERGED
+    from ..segmentation.pipeline import DIVERGED
 
     if not np.isfinite(host[:n_weights]).all():
         raise FloatingPointError(DIVERGED)

@@ -20,7 +20,7 @@ from .ultrametric import Hierarchy, build_hierarchy, check_weights
 
 __all__ = ["fit_ultrametric", "FitResult", "LOSSES", "OPTIMIZERS", "POSITIVITY", "INITS", "make_loss"]
 
-#: The documented combinations (any "+" combination of registered terms is accepted: :data:`hiseg.losses.TERMS`).
+#: The documented combinations (any "+" combination of registered terms is accepted: :data:`hiseg.core.losses.TERMS`).
 LOSSES = ("closest", "closest+size", "closest+triplet", "closest+size+triplet", "dasgupta",
           "dasgupta+size")
 
@@ -31,7 +31,7 @@ def make_loss(loss: Union[str, Callable], *, size_weight: float = 1.0, top_nodes
               dasgupta_mode: str = "dissimilarity", random_state=None, **term_weights) -> Callable:
     """Build ``J(hierarchy, u, w_tilde, w) -> scalar`` from a loss name and its weights.
 
-    ``loss``: terms of the registry (:data:`hiseg.losses.TERMS`) joined by ``+``, e.g.
+    ``loss``: terms of the registry (:data:`hiseg.core.losses.TERMS`) joined by ``+``, e.g.
     :data:`LOSSES`: ``"closest"``, ``"closest+size"`` (``size_weight``, ``top_nodes``),
     ``"closest+triplet"`` (``triplet_weight``, ``labels`` with -1 = unlabelled or
     ``triplets``, ``margin``, ``max_triplets``), ``"dasgupta"`` (``sigmoid_slope``,

@@ -9,7 +9,7 @@ root last: the canonical binary partition tree of :func:`hiseg.build_hierarchy`
   ``n_clusters`` clusters, none smaller than ``min_size`` (0: the plain cut). Every cut
   of hiseg goes through it: :class:`hiseg.UltrametricClustering` (``labels_``), the image
   side (:func:`hiseg.segmentation.saliency.cut_num_regions`, its thin wrapper for region
-  adjacency graphs, hence :meth:`hiseg.inference.SegmentationResult.cut`, ``hiseg predict
+  adjacency graphs, hence :meth:`hiseg.segmentation.segmenter.SegmentationResult.cut`, ``hiseg predict
   --regions``) and :func:`hiseg.metrics.kcut.ucm2_size_aware_cut`.
 * :func:`kcut_merges`: the merges such a cut keeps, for one ``min_size`` (its building block).
 * :func:`resolve_min_size`: a ``min_size`` setting (``"auto"``, a fraction or a size) as a
@@ -33,7 +33,7 @@ A cut at a level of an image's saliency map is ``threshold`` in Python
 (``SegmentationResult.cut(threshold=T)``) and ``--level T`` on the command line, where
 ``--thresholds N`` (``hiseg evaluate``) is the number of levels the benchmark scores.
 
-Core module: numpy, higra and :mod:`hiseg.graph` only.
+Core module: numpy, higra and :mod:`hiseg.core.graph` only.
 """
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ def check_count(value, upper=None, *, name: str = "n_clusters", of: str = "n_sam
     Used by every cut (:func:`cut_hierarchy`, :func:`kcut_merges`), the estimator
     (``UltrametricClustering(n_clusters=...)``), the region cut of an image
     (:func:`hiseg.segmentation.saliency.cut_num_regions`) and
-    :meth:`hiseg.inference.SegmentationResult.cut` (``upper=None``: no upper bound, more
+    :meth:`hiseg.segmentation.segmenter.SegmentationResult.cut` (``upper=None``: no upper bound, more
     regions than the hierarchy has is a warning there). ``name`` and ``of`` (what ``upper``
     counts) name the setting in the messages. O(1).
 
@@ -190,7 +190,7 @@ def cut_hierarchy(hierarchy, n_clusters: int, min_size: float = 0.0, *, leaf_siz
 
     Parameters
     ----------
-    hierarchy : :class:`hiseg.ultrametric.Hierarchy`, int array (2N - 1,) or higra ``Tree``
+    hierarchy : :class:`hiseg.core.ultrametric.Hierarchy`, int array (2N - 1,) or higra ``Tree``
         A binary tree whose internal node ``N + i`` is made by merge ``i``, merges in
         non-decreasing altitude order (:func:`hiseg.build_hierarchy`, ``higra.bpt_canonical``).
         A parent array or a higra tree has no building edges: it gives the cuts whose

@@ -1,6 +1,6 @@
 """Interactive explorer pages: one self-contained HTML file per image's hierarchy.
 
->>> from hiseg.view import build_page
+>>> from hiseg.explorer.page import build_page
 >>> html = build_page(image, result, title="photo")    # result: a SegmentationResult, or a ucm2
 
 A page needs no server, no network and no other file (it opens by double-click; a
@@ -13,10 +13,10 @@ the 4-connected components of pixels joined by ucm2 entries ``<= t``:
 ``SegmentationResult.cut(threshold=t)`` for hiseg's hierarchies, the benchmark's reading
 (:func:`hiseg.metrics.region.ucm_to_labels`) for any ucm2 in the BSDS layout.
 
-A page of a :class:`~hiseg.inference.SegmentationResult` whose image was larger than the
+A page of a :class:`~hiseg.segmentation.segmenter.SegmentationResult` whose image was larger than the
 pipeline's ``max_pixels`` (processed at a reduced working resolution) shows the image and
 the hierarchy at that working resolution: the image reduced as :meth:`Segmenter.read
-<hiseg.inference.Segmenter.read>` reduces it, the ucm2 the hierarchy's own there
+<hiseg.segmentation.segmenter.Segmenter.read>` reduces it, the ucm2 the hierarchy's own there
 (``SegmentationResult.working_ucm2``: its cut at a level is ``working_cut(threshold=level)``);
 the page says so beside its title and carries the image's own size (``fullWidth``,
 ``fullHeight``). The full-size ucm2 is never built: a 12000x9000 photograph's would be 3.5 GB,
@@ -41,7 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .io import atomic_write, display_path, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
+from ..io import atomic_write, display_path, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs", "shown",
            "page_entry", "write_pages", "write_page_file", "write_index_file", "start_of", "INDEX"]
@@ -119,7 +119,7 @@ def build_page(image, hierarchy, title: str = "", source: str = "", n_regions=No
     """The explorer page (HTML text) of one image and its hierarchy (see the module docstring).
 
     ``image``: (H, W[, 3]) float in [0, 1] or integers; ``hierarchy``: its ucm2 (2H+1,
-    2W+1), checked by :func:`check_ucm2`, or its :class:`~hiseg.inference.SegmentationResult`
+    2W+1), checked by :func:`check_ucm2`, or its :class:`~hiseg.segmentation.segmenter.SegmentationResult`
     (a large image's page is then drawn at the working resolution: :func:`shown`).
     ``source`` (what made the hierarchy) is shown beside the title. The page opens at the
     level ``threshold``, or at the finest level with at most ``n_regions`` regions
@@ -130,12 +130,12 @@ def build_page(image, hierarchy, title: str = "", source: str = "", n_regions=No
 
 def shown(image, hierarchy) -> tuple:
     """(image, ucm2, full (H, W) or None): what the page of ``image`` and ``hierarchy`` (a
-    ucm2, or a :class:`~hiseg.inference.SegmentationResult` of the image) draws.
+    ucm2, or a :class:`~hiseg.segmentation.segmenter.SegmentationResult` of the image) draws.
 
     A ucm2, and the result of an image processed at its own resolution: the image and the
     ucm2 (``result.ucm2``), None. The result of an image reduced to a working resolution
     (``result.upsampled``): the image reduced to it (:func:`hiseg.io.reduce_image`, band by
-    band for an integer image, as :meth:`Segmenter.read <hiseg.inference.Segmenter.read>`
+    band for an integer image, as :meth:`Segmenter.read <hiseg.segmentation.segmenter.Segmenter.read>`
     reduces it), the hierarchy's ucm2 there (``result.working_ucm2()``) and the image's own
     (H, W); the full-size ucm2 is not built. ValueError when the image is not the result's size.
     """
@@ -146,8 +146,8 @@ def shown(image, hierarchy) -> tuple:
                          f"{hierarchy.shape[0]}x{hierarchy.shape[1]} image: the hierarchy belongs to another image")
     if not hierarchy.upsampled:
         return image, hierarchy.ucm2, None
-    from .inference import BAND_PIXELS
-    from .io import reduce_image
+    from ..segmentation.segmenter import BAND_PIXELS
+    from ..io import reduce_image
 
     return (reduce_image(np.asarray(image), hierarchy.rag.labels.shape, band=BAND_PIXELS),
             hierarchy.working_ucm2(), tuple(hierarchy.shape))
@@ -176,7 +176,7 @@ def _build_page(image, ucm2: np.ndarray, full, title: str, source: str, start=No
             "start": start or start_of()}
     if full is not None:
         data.update(fullWidth=int(full[1]), fullHeight=int(full[0]))
-    template = resources.files("hiseg").joinpath("view_page.html").read_text(encoding="utf-8")
+    template = resources.files("hiseg.explorer").joinpath("view_page.html").read_text(encoding="utf-8")
     text = template.replace("__HISEG_TITLE__", html.escape(title)).replace("__HISEG_DATA__", _script_json(data))
     return text, levels.size
 
@@ -185,7 +185,7 @@ def thumbnail(image, ucm2: np.ndarray, size: int = 240) -> bytes:
     """JPEG of the image with its UCM drawn over it in white, at most ``size`` pixels a side."""
     import cv2
 
-    from .segmentation.saliency import saliency_from_ucm2
+    from ..segmentation.saliency import saliency_from_ucm2
 
     rgb = _rgb8(image).astype(np.float32)
     sal = saliency_from_ucm2(np.asarray(ucm2)).astype(np.float32)  # not a float32 copy of all of ucm2

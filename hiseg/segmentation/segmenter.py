@@ -1,6 +1,6 @@
 """Inference: images -> hierarchies -> saliency maps (UCM), cuts, and their files.
 
->>> from hiseg.inference import Segmenter
+>>> from hiseg.segmentation.segmenter import Segmenter
 >>> seg = Segmenter()                   # the shipped default model; Segmenter("bsds500"), a .ckpt path,
 >>>                                     # or Segmenter.classical() (no network)
 >>> res = seg.segment(image)            # image: (H, W, 3) float in [0, 1], or a path
@@ -23,12 +23,12 @@ from typing import Optional, Union
 import numpy as np
 import torch
 
-from .graph import RegionAdjacencyGraph
-from .io import (AtomicFiles, decode_image, display_path, file_complete, reduce_image, remove_stray_temps, rgb_view,
+from ..core.graph import RegionAdjacencyGraph
+from ..core.ultrametric import Hierarchy, build_hierarchy
+from ..io import (AtomicFiles, decode_image, display_path, file_complete, reduce_image, remove_stray_temps, rgb_view,
                  to_float_rgb, write_png, write_png_rows, write_ucm2_mat)
-from .segmentation.saliency import (UCM2Blocks, cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
+from .saliency import (UCM2Blocks, cut_at_threshold, cut_num_regions, ucm2_from_labels, ucm2_from_rag,
                                    upsample_labels)
-from .ultrametric import Hierarchy, build_hierarchy
 
 __all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "image_outputs", "image_done",
            "predict_file", "check_tile", "MIN_TILE", "resolve_device", "MAX_LABELS"]
@@ -94,7 +94,7 @@ class SegmentationResult:
         """BSDS ``ucm2`` at the working resolution, (2h+1, 2w+1) for ``rag.labels``' (h, w):
         its regions at each level are :meth:`working_cut` at that threshold. :attr:`ucm2`
         itself when the image was not reduced; else drawn anew (O(h w), not kept), without
-        the full-size map (the explorer page of a large image, :mod:`hiseg.view`)."""
+        the full-size map (the explorer page of a large image, :mod:`hiseg.explorer.page`)."""
         if not self.upsampled:
             return self.ucm2
         return ucm2_from_rag(self.rag, self.ultrametric)
@@ -110,10 +110,10 @@ class SegmentationResult:
             min_size="auto") -> np.ndarray:
         """Segmentation (H, W) int32: ``n_regions`` regions, or merged below ``threshold``.
 
-        A cut with ``n_regions`` (:func:`hiseg.cuts.cut_hierarchy`, through
+        A cut with ``n_regions`` (:func:`hiseg.core.cuts.cut_hierarchy`, through
         :func:`~hiseg.segmentation.saliency.cut_num_regions`) is size-aware: no region is
         smaller than ``min_size`` (pixels if >= 1, a fraction of the image if < 1,
-        ``"auto"``: :data:`hiseg.cuts.AUTO_MIN_REGION_FRACTION` of an even share,
+        ``"auto"``: :data:`hiseg.core.cuts.AUTO_MIN_REGION_FRACTION` of an even share,
         ``0.05 / n_regions`` of the image; 0 for the plain cut, which may split off
         specks). A speck merged into a region stays with it. When the hierarchy has fewer
         than ``n_regions`` regions of that size, ``min_size`` is halved until it has them,
@@ -122,7 +122,7 @@ class SegmentationResult:
         not apply to ``threshold`` cuts. Raises ValueError for both or neither of
         ``n_regions`` and ``threshold``, an ``n_regions`` below 1, a ``threshold`` outside
         [0, 1] or a bad ``min_size``; TypeError for an ``n_regions`` that is not an integer
-        (:func:`hiseg.cuts.check_count`).
+        (:func:`hiseg.core.cuts.check_count`).
         """
         labels = self.working_cut(n_regions, threshold, min_size)
         return upsample_labels(labels, self.shape) if self.upsampled else labels
@@ -137,7 +137,7 @@ class SegmentationResult:
         if n_regions is not None:
             import warnings
 
-            from .cuts import AUTO_MIN_REGION_FRACTION, check_count, resolve_min_size
+            from ..core.cuts import AUTO_MIN_REGION_FRACTION, check_count, resolve_min_size
 
             n_regions = check_count(n_regions, name="n_regions")
             if n_regions > self.rag.num_regions:
@@ -213,7 +213,7 @@ def _load_named(spec, pipeline=None):
     """(name, network, pipeline) of a shipped model's name, ``"default"`` or a checkpoint file;
     a file that is a shipped model's is named as that model. ``pipeline``: the one to use
     instead of the checkpoint's (which is then not read: an old checkpoint has none)."""
-    from .models.weights import Weights, load_model, read_checkpoint
+    from ..models.weights import Weights, load_model, read_checkpoint
 
     if str(spec) == "default":
         spec = Weights.default().name.lower()
@@ -239,7 +239,7 @@ def _load_named(spec, pipeline=None):
 def stored_pipeline(ck):
     """The :class:`~hiseg.segmentation.Pipeline` a read checkpoint holds (``metadata["pipeline"]``
     of a slim file, else the ``pipeline`` hyper-parameter; the defaults where it has none)."""
-    from .segmentation.pipeline import Pipeline
+    from .pipeline import Pipeline
 
     stored = ck.metadata.get("pipeline")
     if stored is None:
@@ -276,7 +276,7 @@ class Segmenter:
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module, None] = "default",
                  device: Union[str, torch.device] = "cpu", pipeline=None):
-        from .segmentation.pipeline import Pipeline
+        from .pipeline import Pipeline
 
         self.device = resolve_device(device)
         name = None
@@ -295,7 +295,7 @@ class Segmenter:
         ``Pipeline()``'s (a learned merging head shown as ``merge_head='learned'``)."""
         import dataclasses
 
-        from .segmentation.pipeline import Pipeline
+        from .pipeline import Pipeline
 
         base = Pipeline()
         own = [f"{f.name}={'learned' if f.name == 'merge_head' else getattr(self.pipeline, f.name)!r}"
@@ -310,7 +310,7 @@ class Segmenter:
         """The no-network baseline: Scharr colour gradient, colour-watershed superpixels of
         about ``region_size`` pixels across, closest ultrametric fitted in ``fit_iterations``
         steps (0: single linkage) (``Pipeline.classical``; ``hiseg predict --classical``)."""
-        from .segmentation.pipeline import Pipeline
+        from .pipeline import Pipeline
 
         return cls(None, device=device, pipeline=Pipeline.classical(region_size, fit_iterations))
 
@@ -337,7 +337,7 @@ class Segmenter:
         merging); ``"bsds500_merge"`` (one network, scales 0.5 and 1 with flips, learned merging)
         and ``"bsds500"`` (single scale, frontier mean: about half the time) are the previous ones.
         ValueError for an unknown name, FileNotFoundError when absent."""
-        from .models.weights import Weights
+        from ..models.weights import Weights
 
         w = Weights.default() if name is None else Weights.from_name(name)
         return cls(w.name.lower(), device=device, **kwargs)
@@ -591,7 +591,7 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
                  overwrite: bool = True, resume: bool = False, also=()):
     """``hiseg predict``'s work on one image file: read it, segment it with ``seg`` and
     :func:`write_outputs` its files into ``out_dir``. ``boundary``: its boundary map at the
-    working resolution, when the network ran elsewhere (``--workers``, :mod:`hiseg.predict_ddp`);
+    working resolution, when the network ran elsewhere (``--workers``, :mod:`hiseg.segmentation.predict_ddp`);
     the result is the same as computing it here. Every path that writes ``hiseg predict``'s
     files goes through here.
 

@@ -143,7 +143,7 @@ class AtomicCheckpointIO(pl.plugins.io.TorchCheckpointIO):
             return super().save_checkpoint(checkpoint, path, storage_options)
         import torch
 
-        from .io import atomic_write, naming_the_file
+        from ..io import atomic_write, naming_the_file
 
         buf = io.BytesIO()  # serialised first (as Lightning does): a failed write is a plain OSError
         torch.save(checkpoint, buf)
@@ -345,7 +345,7 @@ class FiniteLossGuard(pl.Callback):
 
 class CompileNetwork(pl.Callback):
     """``torch.compile`` the module's network for its training steps when a fit starts
-    (:meth:`~hiseg.lightning.HierarchicalSegmentationModule.compile_network`): an option of the
+    (:meth:`~hiseg.training.module.HierarchicalSegmentationModule.compile_network`): an option of the
     pixel stage, **off by default** (not in any config), to be turned on only where
     ``benchmarks/bench_pixel_stage.py --compile MODE`` measured it to pay on that GPU
     (``mode="reduce-overhead"`` adds CUDA graphs; ``experiments/gpu_session.sh`` decides from its
@@ -355,7 +355,7 @@ class CompileNetwork(pl.Callback):
 
         trainer:
           callbacks:
-            - class_path: hiseg.callbacks.CompileNetwork
+            - class_path: hiseg.training.callbacks.CompileNetwork
               init_args: {mode: max-autotune}
 
     Parameters: ``mode``, ``backend``, ``dynamic``: as :func:`torch.compile`'s.

@@ -7,7 +7,7 @@ and flip, differentiable), the superpixels when it builds them from the predicti
 (:meth:`Pipeline.batch_superpixels`, then the batch's graphs and targets rebuilt), the edge
 weights (:meth:`Pipeline.graph_weights`: frontier mean or the merging head) and the ultrametric
 (:meth:`Pipeline.ultrametric`, the tree built on the host); the loss is the registry's
-:class:`~hiseg.losses.Objective` of the configured terms; AdamW with a warm-up and a cosine
+:class:`~hiseg.core.losses.Objective` of the configured terms; AdamW with a warm-up and a cosine
 decay steps. Validation sums losses and boundary counts in a torchmetrics metric
 (:class:`hiseg.metrics.validation.SegmentationMetrics`). Host synchronisation per step: one
 device-to-host copy (the weights, with the values of the terms that do not read the tree) and
@@ -27,14 +27,14 @@ import numpy as np
 import pytorch_lightning as pl
 import torch
 
-from . import losses as loss_terms
-from ._params import check_parameters
+from .._params import check_parameters
+from ..core import losses as loss_terms
 from .callbacks import (CSVLogger, FiniteLossGuard, LastCheckpoint, RandomStateCheckpoint,  # noqa: F401 (configs)
                         TensorBoardLogger, ValidateAtStart)
-from .metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_boundary_counts
-from .models import get_model
-from .segmentation.hostpool import host_pool, resolve_workers
-from .training import (MODULE_CONSTRAINTS, NO_SUPERPIXELS, PIXEL_BATCH, LossResult, StageClock, batch_consensus,
+from ..metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_boundary_counts
+from ..models import get_model
+from ..segmentation.hostpool import host_pool, resolve_workers
+from .steps import (MODULE_CONSTRAINTS, NO_SUPERPIXELS, PIXEL_BATCH, LossResult, StageClock, batch_consensus,
                        channels_last_agrees, check_finite, merge_head_of, precision_dtype, start_and_pipeline,
                        step_triplets, warmup_cosine)
 
@@ -51,12 +51,12 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     lr, weight_decay, warmup, final_lr : AdamW; a linear warm-up (a fraction of the run's steps
         below 1, else steps) then a cosine decay to ``final_lr * lr``.
     closest_weight, triplet_weight, pixel_weight : weights of the registry's ``closest``,
-        ``triplet`` and ``pixel`` terms (:data:`hiseg.losses.TERMS`).
+        ``triplet`` and ``pixel`` terms (:data:`hiseg.core.losses.TERMS`).
     losses : dict, optional
-        More terms of the registry, name -> weight (:func:`hiseg.losses.register_loss`).
+        More terms of the registry, name -> weight (:func:`hiseg.core.losses.register_loss`).
     margin : the triplet margin; ``triplets_per_image`` triplets are drawn per image and step.
     pixel_loss : ``"balanced_bce"`` (HED's, against the thick mean annotator boundary) or
-        ``"edge"`` (the pixel stage's :func:`hiseg.losses.edge_loss`: consensus labels, positive
+        ``"edge"`` (the pixel stage's :func:`hiseg.core.losses.edge_loss`: consensus labels, positive
         where at least ``positive_threshold`` of the annotators agree, plus ``dice_weight`` Dice).
     val_threshold : the saliency threshold of the validation boundary F.
     validate_at_start : evaluate the validation set once before training (logged at step 0).
@@ -80,7 +80,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         standardised on its first batch), saved into the pipeline with the network's fingerprint.
     optimizer : ``"adamw"``, or ``"amsgrad"`` (Adam, amsgrad, L2 weight decay: the head recipe's).
     Bad values are refused by name (ValueError ``model.<name> must be ...``; the table:
-    :data:`hiseg.training.MODULE_CONSTRAINTS`).
+    :data:`hiseg.training.steps.MODULE_CONSTRAINTS`).
     host_workers : processes that build a batch's trees and rebuild its superpixels
         (:mod:`hiseg.segmentation.hostpool`): None, the host's cores; 0, in process. The
         losses do not depend on it.
@@ -88,7 +88,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     Randomness: a step's triplets are drawn from ``default_rng([seed, 0, rank, global_step,
     batch_idx])`` (validation / test ``[seed, 1 or 2, rank, batch_idx]``), ``seed`` the run's
     (:func:`hiseg.data.datamodule.run_seed`, the checkpoint's when resumed), so a resumed run
-    draws what the uninterrupted one drew (:class:`hiseg.callbacks.RandomStateCheckpoint`
+    draws what the uninterrupted one drew (:class:`hiseg.training.callbacks.RandomStateCheckpoint`
     restores the global generators).
     """
 
@@ -102,7 +102,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
                  head_lr_scale: float = 1.0, pipeline_from_init: bool = False, losses: Optional[dict] = None,
                  freeze_network: bool = False, host_workers: Optional[int] = None,
                  new_merge_head: Optional[dict] = None, optimizer: str = "adamw"):
-        check_parameters(MODULE_CONSTRAINTS, locals(), "model.")  # hiseg.training: one line per parameter
+        check_parameters(MODULE_CONSTRAINTS, locals(), "model.")  # hiseg.training.steps: one line per parameter
         super().__init__()
         start, self.pipeline = start_and_pipeline(init_from, pipeline, pipeline_from_init)
         self.objective = loss_terms.Objective({"closest": closest_weight, "triplet": triplet_weight,
@@ -117,7 +117,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
             arch_kwargs = self.hparams["arch_kwargs"] = dict(start.hyper_parameters["arch_kwargs"])
         self.model = get_model(arch, **(arch_kwargs or {}))
         if start is not None:
-            from .models.weights import load_weights
+            from ..models.weights import load_weights
 
             load_weights(self.model, start)
         self.merge_head = merge_head_of(self.pipeline, self.model, head_lr_scale > 0, freeze_network, new_merge_head)
@@ -147,7 +147,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     @property
     def seed(self) -> int:
         """The run's seed: the checkpoint's when resumed, else ``seed_everything``'s."""
-        from .data.datamodule import run_seed
+        from ..data.datamodule import run_seed
 
         return run_seed() if self._seed is None else self._seed
 
@@ -170,7 +170,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         """The trained merging head goes back into the pipeline settings, with the fingerprint
         of the network it now runs with (what ``hiseg predict`` reads)."""
         if self.merge_head is not None:
-            from .segmentation.merging import network_fingerprint
+            from ..segmentation.merging import network_fingerprint
 
             self.merge_head.network = network_fingerprint(self.model)
             self.pipeline = self.pipeline.with_overrides(merge_head=self.merge_head.to_spec())
@@ -208,7 +208,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
 
     def compile_network(self, enabled: bool = True, **compile_kwargs) -> None:
         """Run the training steps' network through ``torch.compile(self.model, **compile_kwargs)``
-        (:class:`~hiseg.callbacks.CompileNetwork`). The compiled wrapper shares the network's
+        (:class:`~hiseg.training.callbacks.CompileNetwork`). The compiled wrapper shares the network's
         parameters and is not a submodule (the state-dict keys, hence checkpoints, are
         unchanged); validation, prediction and anything in eval mode run the network as it is:
         whole images of other sizes would compile again each, with dynamic shapes, which
@@ -261,7 +261,7 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
         maps = pipe.maps(self.model, batch.images, torch.sigmoid(logits[:, 0].float()))
         if self.rebuilds_superpixels:  # one image per job of the host pool
-            from .data.collate import rebuild_graphs
+            from ..data.collate import rebuild_graphs
 
             batch = rebuild_graphs(batch, maps, pipe, self.host_pool)
         elif not batch.has_graph:

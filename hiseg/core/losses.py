@@ -1,7 +1,7 @@
 r"""Cost functions on ultrametrics (Chierchia & Perret, NeurIPS 2019), differentiable.
 
 Notation: graph :math:`G=(V,E)`, input weights :math:`w`, ultrametric :math:`u = \Phi(w~)`
-(from :func:`hiseg.subdominant_ultrametric`), its :class:`~hiseg.ultrametric.Hierarchy`
+(from :func:`hiseg.subdominant_ultrametric`), its :class:`~hiseg.core.ultrametric.Hierarchy`
 ``h``; :math:`\mathrm{lca}(e_{xy})` is the tree node where ``x`` and ``y`` merge and
 :math:`d_u(x, y)` its altitude.
 
@@ -78,7 +78,7 @@ def cluster_size(ultrametric: torch.Tensor, hierarchy: Hierarchy, top_nodes: int
     Parameters
     ----------
     ultrametric : (E,) tensor, ``hierarchy.ultrametric(w)``.
-    hierarchy : the :class:`~hiseg.ultrametric.Hierarchy` of ``ultrametric``.
+    hierarchy : the :class:`~hiseg.core.ultrametric.Hierarchy` of ``ultrametric``.
     top_nodes : k; only edges whose lca is one of the k highest nodes count (0: all).
         :math:`\gamma` (smallest child size) is a constant (no gradient), as in the paper.
 
@@ -276,7 +276,7 @@ def triplet(hierarchy: Hierarchy, weights: torch.Tensor, triplets=None, *, label
         Only these triplets count (:func:`sample_batch_triplets_torch`'s mask); the mean
         is over them (0 when none is valid).
 
-    Triplets as tensors on ``weights``' device are looked up there (:func:`hiseg.ultrametric.leaf_lca`,
+    Triplets as tensors on ``weights``' device are looked up there (:func:`hiseg.core.ultrametric.leaf_lca`,
     one batched call, no host synchronisation); others on the host. Cost O(N log N) once
     per hierarchy (lca preprocessing) + O(|T|).
     """

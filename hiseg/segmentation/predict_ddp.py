@@ -4,10 +4,10 @@
 sampler, no image twice), runs the network on them, and a
 :class:`~pytorch_lightning.callbacks.BasePredictionWriter` (:class:`PredictionFilesWriter`)
 makes their hierarchies and writes the same files as ``hiseg predict``, byte for byte
-(both go through :func:`hiseg.inference.predict_file`); ``hiseg predict --devices N`` runs it::
+(both go through :func:`hiseg.segmentation.segmenter.predict_file`); ``hiseg predict --devices N`` runs it::
 
-    from hiseg.inference import Segmenter
-    from hiseg.predict_ddp import predict_files
+    from hiseg.segmentation.segmenter import Segmenter
+    from hiseg.segmentation.predict_ddp import predict_files
 
     failures = predict_files(Segmenter(), sorted(Path("photos").glob("*.jpg")),
                              "out/", n_regions=12,
@@ -32,8 +32,8 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
-from .inference import Segmenter, image_done, output_paths, predict_file
-from .io import refuse_overwrite
+from ..io import refuse_overwrite
+from .segmenter import Segmenter, image_done, output_paths, predict_file
 
 __all__ = ["predict_files", "PredictionFilesWriter", "IMAGE_ERRORS"]
 
@@ -83,7 +83,7 @@ class _Network(pl.LightningModule):
 
 class PredictionFilesWriter(BasePredictionWriter):
     """Writes ``hiseg predict``'s files of each predicted image into ``out``
-    (:func:`hiseg.inference.predict_file` with the network's boundary map); ``failures``:
+    (:func:`hiseg.segmentation.segmenter.predict_file` with the network's boundary map); ``failures``:
     ``(file, message)`` of the images that failed, gathered from every process at the end."""
 
     def __init__(self, pipeline, files: Sequence[Path], out, tile: int = 512, n_regions: Optional[int] = None,
@@ -117,7 +117,7 @@ class PredictionFilesWriter(BasePredictionWriter):
             failures = [x for part in every for x in part]
         self.failures = [(name, msg) for _, name, msg in sorted(set(failures))]
         if trainer.is_global_zero and self.failures:
-            print(f"hiseg.predict_ddp: error: {len(self.failures)} of {len(self.files)} image(s) failed:",
+            print(f"hiseg.segmentation.predict_ddp: error: {len(self.failures)} of {len(self.files)} image(s) failed:",
                   file=sys.stderr)
             for name, msg in self.failures:
                 print(f"  {name}: {msg}", file=sys.stderr)
@@ -133,7 +133,7 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     refused before anything runs, one made meanwhile by another run stops this one with
     FileExistsError naming it);
     ``resume``: the images whose files are all present and complete are skipped
-    (:func:`hiseg.inference.image_done`), the others done again; whether the files there were
+    (:func:`hiseg.segmentation.segmenter.image_done`), the others done again; whether the files there were
     made with the same options is the caller's to check (``hiseg predict --devices N`` checks
     its run record, :class:`hiseg.cli.record.RunRecord`, before it calls this, and writes it in
     the first process only). Returns the failed images, ``(file, message)`` (see the module
@@ -146,7 +146,7 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     if len(set(stems)) != len(stems):
         raise ValueError(f"several files share an output name: {sorted({s for s in stems if stems.count(s) > 1})[:5]}")
     refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite or resume,
-                     command="hiseg.predict_ddp")
+                     command="hiseg.segmentation.predict_ddp")
     if resume:
         cut = n_regions is not None or threshold is not None
         files = [f for f in files if not image_done(out, f.stem, cut)]
