@@ -29,6 +29,8 @@ from typing import Any, Callable, Mapping, NamedTuple
 import torch
 from torch import nn
 
+from .._renamed import renamed_in
+
 __all__ = ["CheckpointError", "ArchitectureMismatchError", "DEFAULT_PRETRAINED", "Weights", "WeightsEntry", "Checkpoint", "register_model",
            "list_models", "get_model", "refuse_remote_checkpoint", "load_checkpoint_file", "read_checkpoint",
            "load_weights", "save_weights", "load_model"]
@@ -294,8 +296,8 @@ def read_checkpoint(path, map_location: Any = "cpu") -> Checkpoint:
             sd = {k[len(p):]: v for k, v in sd.items()}
     hp = ck.get("hyper_parameters") if nested else None
     meta = ck.get("metadata") if nested else None
-    return Checkpoint(sd, dict(hp) if isinstance(hp, Mapping) else {}, dict(meta) if isinstance(meta, Mapping) else {},
-                      Path(path))
+    hp = renamed_in(dict(hp)) if isinstance(hp, Mapping) else {}  # class paths of older versions' modules
+    return Checkpoint(sd, hp, dict(meta) if isinstance(meta, Mapping) else {}, Path(path))
 
 
 def _read(weights: Any) -> Checkpoint:

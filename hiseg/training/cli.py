@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
+from .._renamed import current_path
 from ..io import DataError
 from ..models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
 from .module import VAL_THRESHOLDS, HierarchicalSegmentationModule
@@ -344,6 +345,33 @@ def _logs_follow_root_dir(trainer_cfg) -> None:
             init_args["save_dir"] = trainer_cfg.get("default_root_dir") or "."
 
 
+def _current_class_paths(argv: list[str]) -> list[str]:
+    """``argv`` with the class paths of renamed modules (``hiseg.callbacks.LastCheckpoint``, in an
+    option or in a ``--config`` file) replaced by today's (:data:`hiseg._renamed.RENAMED_MODULES`),
+    each file named in a warning; a config that needs it is passed as its YAML text, the file
+    left as it is."""
+    out, config_next = [], False
+    for arg in argv:
+        flag, eq, value = arg.partition("=")
+        is_config = config_next or (eq and flag in ("-c", "--config"))
+        path = Path(value if eq else arg).expanduser() if is_config else None
+        new = arg
+        if path is not None and path.is_file():
+            text = path.read_text(encoding="utf-8", errors="replace")
+            if current_path(text) != text:
+                warnings.warn(f"{path} names hiseg classes at their former paths (hiseg.callbacks, "
+                              "hiseg.lightning, ...): read with today's (hiseg.training.callbacks, ...); "
+                              "update the file", FutureWarning, stacklevel=3)
+                new = (f"{flag}=" if eq else "") + current_path(text)
+        elif current_path(arg) != arg:
+            warnings.warn(f"{arg} names a hiseg class at its former path: read as {current_path(arg)}",
+                          FutureWarning, stacklevel=3)
+            new = current_path(arg)
+        out.append(new)
+        config_next = not eq and arg in ("-c", "--config")
+    return out
+
+
 def _quiet_lightning() -> None:
     """Silence, at their source, the start-up messages that are not the user's business:
     Lightning's promotional tip and its internal or by-design notices."""
@@ -367,7 +395,7 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     ``argv`` names a config (``--config``) or a data module (``--data``): then the run uses only
     what it names, and one without data stops with a message saying which to give."""
     from_command_line = argv is None or list(argv) == sys.argv[1:]
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _current_class_paths(list(sys.argv[1:] if argv is None else argv))
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
                          "(UCMs) of a trained checkpoint: hiseg predict IMAGES --checkpoint CKPT --out DIR")
