@@ -115,7 +115,7 @@ def select(data, feats):
 
 def train_head(args, train):
     from hiseg.core.graph import batch_graphs
-    from hiseg import losses
+    from hiseg.core import losses
     try:
         from hiseg.core.losses import sample_batch_triplets
     except ImportError:  # before it moved out of hiseg.training.module

@@ -9,7 +9,7 @@ from scipy.spatial.distance import pdist
 
 import hiseg
 from _graphs import complete_graph, random_connected_graph
-from hiseg import losses
+from hiseg.core import losses
 from hiseg.core.graph import EdgeList, batch_graphs
 from hiseg.core.ultrametric import average_linkage_ultrametric, build_average_linkage_hierarchy
 

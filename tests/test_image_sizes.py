@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.io import loadmat
 
-from hiseg import inference
+from hiseg.segmentation import segmenter as inference
 from hiseg.cli import main as cli_main
 from hiseg.io import read_image, reduce_image, to_float_rgb
 from hiseg.segmentation.pipeline import rescale

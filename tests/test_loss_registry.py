@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from hiseg import losses
+from hiseg.core import losses
 from hiseg.core.fitting import fit_ultrametric, make_loss
 from hiseg.core.graph import grid_graph
 

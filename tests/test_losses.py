@@ -5,7 +5,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 from scipy.special import expit
 
-from hiseg import losses
+from hiseg.core import losses
 from hiseg.core.graph import grid_graph
 from hiseg.core.ultrametric import build_hierarchy, subdominant_ultrametric
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from hiseg import losses
+from hiseg.core import losses
 from hiseg.core.graph import batch_graphs, region_adjacency_graph
 from hiseg.segmentation.segmenter import Segmenter
 from hiseg.models import get_model
