@@ -212,17 +212,17 @@ def test_two_runs_into_one_folder_at_once_never_replace_each_others_files(tmp_pa
 RUN_KILLED = """
     import os, signal, sys
     from pathlib import Path
-    import hiseg.io
+    import hiseg.io.files
     from hiseg.segmentation.segmenter import Segmenter, predict_file
     from hiseg.segmentation import Pipeline
     folder, out, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    commit, n = hiseg.io._commit, [0]
+    commit, n = hiseg.io.files._commit, [0]
     def dying_commit(tmp, path, overwrite):
         n[0] += 1
         if n[0] == kill_at:  # killed between two files of one image: no clean-up at all
             os.kill(os.getpid(), signal.SIGKILL)
         commit(tmp, path, overwrite)
-    hiseg.io._commit = dying_commit
+    hiseg.io.files._commit = dying_commit
     seg = Segmenter(None, pipeline=Pipeline.classical(8.0, 5))  # the classical path, any version
     for f in sorted(Path(folder).iterdir()):
         predict_file(seg, f, out, n_regions=4, overwrite=False, resume=True)
