@@ -33,7 +33,7 @@ SUB_ORDER = {
     "models": ["weights", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool", "pipeline", "segmenter",
                      "predict_ddp"],
-    "metrics": ["summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
+    "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "training": ["callbacks", "steps", "module", "cli"],

@@ -42,7 +42,7 @@ from typing import Sequence
 import numpy as np
 from scipy import ndimage
 
-from .summary import f_measure
+from .ratios import f_measure
 from .tables import contingency
 
 __all__ = [

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
+from .ratios import f_measure, ratio
+
 if TYPE_CHECKING:  # types of the per-image results only
     from .matching import BoundaryImageResult
     from .region import RegionImageResult
@@ -74,21 +76,6 @@ def thresholds(n: int) -> np.ndarray:
     if n < 1:
         raise ValueError(f"the number of thresholds must be >= 1, got {n}")
     return matlab_linspace(1.0 / (n + 1), 1.0 - 1.0 / (n + 1), n)
-
-
-def f_measure(r, p):
-    """Harmonic mean ``2PR / (P + R)``, defined as 0 where ``P + R == 0``."""
-    r = np.asarray(r, dtype=np.float64)
-    p = np.asarray(p, dtype=np.float64)
-    s = p + r
-    return 2.0 * p * r / (s + (s == 0))
-
-
-def ratio(cnt, tot):
-    """``cnt / tot``, defined as 0 where ``tot == 0`` (the official ``max(tot, eps)`` guard)."""
-    cnt = np.asarray(cnt, dtype=np.float64)
-    tot = np.asarray(tot, dtype=np.float64)
-    return cnt / (tot + (tot == 0))
 
 
 def max_f(thresh, r, p):

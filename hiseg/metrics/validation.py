@@ -16,7 +16,7 @@ import torchmetrics
 
 from ..segmentation.saliency import ucm2_from_rag
 from .matching import BoundaryMatcher, seg_to_boundaries, thin_boundaries
-from .summary import f_measure, ratio
+from .ratios import f_measure, ratio
 
 __all__ = ["SegmentationMetrics", "VAL_THRESHOLDS", "batch_boundary_counts"]
 
