@@ -601,7 +601,7 @@ def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(t
         assert type(logger) is CSVLogger and logger.save_dir == root and logger.name == "csv"
         cli.datamodule.use_pipeline(cli.model.pipeline)  # what the model's setup does
         assert cli.datamodule.superpixel_mode == "none" and cli.model.rebuilds_superpixels
-        if root == "runs/cpu_finetune":  # exact resume where experiments/cpu_finetune.sh looks for last.ckpt
+        if root == "runs/cpu_finetune":  # exact resume where experiments/bsds_recipe/cpu_finetune.sh looks for last.ckpt
             (cb,) = cli.trainer.checkpoint_callbacks
             assert type(cb) is LastCheckpoint and cb.dirpath.endswith("runs/cpu_finetune/checkpoints")
     ckpt_dirs = [cb.dirpath for cb in cli.trainer.checkpoint_callbacks]
