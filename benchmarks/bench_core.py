@@ -19,7 +19,7 @@ after ``import torch`` (what the constructor's imports cost).
 Usage: ``python benchmarks/bench_core.py [--sizes 3e3,3e4,3e5,2e6] [--repeat 3]
 [--dasgupta-max 3e5] [--lam 5,50] [--optimiser]``. The timing figure of the paper (log-log time per
 iteration vs edges) is drawn from this script's JSON output by
-``experiments/timing_figure.py``.
+``experiments/paper/timing_figure.py``.
 """
 import os
 

@@ -1,5 +1,5 @@
-"""The GPU session's command (experiments/gpu_session.sh) and the folder it carries
-(experiments/prepare_gpu.sh), end to end on the CPU at a tiny size: the benchmark's rows for
+"""The GPU session's command (experiments/gpu/gpu_session.sh) and the folder it carries
+(experiments/gpu/prepare_gpu.sh), end to end on the CPU at a tiny size: the benchmark's rows for
 both networks, then the new network's pixel stage with its checkpoint and curve in OUT (at most
 8 files), and a second run that resumes from the first's checkpoint."""
 import csv
@@ -23,7 +23,7 @@ def _env(**kw):
 
 
 def _bash(script, *args, env, timeout=900):
-    return subprocess.run(["bash", str(ROOT / "experiments" / script), *args], cwd=ROOT, env=env,
+    return subprocess.run(["bash", str(ROOT / "experiments" / "gpu" / script), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -134,10 +134,10 @@ PDC = 'pdc_boundary_net `{"width": 40}` (578k parameters); 32 crops of 320x320, 
 
 
 def test_gpu_choices_read_the_benchmark_rows(tmp_path):
-    """experiments/gpu_choices.py: torch.compile is chosen only when its newest row is the gain
+    """experiments/gpu/gpu_choices.py: torch.compile is chosen only when its newest row is the gain
     above the newest eager row of the same GPU (CPU rows and other widths do not count); several
     tables are read in order."""
-    sys.path.insert(0, str(ROOT / "experiments"))
+    sys.path.insert(0, str(ROOT / "experiments" / "gpu"))
     try:
         import gpu_choices as g
     finally:
@@ -169,19 +169,19 @@ def test_gpu_choices_read_the_benchmark_rows(tmp_path):
     a, b = tmp_path / "a.md", tmp_path / "b.md"
     a.write_text(eager)
     b.write_text(_table((h100, PDC + ", compiled (default)", "1400.0")))
-    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu_choices.py"), *args],  # noqa: E731
+    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu/gpu_choices.py"), *args],  # noqa: E731
                                        capture_output=True, text=True, check=True).stdout.strip()
     assert ask("compile", "--results", str(a)) == "0"
     assert ask("compile", "--gain", "1.3", "--results", str(a), "--results", str(b)) == "1"
 
 
 def test_gpu_choices_todo_lists_the_checks_a_gpu_has_no_result_for(tmp_path):
-    """experiments/gpu_choices.py todo: the checks in their order, less those with a row of this GPU
+    """experiments/gpu/gpu_choices.py todo: the checks in their order, less those with a row of this GPU
     in a checks table (however they ended) or, for the pixel-stage checks, a GPU row of theirs in
     pixel_stage.md; another GPU's rows do not count; bad --items or no --device are refused."""
     h100, h200 = "NVIDIA H100 80GB HBM3", "NVIDIA H200"
     pixel, checks = tmp_path / "pixel_stage.md", tmp_path / "gpu_checks.md"
-    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu_choices.py"), "todo",  # noqa: E731
+    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu/gpu_choices.py"), "todo",  # noqa: E731
                                         "--results", str(pixel), "--checks", str(checks), *args],
                                        capture_output=True, text=True)
     assert ask("--device", h100).stdout.strip() == "eager sync host compile compact"  # neither table exists
@@ -211,7 +211,7 @@ def test_gpu_choices_newest_checkpoint(tmp_path):
     for name, step in (("a", 5), ("b", 9), ("c", 9)):
         paths.append(str(tmp_path / f"{name}.ckpt"))
         torch.save({"global_step": step}, paths[-1])
-    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu_choices.py"), "newest", *args],  # noqa: E731
+    ask = lambda *args: subprocess.run([sys.executable, str(ROOT / "experiments/gpu/gpu_choices.py"), "newest", *args],  # noqa: E731
                                        capture_output=True, text=True, check=True).stdout.strip()
     assert ask(*paths) == paths[1] and ask(paths[2], paths[1]) == paths[2]  # the first of equals
     assert ask(str(tmp_path / "missing.ckpt"), paths[0]) == paths[0] and ask(str(tmp_path / "missing.ckpt")) == ""
@@ -316,7 +316,7 @@ def test_gpu_choices_curve_joins_and_stops_at_the_checkpoint(tmp_path):
     before.write_text("epoch,step,val/f\n0,99,0.5\n")
     run.write_text("epoch,step,train/loss\n1,100,1.0\n1,149,0.9\n1,150,0.8\n1,151,0.7\n")
     torch.save({"global_step": 150}, tmp_path / "last.ckpt")
-    cmd = [sys.executable, str(ROOT / "experiments/gpu_choices.py"), "curve", str(tmp_path / "out.csv")]
+    cmd = [sys.executable, str(ROOT / "experiments/gpu/gpu_choices.py"), "curve", str(tmp_path / "out.csv")]
     subprocess.run(cmd + ["--until", str(tmp_path / "last.ckpt"), str(before), str(tmp_path / "gone.csv"), str(run)],
                    check=True, capture_output=True)
     rows = _curve(tmp_path / "out.csv")

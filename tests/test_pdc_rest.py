@@ -1,4 +1,4 @@
-"""experiments/pdc_rest.py (issue 33, item 6: the rest of the recipe after pdc_boundary_net's
+"""experiments/bsds_recipe/pdc_rest.py (issue 33, item 6: the rest of the recipe after pdc_boundary_net's
 pixel stage) end to end at a tiny size on the CPU, and resumed: a second run redoes nothing."""
 import os
 import subprocess
@@ -12,7 +12,7 @@ def test_pdc_rest_runs_the_recipe_and_resumes(tmp_path):
     data = make_bsds(tmp_path / "bsds")
     pixel = pdc_pixel_stage(tmp_path, data, 2)
     work, results = tmp_path / "work", tmp_path / "results"
-    cmd = [sys.executable, str(ROOT / "experiments/pdc_rest.py"), "--tiny", "--pixel", str(pixel), "--bsds", str(data),
+    cmd = [sys.executable, str(ROOT / "experiments/bsds_recipe/pdc_rest.py"), "--tiny", "--pixel", str(pixel), "--bsds", str(data),
            "--work", str(work), "--results", str(results)]
     env = dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1")
     first = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1200)
@@ -50,7 +50,7 @@ def test_pdc_rest_runs_the_recipe_and_resumes(tmp_path):
 
 
 def test_pdc_rest_refuses_a_missing_checkpoint(tmp_path):
-    r = subprocess.run([sys.executable, str(ROOT / "experiments/pdc_rest.py"), "--pixel", str(tmp_path / "no.ckpt"),
+    r = subprocess.run([sys.executable, str(ROOT / "experiments/bsds_recipe/pdc_rest.py"), "--pixel", str(tmp_path / "no.ckpt"),
                         "--bsds", str(tmp_path), "--work", str(tmp_path / "w")], capture_output=True, text=True)
     assert r.returncode == 2 and "no.ckpt: no such file" in r.stderr
     assert not (tmp_path / "w").exists()

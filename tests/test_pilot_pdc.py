@@ -1,4 +1,4 @@
-"""Tests of the CPU pilot's helpers (experiments/pilot_pdc.sh, experiments/pilot_pdc_curves.py)."""
+"""Tests of the CPU pilot's helpers (experiments/pilots/pilot_pdc.sh, experiments/pilots/pilot_pdc_curves.py)."""
 from __future__ import annotations
 
 import csv
@@ -14,7 +14,7 @@ HEADER = "epoch,lr-AdamW,step,train/loss,train/pixel,val/boundary_f,val/boundary
 
 
 def _curves_module():
-    spec = importlib.util.spec_from_file_location("pilot_pdc_curves", ROOT / "experiments" / "pilot_pdc_curves.py")
+    spec = importlib.util.spec_from_file_location("pilot_pdc_curves", ROOT / "experiments" / "pilots" / "pilot_pdc_curves.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -56,7 +56,7 @@ def test_curves_without_metrics_is_an_error(tmp_path):
 
 
 def test_pilot_script_parses():
-    subprocess.run(["bash", "-n", str(ROOT / "experiments" / "pilot_pdc.sh")], check=True)
+    subprocess.run(["bash", "-n", str(ROOT / "experiments" / "pilots" / "pilot_pdc.sh")], check=True)
 
 
 def test_pilot_state_saves_and_restores_the_runs(tmp_path):
@@ -75,7 +75,7 @@ def test_pilot_state_saves_and_restores_the_runs(tmp_path):
     (runs / "compact_boundary_net/csv/version_0/checkpoints/last.ckpt").write_text("compact")
     state = tmp_path / "state"
     env = dict(os.environ, ROOT=str(runs), STATE=str(state), SAVE="1")
-    script = str(ROOT / "experiments" / "pilot_pdc.sh")
+    script = str(ROOT / "experiments" / "pilots" / "pilot_pdc.sh")
     r = subprocess.run(["bash", script], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert (state / "pdc_boundary_net/last.ckpt").read_text() == "newest" and (state / "pdc_boundary_net/done").exists()
@@ -102,7 +102,7 @@ def test_pilot_archs_picks_the_designs(tmp_path):
     (runs / "compact_boundary_net/done").touch()
     (runs / "eval_compact_boundary_net").mkdir()
     (runs / "eval_compact_boundary_net/results.json").write_text("{}")
-    script = str(ROOT / "experiments" / "pilot_pdc.sh")
+    script = str(ROOT / "experiments" / "pilots" / "pilot_pdc.sh")
     env = dict(os.environ, ROOT=str(runs), OUT=str(tmp_path / "out"), EVAL_IMAGES="1", ARCHS="compact_boundary_net")
     r = subprocess.run(["bash", script, str(tmp_path / "no-bsds")], env=env, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -110,10 +110,25 @@ def test_readme_own_data_commands_run_as_written(tmp_path):
     assert (tmp_path / "out" / "photo.mat").is_file()
 
 
-@pytest.mark.parametrize("folder", ["experiments", "benchmarks"])
-def test_every_script_is_listed_in_its_folders_index(folder):
-    """experiments/README.md and benchmarks/README.md list every script (one line each)."""
-    index = (ROOT / folder / "README.md").read_text()
-    scripts = sorted(p.name for p in (ROOT / folder).iterdir() if p.suffix in (".py", ".sh"))
-    missing = [s for s in scripts if f"`{s}`" not in index]
-    assert scripts and not missing, f"{folder}/README.md does not list {missing}"
+def _scripts_listed(folder: Path) -> list[str]:
+    """The scripts of ``folder`` that its README.md does not name (one line each)."""
+    index = (folder / "README.md").read_text()
+    return [p.name for p in sorted(folder.iterdir()) if p.suffix in (".py", ".sh") and f"`{p.name}`" not in index]
+
+
+def test_every_benchmark_is_listed_in_its_index():
+    assert not _scripts_listed(ROOT / "benchmarks"), "benchmarks/README.md does not list them"
+
+
+def test_experiments_are_folders_each_with_its_index():
+    """experiments/ holds folders only (torchvision's references/ style), each with a README.md that lists
+    every script of the folder, and experiments/README.md names every folder."""
+    exp = ROOT / "experiments"
+    assert [p.name for p in exp.iterdir() if p.is_file()] == ["README.md"]
+    index = (exp / "README.md").read_text()
+    folders = sorted(p for p in exp.iterdir() if p.is_dir())
+    assert folders
+    for folder in folders:
+        assert (folder / "README.md").is_file(), f"{folder.name}/ has no README.md"
+        assert f"`{folder.name}/`" in index, f"experiments/README.md does not name {folder.name}/"
+        assert not _scripts_listed(folder), f"experiments/{folder.name}/README.md does not list {_scripts_listed(folder)}"

@@ -286,7 +286,7 @@ def test_schedule_warmup_in_steps_or_fraction():
 
 
 def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
-    """experiments/gpu_recipe.sh (issue 20's GPU recipe) on the CPU, TINY: the pixel stage on
+    """experiments/gpu/gpu_recipe.sh (issue 20's GPU recipe) on the CPU, TINY: the pixel stage on
     train+val stops at its budget, resumes from the carried checkpoint, then the merging stage
     exports a checkpoint whose pipeline holds the head; at most 8 files come back."""
     import os
@@ -296,12 +296,12 @@ def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
     data = make_bsds(tmp_path / "bsds")
     env = dict(os.environ, TINY="1", BSDS=str(data), PY=sys.executable, PYTHONWARNINGS="ignore",
                PIXEL_STEPS_TINY="4")
-    first = subprocess.run(["bash", "experiments/gpu_recipe.sh", str(tmp_path / "a")], cwd=ROOT, env=env,
+    first = subprocess.run(["bash", "experiments/gpu/gpu_recipe.sh", str(tmp_path / "a")], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
     assert load_ckpt(tmp_path / "a/pixel_last.ckpt")["global_step"] == 4
     env["PIXEL_STEPS_TINY"] = "6"
-    second = subprocess.run(["bash", "experiments/gpu_recipe.sh", str(tmp_path / "b"), str(tmp_path / "a/pixel_last.ckpt")],
+    second = subprocess.run(["bash", "experiments/gpu/gpu_recipe.sh", str(tmp_path / "b"), str(tmp_path / "a/pixel_last.ckpt")],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
     out = sorted(p.name for p in (tmp_path / "b").iterdir())

@@ -7,7 +7,7 @@
 # learning rate, no warm-up, cosine decay to ~0 over STEPS steps of BATCH crops (default 400 x 8 = 3,200
 # crops, ~10 s per step on one core). Validation (first 10 val images, boundary F of the UCM) every
 # 100 steps, for the curve only: the last iterate is used.
-#   nohup taskset -c 1 experiments/cpu_anneal.sh [BSDS_ROOT] > runs/cpu_anneal.log 2>&1 &
+#   nohup taskset -c 1 experiments/bsds_recipe/cpu_anneal.sh [BSDS_ROOT] > runs/cpu_anneal.log 2>&1 &
 # Resumes from runs/cpu_anneal/csv/version_*/checkpoints/last.ckpt (every 50 steps), or, in a fresh clone, from
 # experiments/state/cpu_anneal_last.ckpt where present (the finished 400-step run of 2026-11-27, archived out of the
 # tree: experiments/state/README.md restores it; a larger STEPS continues it).

@@ -1,7 +1,7 @@
-"""Collect the background CPU fine-tuning's curve (experiments/cpu_finetune.sh) from its
+"""Collect the background CPU fine-tuning's curve (experiments/bsds_recipe/cpu_finetune.sh) from its
 Lightning CSV logs into a small CSV kept in the repository.
 
-    python experiments/cpu_finetune_curve.py [--runs runs/cpu_finetune] [--out experiments/results/cpu_finetune_curve.csv]
+    python experiments/bsds_recipe/cpu_finetune_curve.py [--runs runs/cpu_finetune] [--out experiments/bsds_recipe/results/cpu_finetune_curve.csv]
 
 One row per validation (20 val images, every 100 steps): step, boundary F of the UCM at
 threshold 0.5 and at the best of 9 thresholds, validation losses, and the mean training
@@ -16,7 +16,7 @@ from pathlib import Path
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", default="runs/cpu_finetune")
-    ap.add_argument("--out", default="experiments/results/cpu_finetune_curve.csv")
+    ap.add_argument("--out", default="experiments/bsds_recipe/results/cpu_finetune_curve.csv")
     ap.add_argument("--step0-log", default="runs/cpu_finetune_step0.log",
                     help="output of `train.py validate` on the initial weights (same configs), the step-0 row")
     a = ap.parse_args()

@@ -4,7 +4,7 @@
 #   pixel loss only | closest+triplet through single linkage | closest+triplet through average linkage
 # (every arm rebuilds superpixels from its own predictions, as at inference).
 # usage: [ARMS="pixel single average"] [PIXEL_LOSS=edge] \
-#        experiments/gpu_ablation.sh PIXEL_CKPT BSDS_ROOT OUT [STEPS] [MAX_TIME]
+#        experiments/bsds_recipe/gpu_ablation.sh PIXEL_CKPT BSDS_ROOT OUT [STEPS] [MAX_TIME]
 # PIXEL_LOSS: the fine-tuning pixel term (model.pixel_loss): "edge" (the pixel stage's own
 # loss, the v2 ablation) or "balanced_bce" (the first ablation, 140 steps, models/README.md).
 set -u

@@ -2,7 +2,7 @@
 
 Stages (each resumable, caches under ``runs/merge_cache/``, git-ignored):
 
-1. ``experiments/merge_maps.py``: the shipped network's maps per scale, plain and mirrored.
+1. ``experiments/bsds_recipe/merge_maps.py``: the shipped network's maps per scale, plain and mirrored.
 2. ``features``: for one map setting (``--maps 1`` = scale 1; ``0.5,1f`` = scales 0.5 and 1,
    each averaged with its mirror: exactly :meth:`Pipeline.boundary_map` with ``scales``,
    ``flip``), every train and val image's superpixels, RAG, all :data:`FEATURES`, frontier
@@ -19,12 +19,12 @@ Stages (each resumable, caches under ``runs/merge_cache/``, git-ignored):
    appended to ``runs/merge_cache/selection.jsonl`` (selection is on val only).
 5. ``export``: the shipped checkpoint's network with a pipeline holding the head, as a
    slim checkpoint (``save_weights``).
-6. ``report``: writes experiments/results/merge_selection/README.md, one row per run.
-   ``final``: the 99-threshold table of an exported head (after ``experiments/bsds_eval.py``).
+6. ``report``: writes experiments/bsds_recipe/results/merge_selection/README.md, one row per run.
+   ``final``: the 99-threshold table of an exported head (after ``experiments/segmentation/bsds_eval.py``).
 
-    python experiments/merge_head.py features --maps 1
-    python experiments/merge_head.py run --maps 1 --features mean max q50 ... --hidden 32 --out runs/merge_cache/h1
-    python experiments/merge_head.py export --head runs/merge_cache/h1/head.json --maps 1 --out models/x.ckpt
+    python experiments/bsds_recipe/merge_head.py features --maps 1
+    python experiments/bsds_recipe/merge_head.py run --maps 1 --features mean max q50 ... --hidden 32 --out runs/merge_cache/h1
+    python experiments/bsds_recipe/merge_head.py export --head runs/merge_cache/h1/head.json --maps 1 --out models/x.ckpt
 """
 import argparse
 import json
@@ -334,7 +334,7 @@ def cmd_variant(args):
 
 
 def cmd_report(args):
-    """experiments/results/merge_selection/README.md: every val run of selection.jsonl (one
+    """experiments/bsds_recipe/results/merge_selection/README.md: every val run of selection.jsonl (one
     row per candidate, its settings and figures), then the runs trained on val as well
     (trainval.jsonl: their val figures are no measurement) and the final tables (``--final``)."""
     cols = ["ods", "ois", "ap", "cover_ods", "cover_ois", "pri_ods", "vi_ods", "vi_ois", "kcut", "kcut_plain"]
@@ -361,7 +361,7 @@ def cmd_report(args):
 
     lines = [args.title, "",
              "Learned merging with the network frozen, selection on BSDS500 **val** (100 images; cached maps of "
-             "the frozen shipped network, float16; Fop off in selection): `experiments/merge_head.py run` "
+             "the frozen shipped network, float16; Fop off in selection): `experiments/bsds_recipe/merge_head.py run` "
              "(`runs/merge_cache/selection.jsonl`, one line per run). Every head here is trained on train "
              "only (400 images, each also mirrored).", ""] + table(CACHE / "selection.jsonl")
     lines.append("\nK-cut size-aware: `cut(n_regions=K)` (min size 0.05/K); closest level: the UCM level closest to "
@@ -380,7 +380,7 @@ def cmd_report(args):
 def cmd_final(args):
     """The final val table: ``hiseg evaluate``'s results.json of the checkpoint's ucm2 (99
     thresholds), its K-cut coverings, next to the shipped model's and MCG's rows of
-    experiments/results/bsds_val_shipped/results.json."""
+    experiments/segmentation/results/bsds_val_shipped/results.json."""
     def fig(r):
         b, f = r["boundary"], r.get("fop")
         out = [b["ods"]["f"], b["ois"]["f"], b["ap"]]
@@ -397,7 +397,7 @@ def cmd_final(args):
     new = new.get("hiseg", new)
     kc = json.loads(args.kcut)
     lines = [f"BSDS500 val, 100 images, {args.thresholds} thresholds (`hiseg evaluate`), learned merging next to the "
-             "shipped model (experiments/results/bsds_val_shipped/) and MCG (SEISM's files, its rules).\n",
+             "shipped model (experiments/segmentation/results/bsds_val_shipped/) and MCG (SEISM's files, its rules).\n",
              "| method | Fb ODS | Fb OIS | Fb AP | Fop ODS | Fop OIS | Fop AP | cover ODS | cover OIS | cover best "
              "| PRI ODS | PRI OIS | VI ODS | VI OIS | K-cut (size-aware) | K-cut (closest level) |", "|---" * 16 + "|",
              row("hiseg_bsds500 (shipped)", fig(ship["hiseg"]),
@@ -473,15 +473,15 @@ def main():
     v.add_argument("--head", default=None)
     v.add_argument("--out", required=True)
     rp = sub.add_parser("report")
-    rp.add_argument("--out", default="experiments/results/merge_selection/README.md")
+    rp.add_argument("--out", default="experiments/bsds_recipe/results/merge_selection/README.md")
     rp.add_argument("--title", default="# Learned merging: selection of the head (issue 20)")
     rp.add_argument("--final", nargs="*", help="markdown files appended (the final tables)")
     fi = sub.add_parser("final")
     fi.add_argument("--results", required=True, help="hiseg evaluate's results.json of the checkpoint's ucm2")
     fi.add_argument("--kcut", required=True, help="JSON {hiseg_exact, hiseg} from bsds_eval's K-cut line")
-    fi.add_argument("--shipped", default="experiments/results/bsds_val_shipped/results.json")
+    fi.add_argument("--shipped", default="experiments/segmentation/results/bsds_val_shipped/results.json")
     fi.add_argument("--thresholds", type=int, default=99)
-    fi.add_argument("--out", default="experiments/results/merge_val/merge_val.md")
+    fi.add_argument("--out", default="experiments/bsds_recipe/results/merge_val/merge_val.md")
     fi.add_argument("--label", default="**hiseg_bsds500_merge** (head + scales 0.5,1 + flip)")
     fi.add_argument("--reference", nargs=3, action="append", metavar=("LABEL", "RESULTS", "KCUT"),
                     help="another head's row: its label, hiseg evaluate results.json and K-cut JSON")

@@ -1,13 +1,13 @@
 """Stage 1 of the learned-merging experiment: the frozen shipped network's boundary maps.
 
-    nohup nice -n 10 python experiments/merge_maps.py --bsds ../shared/data/BSDS500 \
+    nohup nice -n 10 python experiments/bsds_recipe/merge_maps.py --bsds ../shared/data/BSDS500 \
         --out runs/merge_cache/maps > runs/merge_precompute.log 2>&1 &
 
 For every BSDS500 train and val image, the sigmoid boundary map of ``bsds500`` at each
 scale of ``--scales``, on the image and on its horizontal mirror (mirrored back), stored
 as float16 ``NAME.npz`` (``s{scale}`` and ``s{scale}f`` arrays, (H, W)). Resumable: an
 existing file is skipped. Nothing here is trained; the head's features and targets are
-computed from these maps by ``experiments/merge_head.py``.
+computed from these maps by ``experiments/bsds_recipe/merge_head.py``.
 """
 import argparse
 import time

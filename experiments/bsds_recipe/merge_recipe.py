@@ -1,4 +1,4 @@
-"""Stage 2 of the GPU recipe (``experiments/gpu_recipe.sh``): the learned-merging head of a new
+"""Stage 2 of the GPU recipe (``experiments/gpu/gpu_recipe.sh``): the learned-merging head of a new
 network, the network frozen, exported as one checkpoint that ``hiseg predict --checkpoint`` runs.
 
 A thin wrapper (issue 30: the head is trained by the training module, not by a loop of its
@@ -6,7 +6,7 @@ own): ``python train.py fit --config configs/bsds500_merge_head.yaml`` with the 
 ``--model.init_from`` and the recipe's overrides, then the network with the pipeline holding
 the trained head (fingerprinted to the network) written by ``save_weights``.
 
-    python experiments/merge_recipe.py --checkpoint PIXEL.ckpt --bsds BSDS500 --work /tmp/merge \
+    python experiments/bsds_recipe/merge_recipe.py --checkpoint PIXEL.ckpt --bsds BSDS500 --work /tmp/merge \
         --out hiseg_gpu_merge.ckpt [--splits train|train,val] [--workers 16] [--recipe '{"steps": 4}']
 """
 import argparse
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 #: the recipe's settings that differ from the config's, as train.py options (``--recipe`` keys)
 OPTIONS = {"steps": "--trainer.max_steps", "batch": "--data.init_args.batch_size", "lr": "--model.lr",
@@ -72,7 +72,7 @@ def main(argv=None):
     from hiseg.models.weights import save_weights
 
     seg = Segmenter.from_checkpoint(last, device="cpu")
-    meta = {"pipeline": seg.pipeline.to_dict(), "recipe": "experiments/gpu_recipe.sh (configs/bsds500_merge_head.yaml)",
+    meta = {"pipeline": seg.pipeline.to_dict(), "recipe": "experiments/gpu/gpu_recipe.sh (configs/bsds500_merge_head.yaml)",
             "merge_head_data": f"BSDS500 {args.splits}", "merge_recipe": recipe, "network": str(args.checkpoint)}
     p = save_weights(seg.model.float().cpu(), args.out, metadata=meta)
     print(f"wrote {p} ({p.stat().st_size / 1024:.0f} KiB) after {time.perf_counter() - t0:.0f} s", flush=True)

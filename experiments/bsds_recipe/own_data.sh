@@ -3,7 +3,7 @@
 # one 16-bit label PNG per annotator), the shipped model fine-tuned on it with the README's
 # command (configs/folder_finetune.yaml), then the shipped and the fine-tuned model scored with
 # `hiseg evaluate` on the first 20 val images.
-#   nohup nice -n 10 experiments/own_data.sh [BSDS_ROOT] [WORK] > runs/own_data.log 2>&1 &
+#   nohup nice -n 10 experiments/bsds_recipe/own_data.sh [BSDS_ROOT] [WORK] > runs/own_data.log 2>&1 &
 set -euo pipefail
 BSDS=${1:-datasets/BSDS500}; WORK=${2:-runs/own_data}
 mkdir -p "$WORK"

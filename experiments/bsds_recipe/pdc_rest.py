@@ -2,7 +2,7 @@
 background, resumable: rerun the same command and the finished stages are skipped (each one's
 output is its mark), the fine-tuning resumes from its ``last.ckpt``.
 
-    nohup python experiments/pdc_rest.py --pixel experiments/state/pdc_pixel_last.ckpt \\
+    nohup python experiments/bsds_recipe/pdc_rest.py --pixel experiments/state/pdc_pixel_last.ckpt \\
         --bsds ../shared/data/BSDS500 > runs/pdc_rest.log 2>&1 &
 
 Stages (``--work``: runs/pdc_rest; ``--results``: experiments/results/pdc_rest):
@@ -12,15 +12,15 @@ Stages (``--work``: runs/pdc_rest; ``--results``: experiments/results/pdc_rest):
    the pixel checkpoint, with its architecture (``--model.arch`` / ``arch_kwargs`` read from it),
    on ``--split``'s images (train: the twin, whose val figures are a measurement);
 2. ``plain``: the fine-tuned network exported (``WORK/pdc_finetune.ckpt``) and benchmarked on val
-   through its plain pipeline (``experiments/bsds_eval.py``: ``RESULTS/plain/``);
+   through its plain pipeline (``experiments/segmentation/bsds_eval.py``: ``RESULTS/plain/``);
 3. ``merge``: the learned-merging head on the frozen network, the shipped ``bsds500_merge``'s
-   recipe (``experiments/merge_recipe.py``: scales 0.5 + 1 with mirrors), benchmarked
+   recipe (``experiments/bsds_recipe/merge_recipe.py``: scales 0.5 + 1 with mirrors), benchmarked
    (``RESULTS/merge/``);
 4. ``ensemble``: ``hiseg ensemble bsds500`` + the network at scales 0.5 + 1 without mirrors and a
    head on the ensemble's maps, the shipped ``bsds500_ensemble``'s recipe, benchmarked
    (``RESULTS/ensemble/``);
 5. ``RESULTS/README.md``: the three rows next to the shipped default's
-   (``experiments/results/ensemble_merge2_val/``), with issue 33's val goals and seconds per image.
+   (``experiments/bsds_recipe/results/ensemble_merge2_val/``), with issue 33's val goals and seconds per image.
 
 The heads train on the same split as the network. Everything runs with ``--threads`` torch
 threads (1: leave a core free). ``--tiny``: a CPU check of the chain in a couple of minutes (a
@@ -36,8 +36,8 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SHIPPED = ROOT / "experiments/results/ensemble_merge2_val/results.json"
+ROOT = Path(__file__).resolve().parents[2]
+SHIPPED = ROOT / "experiments/bsds_recipe/results/ensemble_merge2_val/results.json"
 
 #: issue 33's goals on val: (figure, at least / at most, value)
 GOALS = {"Fb ODS": .775, "Fb OIS": .79, "Fb AP": .82, "Fop ODS": .43, "Fop OIS": .48, "cover ODS": .66,
@@ -62,7 +62,7 @@ def table(rows: list[tuple[str, dict, float | None]], n_images: int, thresholds:
         met = v <= GOALS[k] if k.startswith("VI") else v >= GOALS[k]
         return f"**{v:.4f}**" if met else f"{v:.4f}"
 
-    head = f"BSDS500 val, {n_images} images, {thresholds} thresholds (experiments/bsds_eval.py; bold: the goal met)\n\n"
+    head = f"BSDS500 val, {n_images} images, {thresholds} thresholds (experiments/segmentation/bsds_eval.py; bold: the goal met)\n\n"
     lines = ["| model | " + " | ".join(COLUMNS) + " | s / image |", "|---" * (len(COLUMNS) + 2) + "|",
              "| issue 33's goal | " + " | ".join((("<= " if k.startswith("VI") else ">= ") + f"{GOALS[k]}")
                                                if k in GOALS else "" for k in COLUMNS) + " | <= 1 |"]
@@ -139,7 +139,7 @@ class Rest:
         out = self.results / name
         if (out / "results.json").is_file() and (export is None or export.is_file()):
             return out
-        cmd = [sys.executable, ROOT / "experiments/bsds_eval.py", "--checkpoint", Path(checkpoint).resolve(),
+        cmd = [sys.executable, ROOT / "experiments/segmentation/bsds_eval.py", "--checkpoint", Path(checkpoint).resolve(),
                "--bsds", Path(self.a.bsds).resolve(), "--out", out.resolve(), "--thresholds", str(self.a.thresholds),
                "--workers", str(self.a.threads)]
         if export is not None:
@@ -154,7 +154,7 @@ class Rest:
         if not out.is_file():
             if self.a.tiny:
                 recipe = {**recipe, "steps": 2, "batch": 2}
-            self.call(sys.executable, ROOT / "experiments/merge_recipe.py", "--checkpoint", Path(network).resolve(),
+            self.call(sys.executable, ROOT / "experiments/bsds_recipe/merge_recipe.py", "--checkpoint", Path(network).resolve(),
                       "--bsds", Path(self.a.bsds).resolve(), "--work", (self.work / name).resolve(), "--out", out.resolve(),
                       "--splits", self.heads, "--workers", str(self.a.threads), "--recipe", json.dumps(recipe))
         return out
@@ -188,7 +188,7 @@ class Rest:
             r = json.loads((out / "results.json").read_text())
             n, thr = r["n_images"], r["thresholds"]
             rows.append((names[key], figures(r), r["predict_seconds"]["total"]))
-        text = (f"# issue 33: the rest of the recipe from {self.a.pixel} (experiments/pdc_rest.py)\n\n"
+        text = (f"# issue 33: the rest of the recipe from {self.a.pixel} (experiments/bsds_recipe/pdc_rest.py)\n\n"
                 f"Network and heads trained on BSDS500 {self.a.split}; the default changes only when a row is at least "
                 "the shipped default's on every val figure within 1 s per image (issue 33, item 6). Seconds per image: "
                 "bsds_eval.py's predict with writing, median.\n\n" + table(rows, n, thr)

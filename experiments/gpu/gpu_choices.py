@@ -1,4 +1,4 @@
-"""What experiments/gpu_session.sh decides from the committed benchmark rows
+"""What experiments/gpu/gpu_session.sh decides from the committed benchmark rows
 (benchmarks/results/pixel_stage.md, the rows benchmarks/bench_pixel_stage.py appends, and
 benchmarks/results/gpu_checks.md, a row per check a session ran), so that a GPU session spends
 its minutes on training once a measurement exists:
@@ -27,13 +27,13 @@ its minutes on training once a measurement exists:
   resumed run logs those steps again; Lightning logs a step's row with the global step before it,
   so a checkpoint at step N keeps the rows of steps < N).
 
-    python experiments/gpu_choices.py compile [--results FILE ...] [--arch NAME]
+    python experiments/gpu/gpu_choices.py compile [--results FILE ...] [--arch NAME]
         [--arch-kwargs JSON] [--gain 1.15] [--device NAME]
-    python experiments/gpu_choices.py todo --device NAME [--results FILE ...] [--checks FILE ...]
+    python experiments/gpu/gpu_choices.py todo --device NAME [--results FILE ...] [--checks FILE ...]
         [--items "eager sync host compile compact"] [--arch NAME] [--arch-kwargs JSON]
-    python experiments/gpu_choices.py newest CKPT [CKPT ...]
-    python experiments/gpu_choices.py step CKPT
-    python experiments/gpu_choices.py curve OUT [--until CKPT] CSV [CSV ...]
+    python experiments/gpu/gpu_choices.py newest CKPT [CKPT ...]
+    python experiments/gpu/gpu_choices.py step CKPT
+    python experiments/gpu/gpu_choices.py curve OUT [--until CKPT] CSV [CSV ...]
 
 (``--results`` and ``--checks`` may be given several times: their rows are read in that order, e.g.
 the committed table and the rows a session has just measured.)
@@ -47,7 +47,7 @@ import json
 import sys
 from pathlib import Path
 
-RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "pixel_stage.md"
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "pixel_stage.md"
 CHECKS = RESULTS.with_name("gpu_checks.md")
 ITEMS = ("eager", "sync", "host", "compile", "compact")
 # the shipped compact network's shape (bsds500's), the comparison row of the benchmark

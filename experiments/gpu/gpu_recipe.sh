@@ -5,13 +5,13 @@
 #      throughput, benchmarks/results/pixel_arch.md), bf16-mixed, for PIXEL_MINUTES of this command
 #      (a run stopped by the clock resumes where it stopped from RESUME);
 #   2. once the pixel stage has reached its step budget: the learned-merging head with the network
-#      frozen (experiments/merge_recipe.py: train.py fit --config configs/bsds500_merge_head.yaml, maps at
-#      scales 0.5, 1 + flip, the head recipe selected on val by experiments/merge_head.py, trained on
+#      frozen (experiments/bsds_recipe/merge_recipe.py: train.py fit --config configs/bsds500_merge_head.yaml, maps at
+#      scales 0.5, 1 + flip, the head recipe selected on val by experiments/bsds_recipe/merge_head.py, trained on
 #      train+val), exported as one checkpoint for hiseg predict.
 # Defaults: 5 min of pixel stage per command, then ~4 min of merging once the 9000 steps are done. Measured on an
 # H200 (2026-11-27, benchmarks/results/gpu.md): ~305 crops/s, not the ~1100 projected, so 9000 steps take about
 # 16 min over several resumed commands (channels-last and the sync-free NaN guard, added since, are unmeasured).
-# The train-only twin stands at step 5,721: SPLIT=train MERGE=0 experiments/gpu_recipe.sh $OUT
+# The train-only twin stands at step 5,721: SPLIT=train MERGE=0 experiments/gpu/gpu_recipe.sh $OUT
 # experiments/state/gpu_twin_pixel_last.ckpt
 # Everything the next command needs comes back in OUT (at most 8 files): pixel_last.ckpt,
 # pixel_metrics.csv, recipe.log, summary.txt and, at the end, hiseg_gpu_merge.ckpt.
@@ -19,7 +19,7 @@
 # usage (repo root; on the CUDA machine .gpu/ holds the wheels and BSDS500, see ../shared/gpu/README.md):
 #   here, once:  mkdir -p .gpu/BSDS500 && cp ../shared/gpu/wheels/*.whl .gpu/ \
 #                && cp -r ../shared/data/BSDS500/data/images ../shared/data/BSDS500/data/groundTruth .gpu/BSDS500/
-#   there:       experiments/gpu_recipe.sh $OUT [RESUME_PIXEL_CKPT]   (device run with carry [".gpu"])
+#   there:       experiments/gpu/gpu_recipe.sh $OUT [RESUME_PIXEL_CKPT]   (device run with carry [".gpu"])
 # environment: BSDS (default .gpu/BSDS500), PIXEL_MINUTES (5), MERGE_MINUTES (4: the merging stage runs
 #   only when the command has that much left of its 9 minutes), PIXEL_STEPS (budget of the whole
 #   pixel stage, 9000 steps of 32 crops), ARCH (JSON arch_kwargs), BATCH (32), WORKERS (8),
@@ -97,8 +97,8 @@ $PY train.py fit --config "$CONFIG" \
 last=$(ls "$WORK"/pixel/csv/version_*/checkpoints/last.ckpt | tail -1)
 cp "$last" "$OUT/pixel_last.ckpt"
 # the curve so far: the resumed run's rows after the carried ones (the validation curve of the stage)
-$PY experiments/gpu_choices.py curve "$OUT/pixel_metrics.csv" "$CURVE" "$(dirname "$(dirname "$last")")/metrics.csv" 2>> "$OUT/recipe.log"
-step=$($PY experiments/gpu_choices.py step "$OUT/pixel_last.ckpt")
+$PY experiments/gpu/gpu_choices.py curve "$OUT/pixel_metrics.csv" "$CURVE" "$(dirname "$(dirname "$last")")/metrics.csv" 2>> "$OUT/recipe.log"
+step=$($PY experiments/gpu/gpu_choices.py step "$OUT/pixel_last.ckpt")
 secs=$(( $(date +%s) - t0 ))
 log "pixel stage: step $step / $PIXEL_STEPS after ${secs} s in this command (max_time $MAX_TIME, ${SPENT} s spent before)"
 if [ "$step" -lt "$PIXEL_STEPS" ]; then
@@ -118,7 +118,7 @@ fi
 MERGE="$WORK/merge"
 N=()
 [ "${TINY:-0}" = 1 ] && N=(--recipe '{"steps": 4, "batch": 2}')
-$PY experiments/merge_recipe.py --checkpoint "$OUT/pixel_last.ckpt" --bsds "$BSDS" --work "$MERGE" \
+$PY experiments/bsds_recipe/merge_recipe.py --checkpoint "$OUT/pixel_last.ckpt" --bsds "$BSDS" --work "$MERGE" \
   --out "$OUT/hiseg_gpu_merge.ckpt" --splits "$([ "$SPLIT" = train ] && echo train || echo train,val)" --workers "$WORKERS" "${N[@]}" >> "$OUT/recipe.log" 2>&1 \
   || { log "merging stage failed"; tail -30 "$OUT/recipe.log"; exit 1; }
 log "merging head: $OUT/hiseg_gpu_merge.ckpt after $(( $(date +%s) - t0 )) s in all"

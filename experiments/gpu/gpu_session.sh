@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device command for a session that is lent a GPU (issue 33 items 2 and 4), resumable:
-#   (a) the benchmark's checks this GPU kind has no result for yet (BENCH=auto; experiments/gpu_choices.py todo
+#   (a) the benchmark's checks this GPU kind has no result for yet (BENCH=auto; experiments/gpu/gpu_choices.py todo
 #       reads benchmarks/results/gpu_checks.md and pixel_stage.md), at most BENCH_SECONDS=120 of them, in this
 #       order: benchmarks/bench_pixel_stage.py's crops/s of the real step next to its floor for pdc_boundary_net
 #       (width 40); tests/test_sync.py's CUDA check that ten steps through Trainer.fit never synchronise;
@@ -10,7 +10,7 @@
 #       that fit in what is left of the two minutes (a cheaper later one may run when an earlier one does not fit),
 #       later commands the rest, then none; the compile check (~150 s) runs alone, as a command's first check;
 #   (b) pdc_boundary_net's pixel stage (configs/bsds500_pdc_pixel.yaml, bf16-mixed, augmentation on the device),
-#       on train first (the twin: its val figures are a measurement), through experiments/gpu_recipe.sh
+#       on train first (the twin: its val figures are a measurement), through experiments/gpu/gpu_recipe.sh
 #       (CONFIG, SPLIT=train, MERGE=0), resumed from the committed checkpoint, for the time this command has
 #       left, stopped by Lightning's max_time with a final checkpoint (and a LastCheckpoint every 500 steps).
 #       Channels-last is used where hiseg.training.steps.channels_last_agrees passes (checked at the fit's start).
@@ -25,14 +25,14 @@
 # session on that GPU kind (where the retry fails too, the cause was not compile: nothing is marked).
 #
 # Before the session, here (once per checkout; refills the git-ignored .gpu/, about 22 MiB):
-#   bash experiments/prepare_gpu.sh
+#   bash experiments/gpu/prepare_gpu.sh
 # The session: device `run` calls from the repository root (the working tree, 64 MiB at most, travels with
 # the carried .gpu/; prepare_gpu.sh prints the total):
-#   1. run(command="bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
+#   1. run(command="bash experiments/gpu/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=590)
 #      -> about 9.5 min: the benchmark's checks still to do (2 min at most), then the pixel stage for the rest
 #         (about 6 min while checks remain, ~8 min once all are committed).
 #   2. at once if the reply leaves >= 3.5 min of device time (the machine goes back after 30 s idle):
-#      run(command="BENCH=0 BUDGET_SECONDS=150 bash experiments/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=170)
+#      run(command="BENCH=0 BUDGET_SECONDS=150 bash experiments/gpu/gpu_session.sh $OUT", carry=[".gpu"], timeout_s=170)
 #      -> the pixel stage resumed from where command 1 stopped (its checkpoint and curve stay on the warm machine
 #         in KEEP=runs/gpu_session/; a fresh machine resumes from the committed state); then give_back.
 #   Then here, from the last reply's files: cp <files_at>/pixel_last.ckpt experiments/state/pdc_pixel_last.ckpt;
@@ -48,7 +48,7 @@
 #   KEEP/pixel_last.ckpt with more steps, KEEP=runs/gpu_session; '' starts afresh), CURVE (the curve so far:
 #   the resumed checkpoint's, experiments/state/pdc_pixel_metrics.csv or KEEP's), BUDGET_SECONDS (570: the whole command;
 #   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
-#   BENCH (auto: the checks without a result for this GPU kind, decided by experiments/gpu_choices.py todo; 1: all
+#   BENCH (auto: the checks without a result for this GPU kind, decided by experiments/gpu/gpu_choices.py todo; 1: all
 #   of them; 0: none), BENCH_SECONDS (120: the benchmark's time, (a)), MEASURE_SECONDS (8 per measurement),
 #   COMPILE (auto: train with hiseg.training.callbacks.CompileNetwork when the committed rows and this run's show torch.compile
 #   at >= 1.3x the eager crops/s on that GPU, and no try with it failed on this machine: each command compiles
@@ -57,7 +57,7 @@
 #   ARCH_NAME (pdc_boundary_net), GPU_DIR (.gpu), PY (python3),
 #   TINY=1: a CPU check of the whole chain at a tiny size (BSDS= a BSDS500-layout folder; PIXEL_STEPS_TINY).
 set -u
-OUT=${1:?usage: experiments/gpu_session.sh OUT}
+OUT=${1:?usage: experiments/gpu/gpu_session.sh OUT}
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 START=$(date +%s)
@@ -85,13 +85,13 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/runs/inductor_cache}
 # higra and jsonargparse, which the CUDA machine lacks: prepare_gpu.sh packed them into .gpu/site.tar.xz
 if ! $PY -c 'import higra, jsonargparse' 2>/dev/null; then
-  [ -f "$GPU_DIR/site.tar.xz" ] || { log "no higra/jsonargparse and no $GPU_DIR/site.tar.xz: run experiments/prepare_gpu.sh"; exit 1; }
+  [ -f "$GPU_DIR/site.tar.xz" ] || { log "no higra/jsonargparse and no $GPU_DIR/site.tar.xz: run experiments/gpu/prepare_gpu.sh"; exit 1; }
   $PY -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter="data")' \
     "$GPU_DIR/site.tar.xz" "$GPU_DIR/site" || { log "could not unpack $GPU_DIR/site.tar.xz (this Python's lzma?)"; exit 1; }
   export PYTHONPATH=$PWD/$GPU_DIR/site:$PYTHONPATH
 fi
 if [ -z "${RESUME+set}" ]; then  # the committed state, or this machine's last command if it got further
-  RESUME=$($PY experiments/gpu_choices.py newest "$STATE" "$KEEP/pixel_last.ckpt") \
+  RESUME=$($PY experiments/gpu/gpu_choices.py newest "$STATE" "$KEEP/pixel_last.ckpt") \
     || RESUME=$([ -f "$STATE" ] && echo "$STATE")  # unreadable: never start afresh by accident
   [ "$RESUME" = "$KEEP/pixel_last.ckpt" ] && CURVE=${CURVE-$KEEP/pixel_metrics.csv}
 fi
@@ -103,7 +103,7 @@ ITEMS="eager sync host compile compact"
 CHECK_TABLES=(--results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md"
               --checks benchmarks/results/gpu_checks.md --checks "$KEEP/gpu_checks.md")
 case "$BENCH" in  # each check once per GPU kind: later sessions train instead
-  auto) TODO=$($PY experiments/gpu_choices.py todo --device "$DEVICE" --items "$ITEMS" --arch "$ARCH_NAME" \
+  auto) TODO=$($PY experiments/gpu/gpu_choices.py todo --device "$DEVICE" --items "$ITEMS" --arch "$ARCH_NAME" \
           "${CHECK_TABLES[@]}" 2>> "$OUT/bench.log") || TODO= ;;  # unreadable tables: train
   1) TODO=$ITEMS ;;
   *) TODO= ;;
@@ -195,7 +195,7 @@ if [ "$COMPILE" = auto ]; then
   if [ -f "$KEEP/compile_failed" ]; then
     log "torch.compile: off (a training with it failed on this machine: $KEEP/compile_failed)"
   elif [ "$TINY" != 1 ]; then
-    COMPILE=$($PY experiments/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" --device "$GPU_NAME" \
+    COMPILE=$($PY experiments/gpu/gpu_choices.py compile --gain 1.3 --arch "$ARCH_NAME" --device "$GPU_NAME" \
       --results benchmarks/results/pixel_stage.md --results "$KEEP/pixel_stage.md" \
       2>/dev/null || echo 0)
   fi
@@ -219,16 +219,16 @@ stage() {
   env "${DATA[@]}" WORK="$work" CONFIG="$PIXEL_CONFIG" ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
     TRAIN_ARGS="$train_args" \
     PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
-    timeout -k 15 $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu_recipe.sh "$OUT" ${RESUME:+"$RESUME"}
+    timeout -k 15 $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu/gpu_recipe.sh "$OUT" ${RESUME:+"$RESUME"}
   rc=$?
   if [ ! -f "$OUT/pixel_last.ckpt" ]; then
     local last
     last=$(ls "$work"/pixel/csv/version_*/checkpoints/last.ckpt 2>/dev/null | tail -1)
     if [ -n "$last" ]; then
       cp "$last" "$OUT/pixel_last.ckpt"
-      $PY experiments/gpu_choices.py curve "$OUT/pixel_metrics.csv" --until "$last" "$CURVE" \
+      $PY experiments/gpu/gpu_choices.py curve "$OUT/pixel_metrics.csv" --until "$last" "$CURVE" \
         "$(dirname "$(dirname "$last")")/metrics.csv" 2>> "$OUT/recipe.log"
-      log "pixel stage stopped (rc=$rc) before its end: its last periodic checkpoint (step $($PY experiments/gpu_choices.py step "$last")) and the curve up to it are in OUT"
+      log "pixel stage stopped (rc=$rc) before its end: its last periodic checkpoint (step $($PY experiments/gpu/gpu_choices.py step "$last")) and the curve up to it are in OUT"
     fi
   fi
   rm -rf "$work"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fill the git-ignored .gpu/ that experiments/gpu_session.sh's device run carries (carry=[".gpu"]):
+# Fill the git-ignored .gpu/ that experiments/gpu/gpu_session.sh's device run carries (carry=[".gpu"]):
 #   site.tar.xz         higra and jsonargparse (+ its signature extras) for the CUDA machine's Python 3.12, from
 #                       ../shared/gpu/wheels, unpacked, higra's C++ headers left out, xz-compressed (~6 MiB
 #                       instead of 12 MiB of wheels): the machine has no network and lacks both;
@@ -12,7 +12,7 @@
 #   BSDS500/            the first VAL_IMAGES (10) val images and their ground truth: the pixel stage's validation.
 # Then it prints what a device call would send (tracked and untracked files + .gpu/) against the 64 MiB limit
 # and fails when that is over. Existing outputs are kept (FORCE=1 rebuilds them).
-# usage (repository root, the project's Python): bash experiments/prepare_gpu.sh
+# usage (repository root, the project's Python): bash experiments/gpu/prepare_gpu.sh
 # environment: GPU_DIR (.gpu), WHEELS (../shared/gpu/wheels), BSDS (../shared/data/BSDS500), VAL_IMAGES (10),
 #   SPLITS (train), FORCE (0), PY (python3), LIMIT_MIB (64)
 set -euo pipefail

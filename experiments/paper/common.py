@@ -1,4 +1,4 @@
-"""Shared helpers of the clustering experiments: scores and table formatting."""
+"""Shared helpers of the paper's clustering experiments: scores and table formatting."""
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 from sklearn.metrics import adjusted_rand_score, normalized_mutual_info_score
@@ -35,22 +35,3 @@ def fmt(values, digits=3):
     if v.size == 1:
         return f"{v[0]:.{digits}f}"
     return f"{v.mean():.{digits}f} ± {v.std():.{digits}f}"
-
-
-def emit(lines, out=None):
-    """Print a markdown table (a list of lines) and write it to ``out`` when given."""
-    from pathlib import Path
-
-    text = "\n".join(lines)
-    print(text)
-    if out:
-        Path(out).write_text(text + "\n")
-
-
-def region_shares(labels):
-    """Fraction of the image covered by each (non-empty) region of a label image."""
-    import numpy as np
-
-    labels = np.asarray(labels)
-    area = np.bincount(labels.ravel())
-    return area[area > 0] / labels.size

@@ -35,7 +35,7 @@ unsupervised default (see ``--pilot``).
 toy seeds 100-104 and mixture seeds 11-13 (``toy.py`` and ``real.py`` report seeds 0-9 and
 seed 0). The real sets have a single draw each and are never used to choose.
 
-Writes ``experiments/results/hierarchies.md``. Usage: ``python experiments/hierarchies.py
+Writes ``experiments/paper/results/hierarchies.md``. Usage: ``python experiments/paper/hierarchies.py
 [--seeds 5] [--scale 1e5] [--sets ...]``; ``--pilot``.
 """
 import os
@@ -56,7 +56,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -389,7 +389,7 @@ def write(res, methods, scale_rows, args):
               ("64-d mixtures (real.py's draw, seed 0)", [s for s in MIX_SETS if s in res]),
               (f"Toy sets (seeds 0-{args.seeds - 1}, mean ± std)", [s for s in toy.SETS if s in res])]
     out = ["# Hierarchies measured as a whole: dendrogram purity, Dasgupta's cost, flat accuracy", "",
-           "Written by `experiments/hierarchies.py` (its docstring: the data, the similarity graph, how "
+           "Written by `experiments/paper/hierarchies.py` (its docstring: the data, the similarity graph, how "
            "time and memory are measured). *purity*: dendrogram purity, exact. *Dasgupta*: Dasgupta's cost "
            "on the set's 10-NN + MST graph with similarity exp(-(d / mean d)^2), divided by the flat "
            "tree's (lower is better). *accuracy*: the cut at the true number of classes (linkages: plain "

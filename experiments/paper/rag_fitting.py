@@ -22,10 +22,10 @@ Compared, by the mean squared error to the input weights:
 
 All fits: ``max_iter=300``, ``patience=50`` (stop after 50 iterations without a
 relative improvement of 1e-6), best iterate returned. Writes
-``experiments/results/rag_fitting.md`` and ``rag_fitting.png`` (normalised loss per
+``experiments/paper/results/rag_fitting.md`` and ``rag_fitting.png`` (normalised loss per
 iteration, mean and min/max over the images).
 
-Usage: ``python experiments/rag_fitting.py [--images astronaut,coffee,...] [--sizes 1000,10000]``
+Usage: ``python experiments/paper/rag_fitting.py [--images astronaut,coffee,...] [--sizes 1000,10000]``
 (about 5 minutes on one core for the default 8 images x 2 sizes).
 """
 import os
@@ -42,7 +42,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 torch.set_num_threads(1)
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import hiseg  # noqa: E402
 from hiseg.core.fitting import fit_ultrametric  # noqa: E402

@@ -29,7 +29,7 @@ edge lengths, 15-NN + MST for Ward's heights (``dissimilarity="ward"``).
 
 How the settings were chosen: the estimator's defaults (size weight 10, the average-
 linkage start, margin 1, the ``"auto"`` minimum cluster sizes) were chosen on the toy
-sets' pilot draws (seeds 100-104 of ``experiments/toy.py``, not the seeds reported
+sets' pilot draws (seeds 100-104 of ``experiments/paper/toy.py``, not the seeds reported
 there), never on these data sets' labels; every semi-supervised fit sees only its 10%
 (20%...) of labels, and the start (average linkage or input) is chosen per fit on those
 labelled samples (the cut's accuracy on them).
@@ -37,7 +37,7 @@ labelled samples (the cut's accuracy on them).
 Note: scikit-learn's breast cancer set is WDBC (569 x 30), not the LIBSVM 683 x 10
 version the paper used: compare with Ward on the same data, not with the paper's numbers.
 
-Writes ``experiments/results/real.md``.  Usage: ``python experiments/real.py [--draws 10]
+Writes ``experiments/paper/results/real.md``.  Usage: ``python experiments/paper/real.py [--draws 10]
 [--sets wine,breast cancer,iris,mix10 separated,mix10,mix20]`` (~30 minutes on one core).
 """
 import os
@@ -55,7 +55,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 from sklearn.cluster import AgglomerativeClustering, SpectralClustering  # noqa: E402
@@ -82,7 +82,7 @@ PAPER = {
 
 #: the unsupervised fits of edge lengths pin dissimilarity="euclidean" (the paper's; the
 #: estimator's unsupervised default now chooses between them and Ward's heights:
-#: experiments/hierarchies.py)
+#: experiments/paper/hierarchies.py)
 UNSUP = {
     "closest+size": dict(dissimilarity="euclidean"),
     "closest+size, Ward heights": dict(dissimilarity="ward"),
@@ -177,7 +177,7 @@ def semi_supervised(name, draws, max_iter, max_triplets):
 def write(unsup, semi, draws, path, sens=None):
     lines = ["# Real data sets and 64-d mixtures: accuracy", "",
              "Real sets: features scaled to [-1, 1]. Mixtures: 64-d Gaussian classes of unequal spreads "
-             "(`experiments/real.py`, `mixture`). Graph: 5-NN + MST for the Euclidean distances, 15-NN + MST "
+             "(`experiments/paper/real.py`, `mixture`). Graph: 5-NN + MST for the Euclidean distances, 15-NN + MST "
              "for Ward's heights (`dissimilarity=\"ward\"`: the heights of Ward's hierarchy constrained to "
              "the graph); hierarchies cut at the true number of "
              "classes. *paper*: Table 1 of the paper (its breast cancer set is LIBSVM's 683 x 10, ours is "

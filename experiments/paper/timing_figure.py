@@ -1,15 +1,15 @@
 """Time per iteration vs number of edges (the paper's Figure 4), from the core benchmark.
 
-Reads the JSON written by ``python benchmarks/bench_core.py --json experiments/results/timing.json``
+Reads the JSON written by ``python benchmarks/bench_core.py --json experiments/paper/results/timing.json``
 (grids with uniform random weights; one fit iteration = forward, backward and optimiser
 step, single thread) and draws a log-log plot per loss, with the floor (higra
 ``bpt_canonical`` + lca of all edges) measured in the same run. Writes
-``experiments/results/timing.png`` and ``timing.md``.
+``experiments/paper/results/timing.png`` and ``timing.md``.
 
 Usage::
 
-    python benchmarks/bench_core.py --sizes 3e3,3e4,3e5 --repeat 2 --json experiments/results/timing.json
-    python experiments/timing_figure.py [--json experiments/results/timing.json]
+    python benchmarks/bench_core.py --sizes 3e3,3e4,3e5 --repeat 2 --json experiments/paper/results/timing.json
+    python experiments/paper/timing_figure.py [--json experiments/paper/results/timing.json]
 """
 import argparse
 import json

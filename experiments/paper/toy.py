@@ -17,10 +17,10 @@ with the estimator's size-aware cut and (rows "plain cut") without it. Scores: a
 cluster-to-class matching, Hungarian), ARI and NMI on all 200 samples, mean ± std over
 the seeds.
 
-Writes ``experiments/results/toy.md`` and ``toy.png`` (dendrogram of the top 30 nodes |
+Writes ``experiments/paper/results/toy.md`` and ``toy.png`` (dendrogram of the top 30 nodes |
 clusters, for the first seed).
 
-Usage: ``python experiments/toy.py [--seeds 10] [--max-iter 200]`` (~10 minutes on one
+Usage: ``python experiments/paper/toy.py [--seeds 10] [--max-iter 200]`` (~10 minutes on one
 core; the Dasgupta fits take most of it; ``--fast`` skips them).
 """
 import os
@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
 from sklearn import datasets  # noqa: E402
@@ -62,7 +62,7 @@ PAPER = {
 # average-linkage ultrametric; size-aware cut, min_size="auto"), chosen on five
 # pilot seeds (100-104), not the seeds reported. The unsupervised rows fit the edge lengths
 # (dissimilarity="euclidean", the paper; the estimator's unsupervised default now chooses
-# between them and Ward's heights, see experiments/hierarchies.py). "plain cut": the same fit cut without a
+# between them and Ward's heights, see experiments/paper/hierarchies.py). "plain cut": the same fit cut without a
 # minimum cluster size (the k-1 highest merges undone, outliers merged last isolated).
 METHODS = {
     "closest": dict(loss="closest", dissimilarity="euclidean"),

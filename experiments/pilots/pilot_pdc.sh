@@ -14,11 +14,11 @@
 #   pdc_boundary_net     {"width": 16}                                              102,909 parameters
 #   compact_boundary_net {"width": 17, "blocks": [2, 2, 3, 3], "side_channels": 16} 100,677 parameters
 #     (the shipped bsds500 network's shape, narrowed to the same parameter count)
-# Then the curves go to experiments/results/pilot_pdc/curves.{csv,md} and, with EVAL_IMAGES > 0
-# (default 100), each last checkpoint is scored on that many val images by experiments/bsds_eval.py
-# (hiseg predict + hiseg evaluate, THRESHOLDS=33), results copied to experiments/results/pilot_pdc/.
+# Then the curves go to experiments/pilots/results/pilot_pdc/curves.{csv,md} and, with EVAL_IMAGES > 0
+# (default 100), each last checkpoint is scored on that many val images by experiments/segmentation/bsds_eval.py
+# (hiseg predict + hiseg evaluate, THRESHOLDS=33), results copied to experiments/pilots/results/pilot_pdc/.
 #
-#   nohup experiments/pilot_pdc.sh [BSDS_ROOT] > runs/pilot_pdc.log 2>&1 &
+#   nohup experiments/pilots/pilot_pdc.sh [BSDS_ROOT] > runs/pilot_pdc.log 2>&1 &
 #
 # Resumable: rerun the same command. A finished run leaves runs/pilot_pdc/<arch>/done and is
 # skipped; an unfinished one resumes from its last.ckpt (written every 100 steps); an evaluation
@@ -26,7 +26,7 @@
 # sequential), or one process per design, each on its own core: ARCHS=pdc_boundary_net and
 # ARCHS=compact_boundary_net (default both) train and evaluate only those; a design is evaluated
 # only once its run is done.
-# Across machines (runs/ is not committed): STATE=experiments/state/<name> SAVE=1 experiments/pilot_pdc.sh
+# Across machines (runs/ is not committed): STATE=experiments/state/<name> SAVE=1 experiments/pilots/pilot_pdc.sh
 # copies each run's newest last.ckpt, its metrics.csv files and its done marker there (to commit; about
 # 1.3 MB a run) and exits; a later command with the same STATE restores a run missing from ROOT from it
 # first, then resumes it as above.
@@ -36,9 +36,9 @@ STEPS=${STEPS:-1000}; BATCH=${BATCH:-8}; CROP=${CROP:-160}
 VAL_EVERY=${VAL_EVERY:-250}; VAL_IMAGES=${VAL_IMAGES:-20}
 EVAL_IMAGES=${EVAL_IMAGES:-100}; THRESHOLDS=${THRESHOLDS:-33}
 ROOT=${ROOT:-runs/pilot_pdc}
-OUT=${OUT:-experiments/results/pilot_pdc}
+OUT=${OUT:-experiments/pilots/results/pilot_pdc}
 export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 
 arch_kwargs() {
   case "$1" in
@@ -110,7 +110,7 @@ for arch in $ARCHS; do
   echo "pilot_pdc: $arch done; $(date)"
 done
 
-python experiments/pilot_pdc_curves.py --runs "$ROOT" --out "$OUT" --batch "$BATCH"
+python experiments/pilots/pilot_pdc_curves.py --runs "$ROOT" --out "$OUT" --batch "$BATCH"
 
 if [ "$EVAL_IMAGES" -gt 0 ]; then
   for arch in $ARCHS; do
@@ -118,7 +118,7 @@ if [ "$EVAL_IMAGES" -gt 0 ]; then
     if [ -f "$ev/results.json" ]; then echo "pilot_pdc: $arch already evaluated ($ev)"; continue; fi
     if [ ! -f "$ROOT/$arch/done" ]; then echo "pilot_pdc: $arch not trained to its end: not evaluated"; continue; fi
     echo "pilot_pdc: evaluating $arch on $EVAL_IMAGES val images; $(date)"
-    python experiments/bsds_eval.py --checkpoint "$(last_ckpt "$ROOT/$arch")" --bsds "$DATA" --out "$ev" \
+    python experiments/segmentation/bsds_eval.py --checkpoint "$(last_ckpt "$ROOT/$arch")" --bsds "$DATA" --out "$ev" \
       --n-images "$EVAL_IMAGES" --thresholds "$THRESHOLDS"
     mkdir -p "$OUT"
     cp "$ev/results.md" "$OUT/eval_$arch.md"

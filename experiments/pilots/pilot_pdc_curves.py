@@ -1,6 +1,6 @@
-"""Collect the CPU pilot's curves (experiments/pilot_pdc.sh) into a CSV and a markdown table.
+"""Collect the CPU pilot's curves (experiments/pilots/pilot_pdc.sh) into a CSV and a markdown table.
 
-    python experiments/pilot_pdc_curves.py [--runs runs/pilot_pdc] [--out experiments/results/pilot_pdc]
+    python experiments/pilots/pilot_pdc_curves.py [--runs runs/pilot_pdc] [--out experiments/pilots/results/pilot_pdc]
 
 Reads ``RUNS/<arch>/csv/version_*/metrics.csv`` (a resumed run writes a new version folder;
 rows are merged by step, the latest version winning) for every architecture folder under
@@ -53,7 +53,7 @@ def curves(runs: Path, batch: int) -> list[dict]:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="runs/pilot_pdc")
-    ap.add_argument("--out", default="experiments/results/pilot_pdc")
+    ap.add_argument("--out", default="experiments/pilots/results/pilot_pdc")
     ap.add_argument("--batch", type=int, default=8, help="crops per step (for the crops column)")
     a = ap.parse_args(argv)
     rows = curves(Path(a.runs), a.batch)

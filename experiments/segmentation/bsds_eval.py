@@ -1,7 +1,7 @@
 """Benchmark a trained checkpoint on BSDS500 val, next to gPb-owt-ucm, and export it.
 
-    python experiments/bsds_eval.py --checkpoint runs/bsds500/.../best.ckpt \\
-        --bsds ../shared/data/BSDS500 --out experiments/results/bsds_val [--export models/x.ckpt]
+    python experiments/segmentation/bsds_eval.py --checkpoint runs/bsds500/.../best.ckpt \\
+        --bsds ../shared/data/BSDS500 --out experiments/segmentation/results/bsds_val [--export models/x.ckpt]
         [--baseline] [--n-images 100] [--thresholds 99]
 
 1. optionally exports the network as a slim, self-describing checkpoint

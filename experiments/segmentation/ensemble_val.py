@@ -7,8 +7,8 @@ through a plain pipeline (no merging head: a head is fitted on one network's map
 val; each member alone runs through the same pipeline as the reference. ``hiseg``'s benchmark
 gives every figure.
 
-    python experiments/ensemble_val.py --members bsds500 experiments/state/gpu_twin_pixel_last.ckpt \\
-        --bsds ../shared/data/BSDS500 --work runs/ensemble --out experiments/results/ensemble_val.md
+    python experiments/segmentation/ensemble_val.py --members bsds500 experiments/state/gpu_twin_pixel_last.ckpt \\
+        --bsds ../shared/data/BSDS500 --work runs/ensemble --out experiments/segmentation/results/ensemble_val.md
 """
 import argparse
 import json
@@ -65,7 +65,7 @@ def main(argv=None):
         print(name, r, flush=True)
     keys = list(rows[0][1])
     lines = [f"BSDS500 val, {len(images)} images, {args.thresholds} thresholds; members {args.members}; pipeline "
-             "boundary_watershed 8 px, average linkage, scale 1, no merging head (experiments/ensemble_val.py)\n",
+             "boundary_watershed 8 px, average linkage, scale 1, no merging head (experiments/segmentation/ensemble_val.py)\n",
              "| run | " + " | ".join(keys) + " | s/img |", "|---|" + "---|" * (len(keys) + 1)]
     lines += [f"| {n} | " + " | ".join(f"{v:.4f}" for v in r.values()) + f" | {s:.2f} |" for n, r, s in rows]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)

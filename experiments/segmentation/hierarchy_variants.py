@@ -1,7 +1,7 @@
 """Which hierarchy to build on a predicted boundary map: variants measured on BSDS val.
 
-    python experiments/hierarchy_variants.py --weights W --bsds ../shared/data/BSDS500 \
-        --n-images 25 --thresholds 33 --out experiments/results/hierarchy_variants
+    python experiments/segmentation/hierarchy_variants.py --weights W --bsds ../shared/data/BSDS500 \
+        --n-images 25 --thresholds 33 --out experiments/segmentation/results/hierarchy_variants
 
 For each val image: the network's boundary map, then each variant's ucm2 (.mat) in its
 own folder, then the Python BSDS benchmark on each folder, and one table.

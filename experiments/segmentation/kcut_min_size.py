@@ -2,8 +2,8 @@
 region count) and the specks, for several minimum region sizes, for hiseg's UCMs and
 gPb-owt-ucm's, both cut by the same function (hiseg.metrics.kcut.ucm2_size_aware_cut).
 
-    python experiments/kcut_min_size.py --bsds ../shared/data --ucm runs/eval_abl_average/ucm2 \
-        --out experiments/results/kcut_min_size.md
+    python experiments/segmentation/kcut_min_size.py --bsds ../shared/data --ucm runs/eval_abl_average/ucm2 \
+        --out experiments/segmentation/results/kcut_min_size.md
 
 The minimum size is FRACTION / K of the image (FRACTION = 0: the plain cut). Used to
 choose hiseg's default for images (hiseg.core.cuts.AUTO_MIN_REGION_FRACTION) on val; train and val
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import scipy.io
 
-from common import emit, region_shares
+from tables import emit, region_shares
 from hiseg.data.bsds import find_bsds_root
 from hiseg.io import load_ground_truth
 from hiseg.metrics.kcut import kcut_counts, median_region_count, ucm2_cut_k, ucm2_size_aware_cut

@@ -2,7 +2,7 @@
 gets them with ``hiseg predict --regions K``: region sizes of the plain cut (min_size 0)
 and of the default size-aware cut (min_size "auto" = 0.05/K of the image).
 
-    python experiments/photo_cuts.py [--checkpoint models/hiseg_bsds500.ckpt] [--k 8] [--out FILE]
+    python experiments/segmentation/photo_cuts.py [--checkpoint models/hiseg_bsds500.ckpt] [--k 8] [--out FILE]
 """
 import argparse
 from pathlib import Path
@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import skimage.data
 
-from common import emit, region_shares
+from tables import emit, region_shares
 from hiseg.segmentation.segmenter import Segmenter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PHOTOS = ["astronaut", "coffee", "chelsea", "rocket", "camera", "hubble_deep_field", "immunohistochemistry"]
 
 

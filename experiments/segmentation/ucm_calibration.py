@@ -19,8 +19,8 @@ log-region count.
 
 Select ``lam`` on train, then measure it on val:
 
-    python experiments/ucm_calibration.py --split train --lams 0 0.1 0.2 0.3 0.5 --thresholds 33 \\
-        --bsds ../shared/data/BSDS500 --work runs/calib --out experiments/results/ucm_calibration/train.md
+    python experiments/segmentation/ucm_calibration.py --split train --lams 0 0.1 0.2 0.3 0.5 --thresholds 33 \\
+        --bsds ../shared/data/BSDS500 --work runs/calib --out experiments/segmentation/results/ucm_calibration/train.md
 """
 import argparse
 import json
@@ -126,7 +126,7 @@ def main(argv=None):
         print(f"lam {lam:g}: {rows[-1][1]}", flush=True)
     keys = list(rows[0][1])
     lines = [f"BSDS500 {args.split}, {len(cached)} images, {args.thresholds} thresholds, {args.checkpoint}; "
-             "f(u) = (1 - lam) u + lam (1 - log n(u) / log N) (experiments/ucm_calibration.py)\n",
+             "f(u) = (1 - lam) u + lam (1 - log n(u) / log N) (experiments/segmentation/ucm_calibration.py)\n",
              "| lam | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     lines += [f"| {lam:g} | " + " | ".join(f"{v:.4f}" for v in f.values()) + " |" for lam, f in rows]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
