@@ -9,8 +9,8 @@ neighbour count, start) and keep one:
   accuracy on the labelled samples (:func:`labelled_accuracy`) with partial labels, the
   label-free :func:`internal_score` without.
 
-The rules and their constants were chosen on pilot draws (``experiments/hierarchies.py
---pilot``, ``experiments/toy.py``, ``experiments/real.py``); the estimator's docstring says
+The rules and their constants were chosen on pilot draws (``experiments/paper/hierarchies.py
+--pilot``, ``experiments/paper/toy.py``, ``experiments/paper/real.py``); the estimator's docstring says
 what each setting does.
 """
 from __future__ import annotations
@@ -38,7 +38,7 @@ DEFAULT_NEIGHBORS = {"euclidean": 5, "ward": 15}
 #: ``dissimilarity="auto"`` without labels, up to this many samples: the candidate fits
 #: (dissimilarity, neighbour count), the one whose cut has the lowest normalised cut on the
 #: 5-NN graph kept (:meth:`UltrametricClustering._internal_score`); chosen on pilot draws
-#: (toy seeds 100-104, mixture seeds 11-13; ``experiments/hierarchies.py --pilot``)
+#: (toy seeds 100-104, mixture seeds 11-13; ``experiments/paper/hierarchies.py --pilot``)
 AUTO_UNSUPERVISED = (("euclidean", 5), ("euclidean", 10), ("ward", 15))
 AUTO_SELECT_MAX_POINTS = 20000
 

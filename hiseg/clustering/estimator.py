@@ -114,7 +114,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         Choose ``"ward"`` for compact classes in many dimensions: on 64-d Gaussian
         mixtures of unequal spreads, 15% of the 5 nearest neighbours of a sample belong
         to another class, and no ultrametric fitted to the distances of such a graph
-        comes near Ward (``experiments/results/real.md``); choose ``"euclidean"`` for
+        comes near Ward (``experiments/paper/results/real.md``); choose ``"euclidean"`` for
         elongated or nested classes (circles, moons), which Ward cannot separate.
         ``"auto"``: with partial labels (triplet losses) both are fitted, each on its own
         graph, and the one whose cut agrees best with the labelled samples is kept
@@ -126,9 +126,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         (similarities ``exp(-(d / mean d)^2)``; ties: the lower Dasgupta cost of the
         hierarchy there) is kept (``dissimilarity_``, ``n_neighbors_``, ``candidates_``).
         That label-free rule was chosen on pilot draws of the toy sets and 64-d mixtures
-        (``experiments/hierarchies.py --pilot``): it keeps edge lengths where Ward fails
+        (``experiments/paper/hierarchies.py --pilot``): it keeps edge lengths where Ward fails
         (circles, moons) and Ward's heights on compact classes
-        (``experiments/results/hierarchies.md``). Above 2e4 samples: edge lengths. An
+        (``experiments/paper/results/hierarchies.md``). Above 2e4 samples: edge lengths. An
         array ``init`` is for the Euclidean graph (and disables the choice).
     n_neighbors : int or None, default=None
         Number of nearest neighbours of the graph; None: 5 for ``"euclidean"`` (the
@@ -148,11 +148,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         ``"auto"``: ``"input"`` for ``dissimilarity="ward"``; otherwise ``"average"`` up to
         2e4 samples, ``"input"`` above (higra's graph average linkage is quadratic at
         worst), chosen on the toy sets' pilot draws
-        (``experiments/toy.py``); with partial labels (triplet losses, up to 2e4
+        (``experiments/paper/toy.py``); with partial labels (triplet losses, up to 2e4
         samples) both starts are fitted and the one whose cut agrees best with the
         labelled samples is kept (``init_``; ties: average linkage), a choice made on the
         labelled samples only (wine, 10% labelled: 0.90 from average linkage, 0.93 from
-        the input, 0.94 chosen; ``experiments/real.py``).
+        the input, 0.94 chosen; ``experiments/paper/real.py``).
     min_size : "auto", float or 0, default="auto"
         Smallest cluster the cut splits off (:func:`hiseg.core.cuts.cut_hierarchy`): a number
         of samples (>= 1), a fraction of the samples (in (0, 1)) or 0 (plain cut: the
@@ -163,7 +163,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         ``n_clusters`` clusters of that size, the size is halved until it has them:
         ``labels_`` always has ``n_clusters`` clusters. Without a minimum size, outliers
         merged last become clusters of their own (closest+triplet stayed at .63 on
-        breast cancer, ``experiments/real.py``).
+        breast cancer, ``experiments/paper/real.py``).
     lr : float or None, default=None
         Step size; None: 0.1 for AMSGrad/Adam/SGD (the paper's value), 1.0 for
         ``optimizer="newton"``.

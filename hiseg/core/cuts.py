@@ -54,7 +54,7 @@ __all__ = ["cut_hierarchy", "kcut_merges", "resolve_min_size", "check_count",
 AUTO_MIN_CLUSTER_FRACTION = 0.1
 #: images (``n_regions`` cuts, ``hiseg predict --regions``): people draw small regions too,
 #: so the rule only removes specks. Chosen on BSDS500 val
-#: (``experiments/kcut_min_size.py``, ``experiments/results/kcut_min_size.md``): 0.02 gives the
+#: (``experiments/segmentation/kcut_min_size.py``, ``experiments/segmentation/results/kcut_min_size.md``): 0.02 gives the
 #: best K-cut covering (.621), 0.05 keeps most of it (.611, plain cut .598) with 40% fewer
 #: regions under 0.5% of the image; 0.1, the samples' default, drops it to .587.
 AUTO_MIN_REGION_FRACTION = 0.05

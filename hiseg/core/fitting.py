@@ -122,7 +122,7 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
         step of the optimiser moves the weights by the same relative amount whatever
         their unit (with the paper's ``softplus(theta)``, small weights such as mean
         image gradients of ~0.05 sit in softplus's exponential regime and AMSGrad ends
-        above average linkage on some RAGs, ``experiments/rag_fitting.py``). With
+        above average linkage on some RAGs, ``experiments/paper/rag_fitting.py``). With
         ``optimizer="newton"`` the step is taken on w~ itself and any positivity other
         than ``None`` is a projection (clamp at 0).
     init : ``"input"`` (w~ starts at w), ``"average"`` (at the average-linkage ultrametric
@@ -137,7 +137,7 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
         the mean input weight of the edges it merges (the exact minimiser for the current
         hierarchy), the merge order then changes and the iteration goes on. On superpixel
         RAGs it ends below average linkage's error in ~50-150 iterations
-        (``experiments/rag_fitting.py``). Needs a closest term: refused for the Dasgupta
+        (``experiments/paper/rag_fitting.py``). Needs a closest term: refused for the Dasgupta
         losses.
     lr_decay : optional multiplicative decay of the step size per iteration.
     callback : called as ``callback(iteration, loss_value, u)`` after each iteration.

@@ -16,7 +16,7 @@ features) is averaged over the edges incident to each region, :math:`\\bar h(r)`
 MLP reads :math:`[z(e), \\bar h(r_1) + \\bar h(r_2), |\\bar h(r_1) - \\bar h(r_2)|]` for the
 edge's regions :math:`r_1, r_2` (symmetric in them). The head is trained
 through :func:`hiseg.average_linkage_ultrametric` with the network frozen
-(``experiments/merge_head.py``).
+(``experiments/bsds_recipe/merge_head.py``).
 
 A head is stored as plain values (:meth:`MergeHead.to_spec`: feature names, the
 normalisation, the layer weights as nested lists, and the fingerprint of the network it
@@ -435,7 +435,7 @@ class MergeHead(torch.nn.Module):
         default): none, the weight of an edge depends on its own features only.
     normalise_on_first_batch : a new head to train: ``mean`` and ``std`` are set from the
         features of its first forward pass in training mode (their mean and standard
-        deviation + 1e-6, as ``experiments/merge_head.py`` set them from its whole training
+        deviation + 1e-6, as ``experiments/bsds_recipe/merge_head.py`` set them from its whole training
         set); a persistent ``pending`` buffer says whether that is still to come (resumes keep it).
 
     ``forward(x, graph)`` takes (E, F) raw features (and, with ``context``, the graph whose

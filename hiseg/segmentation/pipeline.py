@@ -26,7 +26,7 @@ linkage : ``"average"`` (default), ``"single"`` or ``"closest"``
     average: :func:`hiseg.average_linkage_ultrametric` with frontier lengths (the mean
     boundary strength between two regions decides when they merge); single:
     :func:`hiseg.subdominant_ultrametric` (min-max; leaks through one weak frontier pixel
-    run, measured worse on BSDS val, see ``experiments/results/hierarchy_variants``);
+    run, measured worse on BSDS val, see ``experiments/segmentation/results/hierarchy_variants``);
     closest: the weights scaled to a maximum of 1, then the closest ultrametric fitted
     by :func:`hiseg.fit_ultrametric` (``fit_iterations``; 0: single linkage of them) -- the
     classical path's hierarchy, not differentiable (inference only).
