@@ -236,3 +236,27 @@ def test_pixel_stage_resume_is_exact(tmp_path):
     assert out["global_step"] == 10
     for k, v in ref["state_dict"].items():
         torch.testing.assert_close(out["state_dict"][k], v, rtol=0, atol=1e-6, msg=k)
+
+
+def test_wall_clock_deadline_stops_at_a_step_end(monkeypatch):
+    """WallClockDeadline: a run given a fixed slot ends itself once the wall clock passes the
+    deadline (argument, or $HISEG_STOP_AT), whatever its start-up took; without either it does nothing."""
+    import time
+    from types import SimpleNamespace
+
+    from hiseg.training.callbacks import WallClockDeadline
+
+    def step(callback):
+        trainer = SimpleNamespace(should_stop=False, global_step=3)
+        callback.on_train_batch_end(trainer, SimpleNamespace(print=lambda *a: None), None, None, 0)
+        return trainer.should_stop
+
+    monkeypatch.delenv("HISEG_STOP_AT", raising=False)
+    assert not step(WallClockDeadline())
+    assert step(WallClockDeadline(time.time() - 1)) and not step(WallClockDeadline(time.time() + 3600))
+    monkeypatch.setenv("HISEG_STOP_AT", str(int(time.time()) - 1))
+    assert step(WallClockDeadline())
+    assert not step(WallClockDeadline(time.time() + 3600))  # the argument wins
+    monkeypatch.setenv("HISEG_STOP_AT", "soon")
+    with pytest.raises(ValueError, match="HISEG_STOP_AT must be a time in Unix seconds, got 'soon'"):
+        WallClockDeadline()

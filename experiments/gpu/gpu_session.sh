@@ -47,7 +47,10 @@
 # environment: RESUME (unset: the one of STATE=experiments/state/pdc_pixel_last.ckpt and
 #   KEEP/pixel_last.ckpt with more steps, KEEP=runs/gpu_session; '' starts afresh), CURVE (the curve so far:
 #   the resumed checkpoint's, experiments/state/pdc_pixel_metrics.csv or KEEP's), BUDGET_SECONDS (570: the whole command;
-#   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end),
+#   the pixel stage gets what the benchmark leaves, less RESERVE_SECONDS=80 for its start and end; it stops
+#   itself END_SECONDS=60 before the command's end, at a step's end, with its final checkpoint: the first
+#   GPU session's stage, stopped by max_time alone, overran its slot by its start-up: its steps after the last
+#   periodic checkpoint were lost),
 #   BENCH (auto: the checks without a result for this GPU kind, decided by experiments/gpu/gpu_choices.py todo; 1: all
 #   of them; 0: none), BENCH_SECONDS (120: the benchmark's time, (a)), MEASURE_SECONDS (8 per measurement),
 #   COMPILE (auto: train with hiseg.training.callbacks.CompileNetwork when the committed rows and this run's show torch.compile
@@ -67,6 +70,7 @@ GPU_DIR=${GPU_DIR:-.gpu}
 TINY=${TINY:-0}
 BUDGET_SECONDS=${BUDGET_SECONDS:-570}
 RESERVE_SECONDS=${RESERVE_SECONDS:-80}
+END_SECONDS=${END_SECONDS:-60}  # the stage's end: final checkpoint, its curve and the copies into OUT
 BENCH=${BENCH:-auto}
 COMPILE=${COMPILE:-auto}
 BENCH_SECONDS=${BENCH_SECONDS:-120}
@@ -216,7 +220,10 @@ stage() {
   [ "$compile" = 1 ] && train_args="--trainer.callbacks+=${COMPILE_CALLBACK:-hiseg.training.callbacks.CompileNetwork}"
   log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}${packed:+ from $packed}, torch.compile: $([ "$compile" = 1 ] && echo on || echo off), RESUME=${RESUME:-none})"
   rm -f "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv"
-  env "${DATA[@]}" WORK="$work" CONFIG="$PIXEL_CONFIG" ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
+  # the stage ends itself at the slot's end less END_SECONDS, its start-up whatever it took (WallClockDeadline);
+  # max_time (PIXEL_SECONDS) only bounds the fit's own time
+  env "${DATA[@]}" WORK="$work" CONFIG="$PIXEL_CONFIG" ARCH= SPLIT="$SPLIT" MERGE=0 \
+    PIXEL_SECONDS="$(( LEFT + RESERVE_SECONDS ))" HISEG_STOP_AT="$(( START + BUDGET_SECONDS - END_SECONDS ))" \
     TRAIN_ARGS="$train_args" \
     PIXEL_STEPS="${PIXEL_STEPS:-30000}" WORKERS="${WORKERS:-4}" CURVE="$CURVE" \
     timeout -k 15 $(( LEFT + RESERVE_SECONDS - 10 )) bash experiments/gpu/gpu_recipe.sh "$OUT" ${RESUME:+"$RESUME"}

@@ -17,6 +17,8 @@ removes one of them.
 """
 from __future__ import annotations
 
+import os
+import time
 from typing import Optional
 
 import pytorch_lightning as pl
@@ -117,6 +119,33 @@ class LastCheckpoint(pl.callbacks.ModelCheckpoint):
     def on_train_end(self, trainer, pl_module) -> None:
         if self._last_global_step_saved != trainer.global_step:  # e.g. max_steps mid-epoch
             self._save_last_now(trainer)
+
+
+class WallClockDeadline(pl.Callback):
+    """Stop the fit at the end of the first step after a wall-clock deadline (Unix seconds;
+    ``deadline=None`` reads ``$HISEG_STOP_AT``, and without either the callback does nothing).
+
+    Why: a run given a fixed slot (a GPU lease of a few minutes) must end by itself, with its
+    final checkpoint (:class:`LastCheckpoint` saves at the fit's end), however long its start
+    took. Lightning's ``max_time`` counts the fit's own time only, so imports, CUDA start-up and
+    data loading on a fresh machine pushed a run past its slot's end (the first GPU session of
+    issue 45 was killed before its end and lost the steps after its last periodic checkpoint).
+    """
+
+    def __init__(self, deadline: Optional[float] = None):
+        super().__init__()
+        text = os.environ.get("HISEG_STOP_AT", "")
+        if deadline is None and text:
+            try:
+                deadline = float(text)
+            except ValueError:
+                raise ValueError(f"HISEG_STOP_AT must be a time in Unix seconds, got {text!r}") from None
+        self.deadline = deadline
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        if self.deadline is not None and time.time() >= self.deadline and not trainer.should_stop:
+            trainer.should_stop = True
+            pl_module.print(f"[hiseg] wall-clock deadline reached at step {trainer.global_step}: stopping")
 
 
 class AtomicCheckpointIO(pl.plugins.io.TorchCheckpointIO):
