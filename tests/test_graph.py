@@ -241,3 +241,16 @@ def test_batch_graphs_offsets(rng):
         batch_graphs([gs[0], (np.array([0]), np.array([4]), 2)])
     with pytest.raises(ValueError, match="at least one"):
         batch_graphs([])
+
+
+def test_rag_is_taken_as_it_is_and_counts_its_regions_once():
+    """The RAG is the one graph of the image pipeline: as_edge_list returns its edge list itself
+    (no copy, no second check), and region_sizes is the pixel count of each region, computed once."""
+    from hiseg.core.graph import as_edge_list, region_adjacency_graph
+
+    labels = np.array([[5, 5, 7], [9, 7, 7], [9, 9, 7]])
+    rag = region_adjacency_graph(labels)
+    assert as_edge_list(rag) is rag.graph
+    np.testing.assert_array_equal(rag.region_sizes, [2, 4, 3])  # labels 5, 7, 9 renumbered 0, 1, 2
+    assert rag.region_sizes is rag.region_sizes
+    assert rag.region_sizes.sum() == labels.size

@@ -12,6 +12,7 @@ This module has no torch autograd, no I/O and no image code.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
@@ -69,7 +70,8 @@ def as_edge_list(graph, *, check: bool = True) -> EdgeList:
 
     Parameters
     ----------
-    graph : higra.UndirectedGraph | tuple(sources, targets, num_vertices) | EdgeList | BatchedGraph
+    graph : higra.UndirectedGraph | tuple(sources, targets, num_vertices) | EdgeList | BatchedGraph |
+        RegionAdjacencyGraph
     check : bool
         Validate vertex ids (range, shape, dtype). O(|E|).
 
@@ -85,6 +87,8 @@ def as_edge_list(graph, *, check: bool = True) -> EdgeList:
         return graph
     if isinstance(graph, BatchedGraph):
         return graph.edge_list
+    if isinstance(graph, RegionAdjacencyGraph):  # valid by construction
+        return graph.graph
     if hasattr(graph, "edge_list") and hasattr(graph, "num_vertices") and callable(graph.num_vertices):
         s, t = graph.edge_list()
         n = int(graph.num_vertices())
@@ -359,6 +363,10 @@ class RegionAdjacencyGraph:
     frontier_ptr, frontier_edges : int64 arrays
         CSR form of the inverse map: the pixel-grid edges of RAG edge ``i`` are
         ``frontier_edges[frontier_ptr[i]:frontier_ptr[i+1]]`` (never empty).
+
+    Built once per image, it is the graph every later stage takes as it is (pooling, merging,
+    the tree, the cuts): :func:`as_edge_list` returns its ``graph`` unchanged, and the region
+    sizes are counted once (:attr:`region_sizes`).
     """
 
     graph: EdgeList
@@ -373,6 +381,11 @@ class RegionAdjacencyGraph:
 
     def frontier_lengths(self) -> np.ndarray:
         return np.diff(self.frontier_ptr)
+
+    @functools.cached_property
+    def region_sizes(self) -> np.ndarray:
+        """Pixels of each region, int64 (R,): counted once, O(H W)."""
+        return np.bincount(self.labels.ravel(), minlength=self.num_regions)
 
 
 def compact_labels(labels) -> np.ndarray:

@@ -77,8 +77,7 @@ class _Ctx:
 
     @property
     def sizes(self) -> np.ndarray:
-        return self.get("sizes", lambda: np.bincount(self.rag.labels.ravel(),
-                                                     minlength=self.rag.num_regions).astype(np.float64))
+        return self.get("sizes", lambda: self.rag.region_sizes.astype(np.float64))
 
     def region_mean(self, arr: np.ndarray, key) -> np.ndarray:
         """(R, C) mean of ``arr`` (H, W[, C]) over each region."""

@@ -298,7 +298,7 @@ def cut_num_regions(rag: RegionAdjacencyGraph, hierarchy: Hierarchy, n_regions: 
     """
     n = rag.graph.num_vertices
     n_regions = check_count(n_regions, n, name="n_regions", of="the number of superpixels")
-    area = np.bincount(rag.labels.ravel(), minlength=n)
-    labels, used = cut_hierarchy(hierarchy, int(n_regions), min_size, leaf_size=area, return_min_size=True)
+    labels, used = cut_hierarchy(hierarchy, int(n_regions), min_size, leaf_size=rag.region_sizes,
+                                 return_min_size=True)
     image = labels.astype(np.int32)[rag.labels]
     return (image, used) if return_min_size else image
