@@ -9,3 +9,19 @@
 Everything above (clustering, segmentation, training, metrics, cli) imports this package; it
 imports none of them.
 """
+from __future__ import annotations
+
+import importlib
+
+_MODULES = ("graph", "ultrametric", "cuts", "losses", "fitting")
+
+
+def __getattr__(name):
+    """``hiseg.core.losses`` and the others, imported when first used (as ``hiseg``'s names are)."""
+    if name in _MODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'hiseg.core' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_MODULES))
