@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 
 import numpy as np
@@ -168,6 +169,46 @@ def test_gpu_run_unpacks_the_carried_site_where_higra_is_missing(tmp_path, monke
     site = str((tmp_path / "gpu" / "site").resolve())
     assert (tmp_path / "gpu/site/higra/__init__.py").is_file() and sys.path[:2] == [site, str(ROOT)]
     assert os.environ["PYTHONPATH"] == os.pathsep.join([site, str(ROOT), "elsewhere"])
+
+
+def _gone(pid, seconds=10):
+    """The process ``pid`` has ended (gone, or a zombie nobody reaps)."""
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                if any(ln.startswith("State:") and "Z" in ln.split()[1] for ln in f):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_gpu_run_stage_ends_itself_under_a_hard_limit(tmp_path, monkeypatch):
+    """A subprocess past its limit is ended with its whole process group (the data loader's workers too),
+    as timeout(1) answers (124); the pixel stage's train.py gets the slot's end as $HISEG_STOP_AT
+    (WallClockDeadline), its fit time as max_time, and the hard limit."""
+    run = _module("gpu_run")
+    pidfile = tmp_path / "pid"
+    code = ("import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    t0 = time.time()
+    assert run.run([sys.executable, "-c", code], 3, tmp_path / "log") == 124
+    assert time.time() - t0 < 30 and _gone(int(pidfile.read_text()))
+    seen = {}
+
+    def fake(cmd, seconds, log_file, env=None, cwd=None):
+        seen.update(cmd=cmd, seconds=seconds, env=env)
+        return 1
+
+    monkeypatch.setattr(run, "run", fake)
+    a = run.parse(["--out", str(tmp_path / "o"), "--dry-run"])
+    rc = run.pixel_stage(a, tmp_path, run.Log(tmp_path, 0.0), None, config="c.yaml", arch_kwargs="", seconds=100,
+                         resume="", curve="", work=str(tmp_path / "w"), stop_at=1234.5, timeout=90)
+    assert rc == 1 and "pixel stage failed (rc=1" in (tmp_path / "summary.txt").read_text()
+    assert seen["env"]["HISEG_STOP_AT"] == "1234" and seen["seconds"] == 90
+    assert seen["cmd"][seen["cmd"].index("--trainer.max_time") + 1] == "00:00:01:40"
 
 
 def _table(*rows):
