@@ -1,13 +1,15 @@
-"""The GPU session's command (experiments/gpu/gpu_session.sh) and the folder it carries
-(experiments/gpu/prepare_gpu.sh), end to end on the CPU at a tiny size: the benchmark's rows for
-both networks, then the new network's pixel stage with its checkpoint and curve in OUT (at most
-8 files), and a second run that resumes from the first's checkpoint."""
+"""The GPU session's command (experiments/gpu/gpu_run.py) and the folder it carries
+(experiments/gpu/prepare_gpu.py), end to end on the CPU at a tiny size (--dry-run): the benchmark's
+rows for both networks, then the new network's pixel stage with its checkpoint and curve in OUT (at
+most 8 files), and a second run that resumes from the first's checkpoint."""
 import csv
+import importlib.util
 import io
 import os
 import subprocess
 import sys
 import tarfile
+import time
 import zipfile
 
 import numpy as np
@@ -19,12 +21,19 @@ from hiseg.data.edges import load_edge_dataset
 
 
 def _env(**kw):
-    return dict(os.environ, PY=sys.executable, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", **kw)
+    return dict(os.environ, PYTHONWARNINGS="ignore", OMP_NUM_THREADS="1", **kw)
 
 
-def _bash(script, *args, env, timeout=900):
-    return subprocess.run(["bash", str(ROOT / "experiments" / "gpu" / script), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+def _py(script, *args, env, timeout=900):
+    return subprocess.run([sys.executable, str(ROOT / "experiments" / "gpu" / script), *map(str, args)], cwd=ROOT,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def _session(out, *args, env, dry=("--dry-run",)):
+    """gpu_run.py --dry-run into ``out``; it succeeds."""
+    r = _py("gpu_run.py", "--out", out, *dry, *args, env=env)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    return r
 
 
 def test_prepare_gpu_fills_the_carried_folder(tmp_path):
@@ -36,8 +45,9 @@ def test_prepare_gpu_fills_the_carried_folder(tmp_path):
         z.writestr("higra/lib/include/big.hpp", "// headers are left out\n")
         z.writestr("higra-0.dist-info/METADATA", "Name: higra\n")
     gpu = tmp_path / "gpu"
-    env = _env(GPU_DIR=str(gpu), WHEELS=str(wheels), BSDS=str(data), VAL_IMAGES="1", LIMIT_MIB="1000")
-    r = _bash("prepare_gpu.sh", env=env)
+    env = _env()
+    args = ["--gpu-dir", gpu, "--wheels", wheels, "--bsds", data, "--val-images", "1", "--limit-mib", "1000"]
+    r = _py("prepare_gpu.py", *args, env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     assert "a device call sends" in r.stdout
     with tarfile.open(gpu / "site.tar.xz") as t:
@@ -45,19 +55,19 @@ def test_prepare_gpu_fills_the_carried_folder(tmp_path):
     for a, b in zip(load_edge_dataset(gpu / "bsds500_train.npz", "train"), load_edge_dataset(data, "train")):
         np.testing.assert_array_equal(a, b)
     assert [p.name for p in (gpu / "BSDS500/images/val").iterdir()] == ["val0.jpg"]
-    # SPLITS=train+val: one file holding both splits, from which gpu_session.sh's SPLIT=train reads train alone
-    r = _bash("prepare_gpu.sh", env={**env, "SPLITS": "train+val"})
+    # --splits train+val: one file holding both splits, from which gpu_run.py's --split train reads train alone
+    r = _py("prepare_gpu.py", *args, "--splits", "train+val", env=env)
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     for split in ("train", "train+val"):
         for a, b in zip(load_edge_dataset(gpu / "bsds500_trainval.npz", split), load_edge_dataset(data, split)):
             np.testing.assert_array_equal(a, b)
     assert not (gpu / "bsds500_train.npz").exists()  # one file serves both splits
-    r = _bash("prepare_gpu.sh", env=env)  # the default SPLITS=train afterwards: the train+val file does
+    r = _py("prepare_gpu.py", *args, env=env)  # the default --splits train afterwards: the train+val file does
     assert r.returncode == 0 and "holds train too" in r.stdout and not (gpu / "bsds500_train.npz").exists()
     assert [p.name for p in (gpu / "BSDS500/groundTruth/val").iterdir()] == ["val0.mat"]
     # kept when present; over the size limit: refused, naming it
     before = (gpu / "site.tar.xz").stat().st_mtime_ns
-    r = _bash("prepare_gpu.sh", env={**env, "LIMIT_MIB": "0.001"})
+    r = _py("prepare_gpu.py", *args, "--limit-mib", "0.001", env=env)
     assert r.returncode != 0 and "over the device tool's" in r.stderr
     assert (gpu / "site.tar.xz").stat().st_mtime_ns == before
 
@@ -74,12 +84,11 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     hide.mkdir(parents=True)
     (hide / "__init__.py").write_text("raise ImportError('no numba here, as on the CUDA machine')\n")
     keep = tmp_path / "keep"  # what a warm device keeps between two commands (runs/gpu_session there)
-    # BENCH_SECONDS=0: the first check runs, the other is left for a later command
-    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="4", KEEP=str(keep),
-               BENCH_SECONDS="0", PYTHONPATH=os.pathsep.join([str(hide.parent), str(ROOT)]))
-    r = _bash("gpu_session.sh", str(tmp_path / "a"), env=env)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    env = _env(PYTHONPATH=os.pathsep.join([str(hide.parent), str(ROOT)]))
+    common = ["--bsds", data, "--keep", keep]
+    # --bench-seconds 0: the first check runs, the other is left for a later command
     a = tmp_path / "a"
+    _session(a, *common, "--resume", "", "--curve", "", "--pixel-steps", 4, "--bench-seconds", 0, env=env)
     summary = (a / "summary.txt").read_text()
     assert "no numba: the numpy/scipy metrics" in summary and "(checks to run: eager compact)" in summary
     assert "bench compact: left for a later session" in summary
@@ -95,34 +104,111 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     curve_a = _curve(a / "pixel_metrics.csv")
     assert curve_a and any(row.get("val/boundary_f") for row in curve_a)
     # the next run resumes from the first's checkpoint and continues its curve
-    env.update(RESUME=str(a / "pixel_last.ckpt"), CURVE=str(a / "pixel_metrics.csv"), PIXEL_STEPS_TINY="8",
-               BENCH="0")
-    b, curve_b = _resumed_run(tmp_path / "b", env, a / "pixel_last.ckpt", 8, curve_a)
-    assert not (b / "pixel_stage.md").exists()  # BENCH=0
-    # RESUME unset: the further of the committed state (here a's, step 4) and the machine's last command (b's,
-    # step 8, kept in KEEP) is resumed, with its curve
+    b, curve_b = _resumed_run(tmp_path / "b", env, a / "pixel_last.ckpt", 8, curve_a, *common, "--resume",
+                              a / "pixel_last.ckpt", "--curve", a / "pixel_metrics.csv", "--bench", "none")
+    assert not (b / "pixel_stage.md").exists()  # --bench none
+    # --resume not given: the further of the committed state (here a's, step 4) and the machine's last command
+    # (b's, step 8, kept in KEEP) is resumed, with its curve
     assert load_ckpt(keep / "pixel_last.ckpt")["global_step"] == 8
-    for k in ("RESUME", "CURVE"):
-        env.pop(k)
-    # BENCH=auto again: the check the first command left (its own done, kept by the warm machine in KEEP)
-    env.update(STATE=str(a / "pixel_last.ckpt"), PIXEL_STEPS_TINY="12", BENCH="auto")
-    c, _ = _resumed_run(tmp_path / "c", env, keep / "pixel_last.ckpt", 12, curve_b)
+    # --bench auto again: the check the first command left (its own done, kept by the warm machine in KEEP)
+    c, _ = _resumed_run(tmp_path / "c", env, keep / "pixel_last.ckpt", 12, curve_b, *common,
+                        "--state", a / "pixel_last.ckpt", "--pixel-steps", 12)
     assert "(checks to run: compact)" in (c / "summary.txt").read_text()
     assert [ln.split("|")[2] for ln in (c / "gpu_checks.md").read_text().splitlines()[2:]] == [" compact "]
     assert [ln.split("|")[2].strip() for ln in (keep / "gpu_checks.md").read_text().splitlines()] == ["eager",
                                                                                                      "compact"]
 
 
-def _resumed_run(out, env, resumed, step, curve_before):
-    """gpu_session.sh into ``out``: it resumed from ``resumed``, reached ``step``, and its curve
+def _resumed_run(out, env, resumed, step, curve_before, *args):
+    """gpu_run.py --dry-run into ``out``: it resumed from ``resumed``, reached ``step``, and its curve
     continues ``curve_before``; returns (out, its curve)."""
-    r = _bash("gpu_session.sh", str(out), env=env)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    assert f"RESUME={resumed}" in (out / "summary.txt").read_text()
+    _session(out, "--pixel-steps", step, *args, env=env)
+    assert f"resume={resumed} " in (out / "summary.txt").read_text()
     assert load_ckpt(out / "pixel_last.ckpt")["global_step"] == step
     curve = _curve(out / "pixel_metrics.csv")
     assert curve[:len(curve_before)] == curve_before and len(curve) > len(curve_before)
     return out, curve
+
+
+def test_gpu_run_takes_arguments():
+    """Every setting is an argument, none an environment variable."""
+    r = _py("gpu_run.py", "--help", env=_env())
+    assert r.returncode == 0
+    for opt in ("--out", "--budget-seconds", "--bench {auto,all,none}", "--bench-seconds", "--compile {auto,on,off}",
+                "--split", "--resume", "--gpu-dir", "--dry-run", "--end-seconds", "--keep", "--state"):
+        assert opt in r.stdout, opt
+    assert "--no-merge" in _py("gpu_run.py", "recipe", "--help", env=_env()).stdout
+
+
+
+def _module(name):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "experiments" / "gpu" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_gpu_run_unpacks_the_carried_site_where_higra_is_missing(tmp_path, monkeypatch):
+    """Where this Python lacks higra or jsonargparse (the CUDA machine), the program unpacks the carried
+    site.tar.xz and puts it first on its own path and its subprocesses'; without the file it says what
+    to run."""
+    run = _module("gpu_run")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setenv("PYTHONPATH", "elsewhere")
+    monkeypatch.setattr(run.importlib.util, "find_spec", lambda name, *a: None)
+    log = run.Log(tmp_path, 0.0)
+    assert not run.setup_site(str(tmp_path / "gpu"), log)
+    assert "run experiments/gpu/prepare_gpu.py" in (tmp_path / "summary.txt").read_text()
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    with zipfile.ZipFile(wheels / "higra-0-py3-none-any.whl", "w") as z:
+        z.writestr("higra/__init__.py", "X = 1\n")
+    (tmp_path / "gpu").mkdir()
+    _module("prepare_gpu").pack_site(sorted(wheels.glob("*.whl")), tmp_path / "gpu" / "site.tar.xz")
+    assert run.setup_site(str(tmp_path / "gpu"), log)
+    site = str((tmp_path / "gpu" / "site").resolve())
+    assert (tmp_path / "gpu/site/higra/__init__.py").is_file() and sys.path[:2] == [site, str(ROOT)]
+    assert os.environ["PYTHONPATH"] == os.pathsep.join([site, str(ROOT), "elsewhere"])
+
+
+def _gone(pid, seconds=10):
+    """The process ``pid`` has ended (gone, or a zombie nobody reaps)."""
+    end = time.time() + seconds
+    while time.time() < end:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                if any(ln.startswith("State:") and "Z" in ln.split()[1] for ln in f):
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_gpu_run_stage_ends_itself_under_a_hard_limit(tmp_path, monkeypatch):
+    """A subprocess past its limit is ended with its whole process group (the data loader's workers too),
+    as timeout(1) answers (124); the pixel stage's train.py gets the slot's end as $HISEG_STOP_AT
+    (WallClockDeadline), its fit time as max_time, and the hard limit."""
+    run = _module("gpu_run")
+    pidfile = tmp_path / "pid"
+    code = ("import subprocess, time; p = subprocess.Popen(['sleep', '60']); "
+            f"open({str(pidfile)!r}, 'w').write(str(p.pid)); time.sleep(60)")
+    t0 = time.time()
+    assert run.run([sys.executable, "-c", code], 3, tmp_path / "log") == 124
+    assert time.time() - t0 < 30 and _gone(int(pidfile.read_text()))
+    seen = {}
+
+    def fake(cmd, seconds, log_file, env=None, cwd=None):
+        seen.update(cmd=cmd, seconds=seconds, env=env)
+        return 1
+
+    monkeypatch.setattr(run, "run", fake)
+    a = run.parse(["--out", str(tmp_path / "o"), "--dry-run"])
+    rc = run.pixel_stage(a, tmp_path, run.Log(tmp_path, 0.0), None, config="c.yaml", arch_kwargs="", seconds=100,
+                         resume="", curve="", work=str(tmp_path / "w"), stop_at=1234.5, timeout=90)
+    assert rc == 1 and "pixel stage failed (rc=1" in (tmp_path / "summary.txt").read_text()
+    assert seen["env"]["HISEG_STOP_AT"] == "1234" and seen["seconds"] == 90
+    assert seen["cmd"][seen["cmd"].index("--trainer.max_time") + 1] == "00:00:01:40"
 
 
 def _table(*rows):
@@ -160,8 +246,8 @@ def test_gpu_choices_read_the_benchmark_rows(tmp_path):
     assert not g.compile_pays(g.gpu_rows(compiled, "pdc_boundary_net", {"width": 40}, "NVIDIA H200"), 1.3)
     newest = _table((h100, PDC, "1000.0"), (h100, PDC + ", compiled (default)", "1400.0"), (h100, PDC, "1200.0"))
     assert not g.compile_pays(rows(newest), 1.3)
-    # a training with compile failed on that GPU (gpu_session.sh's row): off from then on, whatever the speed
-    failed = compiled + _table((h100, PDC.split(" (")[0] + " training with torch.compile (gpu_session.sh), "
+    # a training with compile failed on that GPU (gpu_run.py's row): off from then on, whatever the speed
+    failed = compiled + _table((h100, PDC.split(" (")[0] + " training with torch.compile (gpu_run.py), "
                                        "compiled (default)", "failed (rc=1, recipe.log)"))
     assert [r["failed"] for r in rows(failed)] == [False, False, True]
     assert not g.compile_pays(rows(failed), 1.3)
@@ -196,7 +282,7 @@ def test_gpu_choices_todo_lists_the_checks_a_gpu_has_no_result_for(tmp_path):
     assert ask("--device", "cpu", "--items", "eager compact").stdout.strip() == "eager compact"  # CPU rows: no
     # a failed training with compile on that GPU is its compile check's result
     with pixel.open("a") as f:
-        f.write(f"| {h100} | {PDC.split(' (')[0]} training with torch.compile (gpu_session.sh), compiled (default)"
+        f.write(f"| {h100} | {PDC.split(' (')[0]} training with torch.compile (gpu_run.py), compiled (default)"
                 " | failed (rc=1, recipe.log) | – | – |\n")
     assert ask("--device", h100).stdout.strip() == "host"
     for bad in (("--device", h100, "--items", "eager warp"), ()):
@@ -231,28 +317,26 @@ class FailAt(pl.Callback):
 
 
 def _compiled_session(tmp_path, callbacks: str, callback: str):
-    """gpu_session.sh at a tiny size with COMPILE=1, ``callback`` (a class of the module source
-    ``callbacks``) standing for torch.compile, 8 steps, into tmp_path/a: (env, out, keep, summary)."""
+    """gpu_run.py --dry-run --compile on, ``callback`` (a class of the module source ``callbacks``)
+    standing for torch.compile, 8 steps, into tmp_path/a: (env, args, out, keep, summary)."""
     data = make_bsds(tmp_path / "bsds")
     (tmp_path / "mods").mkdir()
     (tmp_path / "mods" / "stand_in_compile.py").write_text(callbacks)
     keep = tmp_path / "keep"
-    env = _env(TINY="1", BSDS=str(data), RESUME="", CURVE="", PIXEL_STEPS_TINY="8", KEEP=str(keep), BENCH="0",
-               COMPILE="1", COMPILE_CALLBACK=f"stand_in_compile.{callback}",
-               PYTHONPATH=os.pathsep.join([str(tmp_path / "mods"), str(ROOT)]))
+    env = _env(BSDS=str(data), PYTHONPATH=os.pathsep.join([str(tmp_path / "mods"), str(ROOT)]))
+    args = ["--bsds", data, "--keep", keep, "--bench", "none", "--compile-callback", f"stand_in_compile.{callback}"]
     out = tmp_path / "a"
-    r = _bash("gpu_session.sh", str(out), env=env)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
-    return env, out, keep, (out / "summary.txt").read_text()
+    _session(out, *args, "--resume", "", "--curve", "", "--compile", "on", env=env)
+    return env, args, out, keep, (out / "summary.txt").read_text()
 
 
 def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp_path):
-    """COMPILE=1 and the stage fails at step 6: its last periodic checkpoint (step 4, the first
+    """--compile on and the stage fails at step 6: its last periodic checkpoint (step 4, the first
     epoch's end) and the curve up to it are kept, the rest of the time trains without compile
-    from there to the budget (8), and the machine's next COMPILE=auto command stays off it."""
-    env, out, keep, summary = _compiled_session(tmp_path, FAILING_COMPILE, "FailAt")
+    from there to the budget (8), and the machine's next --compile auto command stays off it."""
+    env, args, out, keep, summary = _compiled_session(tmp_path, FAILING_COMPILE, "FailAt")
     assert "its last periodic checkpoint (step 4)" in summary, summary
-    assert "retrying without it" in summary and "torch.compile: off, RESUME=" in summary, summary
+    assert "retrying without it" in summary and "torch.compile: off, resume=" in summary, summary
     assert "inductor failed (the test's stand-in)" in (out / "recipe.log").read_text()
     assert (keep / "compile_failed").is_file()
     failed_rows = [ln for ln in (out / "pixel_stage.md").read_text().splitlines() if "failed (rc=1" in ln]
@@ -266,11 +350,8 @@ def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp
     val_steps = [int(row["step"]) for row in curve if row.get("val/boundary_f")]
     assert val_steps[0] == 3 and len(val_steps) == 2 and val_steps == sorted(val_steps), val_steps
     assert len(list(out.iterdir())) <= 8
-    # COMPILE=auto on this machine afterwards: off, said so
-    env.pop("RESUME")
-    env.update(COMPILE="auto", STATE=str(out / "pixel_last.ckpt"))
-    r = _bash("gpu_session.sh", str(tmp_path / "b"), env=env)
-    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    # --compile auto on this machine afterwards: off, said so
+    _session(tmp_path / "b", *args, "--state", out / "pixel_last.ckpt", env=env)
     assert "torch.compile: off (a training with it failed on this machine" in (tmp_path / "b/summary.txt").read_text()
 
 
@@ -290,10 +371,10 @@ class FailAndBreakTheData(FailAt):
 
 
 def test_gpu_session_keeps_the_compiled_try_where_the_retry_fails_too(tmp_path):
-    """COMPILE=1, the stage fails at step 6 and the retry without compile fails before its first
+    """--compile on, the stage fails at step 6 and the retry without compile fails before its first
     checkpoint: the compiled try's last periodic checkpoint (step 4) and its curve come back in
     OUT, and nothing marks compile as failed (the cause was something else)."""
-    _, out, keep, summary = _compiled_session(tmp_path, FAILING_EVERYTHING, "FailAndBreakTheData")
+    _, _, out, keep, summary = _compiled_session(tmp_path, FAILING_EVERYTHING, "FailAndBreakTheData")
     assert "retrying without it" in summary, summary
     assert "the retry wrote no checkpoint: the compiled try's (rescued) is in OUT" in summary, summary
     assert "the retry without torch.compile failed too" in summary, summary

@@ -132,3 +132,11 @@ def test_experiments_are_folders_each_with_its_index():
         assert (folder / "README.md").is_file(), f"{folder.name}/ has no README.md"
         assert f"`{folder.name}/`" in index, f"experiments/README.md does not name {folder.name}/"
         assert not _scripts_listed(folder), f"experiments/{folder.name}/README.md does not list {_scripts_listed(folder)}"
+
+
+def test_no_shell_script_in_experiments_is_longer_than_60_lines():
+    """Longer runs are Python programs with arguments (issue 40): a shell script under experiments/ stays a
+    short list of commands."""
+    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "experiments").rglob("*.sh"))
+            if (n := len(p.read_text().splitlines())) > 60}
+    assert not long, f"shell scripts over 60 lines: {long}"

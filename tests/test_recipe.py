@@ -286,29 +286,29 @@ def test_schedule_warmup_in_steps_or_fraction():
 
 
 def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
-    """experiments/gpu/gpu_recipe.sh (issue 20's GPU recipe) on the CPU, TINY: the pixel stage on
-    train+val stops at its budget, resumes from the carried checkpoint, then the merging stage
+    """experiments/gpu/gpu_run.py recipe (issue 20's GPU recipe) on the CPU, --dry-run: the pixel stage
+    on train+val stops at its budget, resumes from the carried checkpoint, then the merging stage
     exports a checkpoint whose pipeline holds the head; at most 8 files come back."""
     import os
     import subprocess
     import sys
 
     data = make_bsds(tmp_path / "bsds")
-    env = dict(os.environ, TINY="1", BSDS=str(data), PY=sys.executable, PYTHONWARNINGS="ignore",
-               PIXEL_STEPS_TINY="4")
-    first = subprocess.run(["bash", "experiments/gpu/gpu_recipe.sh", str(tmp_path / "a")], cwd=ROOT, env=env,
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    cmd = [sys.executable, "experiments/gpu/gpu_run.py", "recipe", "--dry-run", "--bsds", str(data)]
+    first = subprocess.run(cmd + ["--out", str(tmp_path / "a"), "--pixel-steps", "4"], cwd=ROOT, env=env,
                            capture_output=True, text=True, timeout=900)
     assert first.returncode == 0, (first.stdout + first.stderr)[-3000:]
     assert load_ckpt(tmp_path / "a/pixel_last.ckpt")["global_step"] == 4
-    env["PIXEL_STEPS_TINY"] = "6"
-    second = subprocess.run(["bash", "experiments/gpu/gpu_recipe.sh", str(tmp_path / "b"), str(tmp_path / "a/pixel_last.ckpt")],
+    second = subprocess.run(cmd + ["--out", str(tmp_path / "b"), "--pixel-steps", "6", "--resume",
+                                   str(tmp_path / "a/pixel_last.ckpt")],
                             cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, (second.stdout + second.stderr)[-3000:]
     out = sorted(p.name for p in (tmp_path / "b").iterdir())
     assert len(out) <= 8 and "hiseg_gpu_merge.ckpt" in out, out
     assert load_ckpt(tmp_path / "b/pixel_last.ckpt")["global_step"] == 6
     # the time limit of a resumed command comes on top of the training time the checkpoint has spent
-    # (Lightning's Timer restores it: a plain PIXEL_MINUTES would stop the resumed run at once)
+    # (Lightning's Timer restores it: a plain --pixel-minutes would stop the resumed run at once)
     import re
 
     spent = int(load_ckpt(tmp_path / "a/pixel_last.ckpt")["callbacks"]["Timer"]["time_elapsed"]["train"])

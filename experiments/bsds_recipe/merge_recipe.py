@@ -1,4 +1,4 @@
-"""Stage 2 of the GPU recipe (``experiments/gpu/gpu_recipe.sh``): the learned-merging head of a new
+"""Stage 2 of the GPU recipe (``experiments/gpu/gpu_run.py recipe``): the learned-merging head of a new
 network, the network frozen, exported as one checkpoint that ``hiseg predict --checkpoint`` runs.
 
 A thin wrapper (issue 30: the head is trained by the training module, not by a loop of its
@@ -72,7 +72,7 @@ def main(argv=None):
     from hiseg.models.weights import save_weights
 
     seg = Segmenter.from_checkpoint(last, device="cpu")
-    meta = {"pipeline": seg.pipeline.to_dict(), "recipe": "experiments/gpu/gpu_recipe.sh (configs/bsds500_merge_head.yaml)",
+    meta = {"pipeline": seg.pipeline.to_dict(), "recipe": "experiments/gpu/gpu_run.py recipe (configs/bsds500_merge_head.yaml)",
             "merge_head_data": f"BSDS500 {args.splits}", "merge_recipe": recipe, "network": str(args.checkpoint)}
     p = save_weights(seg.model.float().cpu(), args.out, metadata=meta)
     print(f"wrote {p} ({p.stat().st_size / 1024:.0f} KiB) after {time.perf_counter() - t0:.0f} s", flush=True)

@@ -1,4 +1,4 @@
-"""What experiments/gpu/gpu_session.sh decides from the committed benchmark rows
+"""What experiments/gpu/gpu_run.py decides from the committed benchmark rows
 (benchmarks/results/pixel_stage.md, the rows benchmarks/bench_pixel_stage.py appends, and
 benchmarks/results/gpu_checks.md, a row per check a session ran), so that a GPU session spends
 its minutes on training once a measurement exists:
@@ -14,7 +14,7 @@ its minutes on training once a measurement exists:
 * ``compile``: 1 when the newest GPU row of the network compiled with ``torch.compile``'s default
   mode is at least ``--gain`` (1.15) times the newest eager GPU row's crops/s on the same device
   (the pixel stage then trains with ``hiseg.training.callbacks.CompileNetwork``), else 0; a row whose
-  crops/s says ``failed`` (gpu_session.sh's, when a training with compile failed on that GPU)
+  crops/s says ``failed`` (gpu_run.py's, when a training with compile failed on that GPU)
   counts as the newest compiled one and answers 0;
 * ``newest CKPT...``: the checkpoint with the most training steps (``global_step``; the first
   of equals), among those that exist: which one the pixel stage resumes from (the committed
@@ -100,7 +100,7 @@ def checks_done(checks: str, pixel: str, device: str, arch: str, arch_kwargs: di
 
 def compile_pays(rows: list[dict], gain: float = 1.15) -> bool:
     """The newest default-mode compiled row is ``gain`` times the newest eager row of its device
-    (a row that says a training with compile ``failed``, written by gpu_session.sh, is newest: no)."""
+    (a row that says a training with compile ``failed``, written by gpu_run.py, is newest: no)."""
     compiled = [r for r in rows if r["compiled"] == "default"]
     if not compiled or compiled[-1]["failed"]:
         return False

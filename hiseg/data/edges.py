@@ -29,7 +29,7 @@ hierarchies from the prediction, as ``hiseg predict`` does.
 
 The training images can also come from one packed file (:func:`pack_edge_dataset`: the
 split's original JPEG bytes and the annotators' boundary counts, about 16 MB for BSDS500
-train), which is what a GPU machine is sent (``experiments/gpu/prepare_gpu.sh``).
+train), which is what a GPU machine is sent (``experiments/gpu/prepare_gpu.py``).
 
     python train.py fit --config configs/bsds500_pixel.yaml
 """
@@ -75,7 +75,7 @@ def _packed_items(path: Path, split: str, limit: Optional[int]):
 
     with np.load(path, allow_pickle=False) as z:
         if "format" not in z.files or str(z["format"]) != _PACK_FORMAT:
-            raise DataError(f"{path} is not a packed edge data set ({_PACK_FORMAT}; experiments/gpu/prepare_gpu.sh "
+            raise DataError(f"{path} is not a packed edge data set ({_PACK_FORMAT}; experiments/gpu/prepare_gpu.py "
                             "writes one with hiseg.data.edges.pack_edge_dataset)")
         splits, jpeg, jo = z["splits"], z["jpeg"], z["jpeg_offsets"]
         counts, co, shapes, annotators = z["counts"], z["count_offsets"], z["shapes"], z["annotators"]

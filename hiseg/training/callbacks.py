@@ -377,7 +377,7 @@ class CompileNetwork(pl.Callback):
     (:meth:`~hiseg.training.module.HierarchicalSegmentationModule.compile_network`): an option of the
     pixel stage, **off by default** (not in any config), to be turned on only where
     ``benchmarks/bench_pixel_stage.py --compile MODE`` measured it to pay on that GPU
-    (``mode="reduce-overhead"`` adds CUDA graphs; ``experiments/gpu/gpu_session.sh`` decides from its
+    (``mode="reduce-overhead"`` adds CUDA graphs; ``experiments/gpu/gpu_run.py`` decides from its
     rows). The state-dict keys, hence checkpoints, are unchanged. Validation runs the network
     uncompiled: its whole images have other shapes than the crops. When the fit ends, the module
     runs the network as it is again. In a config::
