@@ -56,7 +56,7 @@ def test_from_pretrained_by_name_and_errors(tmp_path, monkeypatch):
 
 
 def _own_data_commands():
-    """The commands of the README's "Train on your own images" block (comments dropped)."""
+    """The commands of the README's "Your own images" block (comments dropped)."""
     section = (ROOT / "README.md").read_text().split("### Your own images", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     return [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.strip().startswith("#")]
