@@ -113,3 +113,35 @@ def test_predict_and_view_use_the_shipped_default_model_and_name_it(tmp_path, ca
     assert capsys.readouterr().out.splitlines() == [f"wrote 1 image(s) to {tmp_path / 'q'}"]
     assert main(["predict", str(img), "-o", str(tmp_path / "n"), "--classical", "-c", "bsds500"]) == 2
     assert "not both" in capsys.readouterr().err and not (tmp_path / "n").exists()
+
+
+#: argv -> the modules it must not import (torch and Lightning never; nothing numeric for the
+#: top-level help and --version): help and option errors answer at once (issue 42)
+_LIGHT = {("--help",): ("numpy",), ("--version",): ("numpy",), (): ("numpy",), ("bogus",): ("numpy",),
+          ("predict", "--help"): (), ("view", "--help"): (), ("evaluate", "--help"): (), ("ensemble", "--help"): (),
+          ("predict", "x.png", "-o", "o", "--regions", "0"): (), ("evaluate", "pred"): (),
+          ("view", "x.png", "-o", "o", "--bogus"): (), ("ensemble", "a", "b"): ()}
+
+
+@pytest.mark.parametrize("argv", list(_LIGHT), ids=lambda a: " ".join(a) or "(none)")
+def test_help_version_and_option_errors_import_no_torch(argv):
+    """``hiseg --help``, ``--version``, each command's help and its option errors import no torch
+    and no Lightning (checked in ``sys.modules`` of a fresh interpreter: commands import them
+    when they run)."""
+    import json
+    import subprocess
+    import sys
+
+    heavy = ("torch", "pytorch_lightning", "lightning", "higra", "cv2") + _LIGHT[argv]
+    code = ("import json, sys\nfrom hiseg.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(m for m in %r if m in sys.modules)), file=sys.stderr)" % (list(argv), heavy))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert json.loads(r.stderr.strip().splitlines()[-1]) == [], (argv, r.stderr[-2000:])
+
+
+def test_the_shipped_names_without_torch_are_the_registrys():
+    """The help's torch-free list of shipped models (:mod:`hiseg._shipped`) is :class:`Weights`'."""
+    from hiseg._shipped import DEFAULT_PRETRAINED, SHIPPED_NAMES
+    from hiseg.models.weights import Weights
+
+    assert list(SHIPPED_NAMES) == Weights.names() and Weights.default().name.lower() == DEFAULT_PRETRAINED

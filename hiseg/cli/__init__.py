@@ -38,8 +38,11 @@ __all__ = ["main", "build_parser"]
 _SUBCOMMANDS = ("predict", "view", "evaluate", "ensemble")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``hiseg`` parser, every subcommand's options added."""
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The ``hiseg`` parser, every subcommand's options added; with ``command``, only that
+    subcommand's (``""``: none; the others listed with their one-line help): what :func:`main` parses with, so
+    that ``hiseg --help``, ``--version`` and one command's help or option error import only what
+    that command's options need (no torch, no Lightning: they are imported when a command runs)."""
     from importlib import import_module
 
     from .. import __version__
@@ -55,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _SUBCOMMANDS:
         mod = import_module(f"{__name__}.{name}")
         p = sub.add_parser(name, help=mod.HELP)
-        mod.add_arguments(p)
+        if command is None or command == name:
+            mod.add_arguments(p)
         p.set_defaults(func=mod.run)
     sub.add_parser("train", help=train.HELP, add_help=False)  # run by main before parsing
     return parser
@@ -68,7 +72,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from . import train
 
         return train.run(argv[1:])
-    args = build_parser().parse_args(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)  # the subcommand, if any
+    args = build_parser(command if command in _SUBCOMMANDS else "").parse_args(argv)
     from ..models.weights import CheckpointError
 
     try:

@@ -22,12 +22,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..io import atomic_write_files, refuse_overwrite
-from ..metrics.bsds import evaluate
-from ..metrics.matching import DEFAULT_MAX_DIST
-from ..metrics.predictions import KINDS
-from ..metrics.report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header,
-                              results_markdown, results_to_json)
 from .options import (add_out, add_overwrite, add_quiet, add_workers, at_least_one, default_text, default_workers,
                       option_type)
 
@@ -38,6 +32,9 @@ HELP = "BSDS500 benchmark of predictions against ground truth"
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``evaluate`` options to ``parser`` and return it."""
+    from ..metrics.matching import DEFAULT_MAX_DIST
+    from ..metrics.predictions import KINDS
+
     parser.description = ("Score predictions (ucm2 .mat, segmentation .mat, boundary or label PNGs) against "
                           "BSDS-format ground truth: boundary ODS/OIS/AP, covering, PRI and VI, as the official "
                           "BSDS500 benchmark computes them, and Fop as SEISM does.")
@@ -108,6 +105,11 @@ def run(args: argparse.Namespace) -> int:
     an :class:`OSError` while writing ``--out`` returns 1 and leaves no
     partial file there.
     """
+    from ..io import atomic_write_files, refuse_overwrite
+    from ..metrics.bsds import evaluate
+    from ..metrics.report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header,
+                                  results_markdown, results_to_json)
+
     if args.out is not None:
         try:  # before the (long) evaluation: never replace a file that exists, unless asked
             refuse_overwrite([args.out / n for n in OUTPUT_FILES], [], args.overwrite,

@@ -116,13 +116,13 @@ def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _names() -> list[str]:
-    from ..models.weights import Weights
+    from .._shipped import SHIPPED_NAMES  # torch-free: the help imports no torch
 
-    return Weights.names()
+    return list(SHIPPED_NAMES)
 
 
 def _default_model() -> str:
-    from ..models.weights import DEFAULT_PRETRAINED
+    from .._shipped import DEFAULT_PRETRAINED
 
     return DEFAULT_PRETRAINED
 
