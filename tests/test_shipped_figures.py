@@ -53,7 +53,7 @@ def figures(path: str) -> dict:
     from hiseg.metrics import evaluate
 
     torch.set_num_threads(1)
-    seg = Segmenter.from_checkpoint(path)
+    seg = Segmenter.from_checkpoint(path, device="cpu")  # the stored values are the CPU's
     stems = sorted(p.stem for p in (DATA / "images" / "val").glob("*.jpg"))[:N_IMAGES]
     out = {"images": {}}
     with tempfile.TemporaryDirectory() as tmp:

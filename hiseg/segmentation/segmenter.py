@@ -262,8 +262,9 @@ class Segmenter:
         boundary network (logits), or ``None``: no network (the boundary map comes from the
         pipeline's classical path, ``Pipeline.classical``).
     device : str or torch.device
-        ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA when present,
-        else the CPU); a device unavailable here is a ValueError (:func:`resolve_device`).
+        ``"auto"`` (the default, as ``hiseg predict --device``'s: CUDA when present, else the CPU),
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; a device unavailable here is a ValueError
+        (:func:`resolve_device`).
     pipeline : Pipeline or dict, optional
         The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default: the
         checkpoint's; ``Pipeline()`` for a bare network, ``Pipeline.classical()`` without one).
@@ -275,7 +276,7 @@ class Segmenter:
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module, None] = "default",
-                 device: Union[str, torch.device] = "cpu", pipeline=None):
+                 device: Union[str, torch.device] = "auto", pipeline=None):
         from .pipeline import Pipeline
 
         self.device = resolve_device(device)
@@ -306,7 +307,7 @@ class Segmenter:
 
     @classmethod
     def classical(cls, region_size: float = 8.0, fit_iterations: int = 50,
-                  device: Union[str, torch.device] = "cpu") -> "Segmenter":
+                  device: Union[str, torch.device] = "auto") -> "Segmenter":
         """The no-network baseline: Scharr colour gradient, colour-watershed superpixels of
         about ``region_size`` pixels across, closest ultrametric fitted in ``fit_iterations``
         steps (0: single linkage) (``Pipeline.classical``; ``hiseg predict --classical``)."""
@@ -315,7 +316,7 @@ class Segmenter:
         return cls(None, device=device, pipeline=Pipeline.classical(region_size, fit_iterations))
 
     @classmethod
-    def from_checkpoint(cls, path, device: Union[str, torch.device] = "cpu", **kwargs) -> "Segmenter":
+    def from_checkpoint(cls, path, device: Union[str, torch.device] = "auto", **kwargs) -> "Segmenter":
         """Load a checkpoint by path (Lightning or :func:`~hiseg.models.weights.save_weights` format).
 
         Read with ``weights_only=True`` (a checkpoint is data, never code), mapped to
@@ -328,7 +329,7 @@ class Segmenter:
         return cls(Path(path), device=device, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, name: Optional[str] = None, device: Union[str, torch.device] = "cpu",
+    def from_pretrained(cls, name: Optional[str] = None, device: Union[str, torch.device] = "auto",
                         **kwargs) -> "Segmenter":
         """A shipped model by name (:class:`hiseg.models.Weights`), from any folder; no download.
         The default (``None``: :data:`hiseg.models.weights.DEFAULT_PRETRAINED`, what ``Segmenter()``
