@@ -270,13 +270,16 @@ def one_image(tmp_path):
     return pred_dir, gt_dir, seg
 
 
-def test_label_zero_is_refused_naming_the_file_unless_first_label_0(one_image, tmp_path, capsys):
+def test_label_zero_is_refused_naming_the_file_with_first_label_1(one_image, tmp_path, capsys):
+    """``--first-label 1`` (the BSDS format): a 0 is refused; ``0``: read 0-based; ``auto`` (the
+    default, issue 42): hiseg predict's 0-based labels and BSDS's 1-based ones both read, the same
+    figures."""
     import cv2
 
     pred_dir, gt_dir, seg = one_image
     cv2.imwrite(str(pred_dir / "a.png"), (seg - 1).astype(np.uint16))  # 0-based, as hiseg predict writes
     out = tmp_path / "out"
-    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(out),
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(out), "--first-label", "1",
                  "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "a.png" in err and "label 0" in err and "--first-label 0" in err
@@ -286,6 +289,13 @@ def test_label_zero_is_refused_naming_the_file_unless_first_label_0(one_image, t
     res = json.loads((out / "results.json").read_text())
     assert res["fop"]["ods"]["f"] == 1.0 and res["covering"]["ods"] == 1.0
     assert "Fop" in (out / "results.md").read_text()
+    for based in (0, 1):  # auto, the default
+        cv2.imwrite(str(pred_dir / "a.png"), (seg - 1 + based).astype(np.uint16))
+        got = tmp_path / f"auto{based}"
+        assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(got), "--workers", "1",
+                     "--quiet"]) == 0
+        auto = json.loads((got / "results.json").read_text())
+        assert auto["fop"] == res["fop"] and auto["covering"] == res["covering"] and auto["pri"] == res["pri"]
 
 
 def test_gt_of_another_size_is_refused_naming_both_files(one_image, tmp_path, capsys):

@@ -165,7 +165,7 @@ def test_predict_html(tmp_path, capsys, classical):
     assert cli_main(["predict", "--classical", str(src), "--out", str(out), "--html", "--quiet"]) == 0
     assert {"x.html", "y.html", "index.html", "x.mat"} <= {p.name for p in out.iterdir()}
     assert page_data((out / "x.html").read_text())["source"] == "classical path (no network)"
-    assert capsys.readouterr().out.splitlines()[-1] == f"wrote 2 image(s) to {out} and index.html (open it)"
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote 2 image(s) to {out}; open {out / 'index.html'}"
 
 
 def page_ucm2(d):
@@ -518,3 +518,24 @@ def test_browser_page_opens_at_the_requested_cut(browser, classical, tmp_path):
     t = float(levels[len(levels) // 2])
     show(d, tmp_path / "t.html", img, res.ucm2, title=name, threshold=t)
     assert d.execute_script("return hisegView.level()") == t
+
+
+def test_view_opens_at_regions_or_level_as_predict_html(tmp_path, capsys):
+    """``hiseg view --regions K`` / ``--level T`` (issue 42): the pages open at that cut, as
+    ``hiseg predict --html --regions K`` does (default 12 regions); both at once are refused; the
+    closing line names the page to open."""
+    img = np.zeros((24, 32, 3), np.float32)
+    img[:, 16:] = 1.0
+    img[12:, :, 1] = 0.5
+    src = tmp_path / "im.png"
+    save_png(src, img)
+    for opts, start in (([], {"regions": 12}), (["--regions", "3"], {"regions": 3}), (["--level", "0.25"], {"level": 0.25})):
+        out = tmp_path / ("v" + "".join(opts))
+        assert cli_main(["view", "--classical", "-q", str(src), "-o", str(out), *opts]) == 0
+        assert page_data((out / "im.html").read_text())["start"] == start
+        assert capsys.readouterr().out.splitlines()[-1] == f"wrote 1 page(s) to {out}; open {out / 'im.html'}"
+    assert cli_main(["predict", "--classical", "-q", "--html", "--regions", "3", str(src), "-o", str(tmp_path / "p")]) == 0
+    assert page_data((tmp_path / "p" / "im.html").read_text())["start"] == {"regions": 3}
+    assert capsys.readouterr().out.splitlines()[-1] == f"wrote 1 image(s) to {tmp_path / 'p'}; open {tmp_path / 'p' / 'im.html'}"
+    assert cli_main(["view", "--classical", str(src), "-o", str(tmp_path / "b"), "--regions", "3", "--level", "0.2"]) == 2
+    assert "at most one of --regions and --level" in capsys.readouterr().err and not (tmp_path / "b").exists()

@@ -3,7 +3,7 @@
 Usage::
 
     hiseg evaluate DIR --gt DIR [--thresholds N] [-o DIR] [--workers N]
-                   [--kind {auto,ucm2,segs,pb,labels}] [--first-label {1,0}]
+                   [--kind {auto,ucm2,segs,pb,labels}] [--first-label {auto,1,0}]
                    [--no-region] [--no-boundary] [--no-fop]
 
 Prints a table of the benchmark figures: boundaries (Fb), covering, PRI, VI and the
@@ -53,16 +53,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-dist", type=_max_dist, default=DEFAULT_MAX_DIST, metavar="D",
                         help="boundary matching tolerance as a fraction of the image diagonal, in (0, 1]"
                              + default_text(DEFAULT_MAX_DIST))
-    parser.add_argument("--first-label", type=int, choices=(1, 0), default=1,
+    parser.add_argument("--first-label", type=_first_label, choices=("auto", 1, 0), default="auto",
                         help="first region label of label-image predictions: 1 in the BSDS format (a 0 is then "
-                             "an error), 0 for 0-based images such as hiseg predict's _labels.png" + default_text(1))
+                             "an error), 0 for 0-based images such as hiseg predict's _labels.png; auto: 0 for an "
+                             "image that holds a 0, else 1 (exact either way)" + default_text("auto"))
     parser.add_argument("--no-region", action="store_true", help="skip covering / PRI / VI / Fop")
     parser.add_argument("--no-fop", action="store_true",
                         help="skip the precision-recall for objects and parts (Fop)")
     parser.add_argument("--no-boundary", action="store_true", help="skip the boundary benchmark")
     add_overwrite(parser, "result files")
-    add_quiet(parser)
+    add_quiet(parser, "no progress bar")
     return parser
+
+
+def _first_label(text: str):
+    return text if text == "auto" else int(text) if text in ("0", "1") else text
 
 
 def _max_dist(text: str) -> float:

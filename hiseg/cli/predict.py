@@ -182,8 +182,8 @@ def _run(args, files: list, ddp: bool) -> int:
     if len(pages) > 1:
         view.write_index_file(out, pages)
     if written:
-        html = (" and index.html (open it)" if len(pages) > 1 else
-                f" and {display_path(files[0].stem)}.html (open it)" if pages else "")
+        html = (f"; open {display_path(out / 'index.html')}" if len(pages) > 1 else
+                f"; open {display_path(out / (files[0].stem + '.html'))}" if pages else "")
         print(f"wrote {len(written)} image(s) to {display_path(out)}{html}")
     return report_failures("hiseg predict", failures, len(files))
 

@@ -305,7 +305,7 @@ def write_index_file(out, entries: Sequence[tuple]) -> Path:
     return path
 
 
-def write_pages(out, items, progress=None) -> list[Path]:
+def write_pages(out, items, progress=None, start=None) -> list[Path]:
     """Write the pages of ``items`` (an iterable of ``(stem, image, hierarchy, source)``, the
     hierarchy a ucm2 or a result: :func:`shown`) into ``out``, with an ``index.html`` for
     several; all or nothing.
@@ -315,7 +315,8 @@ def write_pages(out, items, progress=None) -> list[Path]:
     (``os.replace``, atomic) only once all of them exist: an error raised by ``items`` or a
     page leaves no page written and no folder created (``hiseg view`` skips and reports the
     images that fail on their own, :func:`hiseg.cli.options.per_file`). ``progress``: wraps ``items`` (e.g.
-    tqdm). Returns the written paths (none, and no folder, when ``items`` is empty).
+    tqdm); ``start``: where the pages open (:func:`start_of`; default 12 regions). Returns the
+    written paths (none, and no folder, when ``items`` is empty).
     """
     out = Path(out)
     created = []
@@ -337,7 +338,7 @@ def write_pages(out, items, progress=None) -> list[Path]:
     try:
         entries, stems = [], []
         for stem, image, hierarchy, source in (progress(items) if progress else items):
-            text, entry = _page(stem, image, hierarchy, source)
+            text, entry = _page(stem, image, hierarchy, source, start)
             with naming_the_file(out / entry[0]):
                 (stage / entry[0]).write_text(text, encoding="utf-8")
             entries.append(entry)

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..io import load_ground_truth
 from .matching import DEFAULT_MAX_DIST, BoundaryImageResult, BoundaryMatcher, boundary_counts, thin_boundaries
-from .predictions import KINDS, discover_pairs, load_prediction, names_list
+from .predictions import FIRST_LABELS, KINDS, discover_pairs, load_prediction, names_list
 from .region import NestedUcmLabels, RegionImageResult, region_counts
 from .tables import contingency
 from .summary import collect_boundary, collect_fop, collect_region
@@ -40,7 +40,7 @@ def evaluate_image(
     region: bool = True,
     max_dist: float = DEFAULT_MAX_DIST,
     fop: bool = True,
-    first_label: int = 1,
+    first_label=1,
 ) -> dict:
     """Evaluate one image (``evaluation_bdry_image`` + ``evaluation_reg_image``).
 
@@ -61,7 +61,7 @@ def evaluate_image(
     fop : bool
         With ``region``, also Fop (objects and parts, :mod:`hiseg.metrics.fop`), on the
         same contingency tables.
-    first_label : {1, 0}
+    first_label : {1, 0, "auto"}
         First region label of label-image predictions (see :func:`load_prediction`).
 
     Returns
@@ -134,7 +134,7 @@ def evaluate(
     official_rounding: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
     fop: bool = True,
-    first_label: int = 1,
+    first_label=1,
 ) -> dict:
     """Run the BSDS500 benchmark on a folder of predictions.
 
@@ -161,9 +161,10 @@ def evaluate(
     fop : bool, default True
         With ``region``, also the precision-recall for objects and parts (Fop) of
         Pont-Tuset & Marques, aggregated as SEISM does (:func:`collect_fop`).
-    first_label : {1, 0}, default 1
+    first_label : {1, 0, "auto"}, default 1
         First region label of label-image predictions: 1 in the BSDS format (a 0 is
-        an error), 0 for 0-based images such as ``hiseg predict``'s ``_labels.png``.
+        an error), 0 for 0-based images such as ``hiseg predict``'s ``_labels.png``,
+        ``"auto"`` (``hiseg evaluate``'s default): 0 for an image that holds a 0, else 1.
 
     Returns
     -------
@@ -205,8 +206,8 @@ def evaluate(
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(int(workers), len(pairs)))
-    if first_label not in (0, 1):
-        raise ValueError(f"first_label must be 0 or 1, got {first_label!r}")
+    if first_label not in FIRST_LABELS:
+        raise ValueError(f"first_label must be 1, 0 or 'auto', got {first_label!r}")
     if not (isinstance(max_dist, (int, float)) and 0 < max_dist <= 1):  # also refuses nan
         raise ValueError(f"max_dist is a fraction of the image diagonal and must be in (0, 1], got {max_dist!r}")
     tasks = [(s, str(p), str(g), n_thresholds, kind, boundary, region, max_dist, fop, first_label)

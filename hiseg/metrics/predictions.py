@@ -46,14 +46,22 @@ KINDS = ("auto", "ucm2", "segs", "pb", "labels")
 _PRED_EXTS = (".mat", ".png")
 
 
-def _as_labels(x, where: str, first_label: int = 1) -> np.ndarray:
+#: the values of ``first_label``: ``"auto"`` reads a label image holding a 0 as 0-based, one without as 1-based
+FIRST_LABELS = ("auto", 1, 0)
+
+
+def _as_labels(x, where: str, first_label=1) -> np.ndarray:
     """A prediction's label image, checked (:func:`hiseg.io.check_label_image`). BSDS label
     images number their regions from 1; ``first_label=0`` reads 0-based images (such as
-    ``hiseg predict``'s ``_labels.png``) by adding 1. A 0 in a 1-based image is refused:
+    ``hiseg predict``'s ``_labels.png``) by adding 1; ``"auto"`` reads an image that holds a 0
+    as 0-based and one that does not as 1-based (exact: a 1-based image has no 0, and the region
+    figures do not depend on the labels' values). A 0 in a 1-based image is refused:
     the region benchmark would silently drop those pixels as unlabelled."""
     x = check_label_image(x, where)
-    if first_label == 0:
+    if first_label == 0 or (first_label == "auto" and x.min() == 0):
         return x + 1
+    if first_label == "auto":
+        return x
     if x.min() == 0:
         raise ValueError(f"{where}: label 0 in a label image, whose regions are numbered from 1 (BSDS format); "
                          "for a 0-based label image (such as hiseg predict's _labels.png) pass first_label=0 "
@@ -142,7 +150,7 @@ def _n_labels(labels: np.ndarray) -> int:
     return int(np.count_nonzero(np.bincount(labels.ravel())))
 
 
-def load_prediction(path, kind: str = "auto", first_label: int = 1) -> Prediction:
+def load_prediction(path, kind: str = "auto", first_label=1) -> Prediction:
     """Load one prediction file.
 
     Parameters
@@ -151,9 +159,10 @@ def load_prediction(path, kind: str = "auto", first_label: int = 1) -> Predictio
         ``.mat`` (``ucm2`` or ``segs``) or ``.png`` file.
     kind : {"auto", "ucm2", "segs", "pb", "labels"}
         Format (see module docstring).
-    first_label : {1, 0}
+    first_label : {1, 0, "auto"}
         The label of the first region in label images (``segs``, ``labels``): 1 in the
-        BSDS format (a 0 is then an error), 0 for 0-based images.
+        BSDS format (a 0 is then an error), 0 for 0-based images, ``"auto"``: 0 for an image
+        that holds a 0, else 1.
 
     Returns
     -------
@@ -169,8 +178,8 @@ def load_prediction(path, kind: str = "auto", first_label: int = 1) -> Predictio
     path = Path(path)
     if kind not in KINDS:
         raise ValueError(f"unknown prediction kind {kind!r}; expected one of {KINDS}")
-    if first_label not in (0, 1):
-        raise ValueError(f"first_label must be 0 or 1, got {first_label!r}")
+    if first_label not in FIRST_LABELS:
+        raise ValueError(f"first_label must be 1, 0 or 'auto', got {first_label!r}")
     ext = path.suffix.lower()
     if ext == ".mat":
         if kind in ("pb", "labels"):

@@ -94,6 +94,9 @@ class HisegCLI(LightningCLI):
         for action in self.parser._actions:
             for choice in getattr(action, "_choices_actions", []):  # argparse's subcommand entries
                 choice.help = SUBCOMMAND_HELP.get(choice.dest, choice.help)
+            if hasattr(action, "_choices_actions"):  # the subcommand: fit when none is given (main), not "required"
+                action.help = "fit when none is given"
+                action._jsonargparse_preexpanded_help = True  # shown as written
         for sub, parser in getattr(self, "_subcommand_parsers", {}).items():
             for action in parser._actions:
                 if action.dest == "ckpt_path":
