@@ -383,3 +383,31 @@ def test_evaluate_out_never_replaces_existing_files_unless_overwrite(one_image, 
     assert sorted(p.name for p in out.iterdir()) == ["results.md"]
     assert _cli(argv + ["--overwrite"]) == 0
     assert "Fop" in (out / "results.md").read_text()
+
+
+def test_evaluate_scores_only_the_predicted_images_when_asked(one_image, tmp_path, capsys):
+    """Issue 42: 1 prediction for 2 ground-truth images is refused by default (the benchmark's
+    set), naming --subset predicted; with it, the predicted image alone is scored, as if the
+    ground truth held it alone, and the first line says how many of --gt's were scored."""
+    pred_dir, gt_dir, seg = one_image
+    _write_gt(gt_dir / "b.mat", [seg.astype(np.uint16)])
+    savemat(str(pred_dir / "a.mat"), {"segs": _cell(seg)})
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "b.mat" in err and "1 prediction(s) for 2 ground-truth file(s)" in err and "--subset predicted" in err
+    out = tmp_path / "sub"
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--subset", "predicted", "-o", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("BSDS500 benchmark: 1 of the 2 ground-truth image(s) (the predicted ones), kind segs")
+    res = json.loads((out / "results.json").read_text())
+    assert res["images"] == ["a"] and res["n_ground_truth"] == 2 and res["subset"] == "predicted"
+    (gt_dir / "b.mat").unlink()
+    whole = tmp_path / "whole"
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "-o", str(whole), "--workers", "1", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("BSDS500 benchmark: 1 image(s), kind segs")
+    ref = json.loads((whole / "results.json").read_text())
+    assert res["covering"] == ref["covering"] and res["fop"] == ref["fop"] and res["boundary"] == ref["boundary"]
+    with pytest.raises(ValueError, match="subset must be one of"):
+        from hiseg.metrics.predictions import discover_pairs
+        discover_pairs(pred_dir, gt_dir, subset="some")

@@ -4,7 +4,7 @@ Usage::
 
     hiseg evaluate DIR --gt DIR [--thresholds N] [-o DIR] [--workers N]
                    [--kind {auto,ucm2,segs,pb,labels}] [--first-label {auto,1,0}]
-                   [--no-region] [--no-boundary] [--no-fop]
+                   [--subset {all,predicted}] [--no-region] [--no-boundary] [--no-fop]
 
 Prints a table of the benchmark figures: boundaries (Fb), covering, PRI, VI and the
 precision-recall for objects and parts (Fop, as SEISM computes it). With ``--out DIR`` it also writes
@@ -57,6 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="first region label of label-image predictions: 1 in the BSDS format (a 0 is then "
                              "an error), 0 for 0-based images such as hiseg predict's _labels.png; auto: 0 for an "
                              "image that holds a 0, else 1 (exact either way)" + default_text("auto"))
+    parser.add_argument("--subset", choices=("all", "predicted"), default="all",
+                        help="all: every ground-truth image needs a prediction (the benchmark's set); predicted: "
+                             "score only the images with a prediction (the first line says how many of --gt's)"
+                             + default_text("all"))
     parser.add_argument("--no-region", action="store_true", help="skip covering / PRI / VI / Fop")
     parser.add_argument("--no-fop", action="store_true",
                         help="skip the precision-recall for objects and parts (Fop)")
@@ -135,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             progress=_progress(args.quiet),
             fop=not args.no_fop,
             first_label=args.first_label,
+            subset=args.subset,
         )
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"hiseg evaluate: error: {exc}", file=sys.stderr)

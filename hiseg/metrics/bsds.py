@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -135,6 +136,7 @@ def evaluate(
     progress: Callable[[int, int, str], None] | None = None,
     fop: bool = True,
     first_label=1,
+    subset: str = "all",
 ) -> dict:
     """Run the BSDS500 benchmark on a folder of predictions.
 
@@ -165,11 +167,15 @@ def evaluate(
         First region label of label-image predictions: 1 in the BSDS format (a 0 is
         an error), 0 for 0-based images such as ``hiseg predict``'s ``_labels.png``,
         ``"auto"`` (``hiseg evaluate``'s default): 0 for an image that holds a 0, else 1.
+    subset : {"all", "predicted"}, default "all"
+        ``"all"``: every ground-truth file needs a prediction (the benchmark's set);
+        ``"predicted"``: only the images with a prediction are scored (:func:`discover_pairs`).
 
     Returns
     -------
     dict (JSON-serialisable)
-        ``images`` (names), ``kind``, ``n_images``, ``thresholds``;
+        ``images`` (names), ``kind``, ``n_images`` (scored), ``n_ground_truth`` (the
+        ground-truth files in ``gt_dir``), ``subset``, ``thresholds``;
         ``boundary`` {ods {threshold, recall, precision, f}, ois {recall,
         precision, f}, ap, per_threshold, per_image}; for region-capable
         inputs ``covering`` {ods, ods_threshold, ois, best, per_threshold,
@@ -202,7 +208,7 @@ def evaluate(
         raise ValueError(f"the number of thresholds must be >= 1, got {n_thresholds}")
     if not (boundary or region):
         raise ValueError("nothing to evaluate: both boundary and region are disabled")
-    pairs = discover_pairs(pred_dir, gt_dir, kind)
+    pairs = discover_pairs(pred_dir, gt_dir, kind, subset)
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(int(workers), len(pairs)))
@@ -218,6 +224,8 @@ def evaluate(
     _check_results(per_image, pred_dir)
     out = _collect(per_image, boundary, region, fop, official_rounding)
     out["timing"] = _timing(per_image, total, workers)
+    out["subset"] = subset
+    out["n_ground_truth"] = sum(1 for p in Path(gt_dir).iterdir() if p.is_file() and p.suffix.lower() == ".mat")
     return out
 
 

@@ -236,7 +236,11 @@ def names_list(items: Sequence[str], limit: int = 10) -> str:
     return s + (f", ... ({len(items)} in all)" if len(items) > limit else "")
 
 
-def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path, Path]]:
+#: the values of ``subset``: every ground-truth image must have a prediction, or only the predicted ones are scored
+SUBSETS = ("all", "predicted")
+
+
+def discover_pairs(pred_dir, gt_dir, kind: str = "auto", subset: str = "all") -> list[tuple[str, Path, Path]]:
     """Pair prediction and ground-truth files by stem.
 
     Parameters
@@ -250,6 +254,10 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         (``ucm2``/``segs``: ``.mat``; ``pb``/``labels``: ``.png``). With ``auto``, a
         folder that holds ``.mat`` files is read for those only (the PNG views that
         ``hiseg predict`` writes beside them are ignored).
+    subset : {"all", "predicted"}
+        ``"all"``: every ground-truth file needs a prediction (the benchmark's set);
+        ``"predicted"``: only the predicted images are paired (ground truth without a
+        prediction is left out; a prediction without ground truth is still an error).
 
     Returns
     -------
@@ -264,6 +272,8 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         If a folder holds no usable file, a stem has two prediction files, or
         the names do not match (the message lists the unmatched files).
     """
+    if subset not in SUBSETS:
+        raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
     pred_dir, gt_dir = Path(pred_dir), Path(gt_dir)
     for d, what in ((pred_dir, "prediction"), (gt_dir, "ground-truth")):
         if not d.exists():
@@ -286,13 +296,15 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         raise ValueError(f"no prediction files ({'/'.join(exts)}) in {pred_dir}")
     if not gts:
         raise ValueError(f"no ground-truth .mat files in {gt_dir}")
-    missing = set(gts) - set(preds)
+    missing = set(gts) - set(preds) if subset == "all" else set()
     extra = set(preds) - set(gts)
     if missing or extra:
         parts = []
         if missing:
-            parts.append(f"no prediction in {pred_dir} for ground truth: {names_list([gts[s].name for s in missing])}")
+            parts.append(f"no prediction in {pred_dir} for ground truth: {names_list([gts[s].name for s in missing])} "
+                         f"({len(preds)} prediction(s) for {len(gts)} ground-truth file(s); to score only the "
+                         "predicted images: subset='predicted', hiseg evaluate --subset predicted)")
         if extra:
             parts.append(f"no ground truth in {gt_dir} for prediction: {names_list([preds[s].name for s in extra])}")
         raise ValueError("prediction and ground-truth file names do not match; " + "; ".join(parts))
-    return [(s, preds[s], gts[s]) for s in sorted(gts)]
+    return [(s, preds[s], gts[s]) for s in sorted(gts) if s in preds]
