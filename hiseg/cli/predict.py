@@ -126,11 +126,12 @@ def run(args) -> int:
 def _run(args, files: list, ddp: bool) -> int:
     """:func:`run` once the inputs are collected and ``--out`` is this run's."""
     from ..explorer import page as view
-    from ..segmentation.segmenter import output_paths
+    from ..segmentation.segmenter import image_outputs
     from ..io import display_path, refuse_overwrite
 
     out = Path(args.out)
-    outputs = [p for f in files for p in output_paths(out, f.stem).values()]
+    cut = args.regions is not None or args.level is not None
+    outputs = [p for f in files for p in image_outputs(out, f.stem, cut)]  # the files this run writes
     if args.html:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
