@@ -812,3 +812,25 @@ def test_optimizer_is_fused_on_cuda_only(device, optimizer):
     opt.step()
     step = next(iter(opt.state.values()))["step"]
     assert float(step) == 2 and (device != "cuda" or step.device.type == "cuda")
+
+
+@pytest.mark.slow
+def test_hiseg_lines_start_lines_of_their_own_beside_progress_bars(tmp_path):
+    """Issue 42: in a log of stdout and stderr together, with the progress bars on, the
+    validation before training and the closing summary each start a line (not the end of a bar's)."""
+    import os
+    import subprocess
+    import sys
+
+    from _train import ROOT, TINY
+
+    cmd = [sys.executable, str(ROOT / "train.py"), "fit", "--config", str(ROOT / "configs" / "synthetic.yaml"),
+           "--trainer.default_root_dir", str(tmp_path), *TINY, "--trainer.max_epochs", "1",
+           "--trainer.enable_progress_bar", "true"]
+    r = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 0, r.stdout[-3000:]
+    lines = r.stdout.split("\n")
+    for what in ("[hiseg] validation before training:", "[hiseg] training finished:"):
+        assert [ln for ln in lines if what in ln] and all(ln.startswith(what) for ln in lines if what in ln), \
+            [ln[-200:] for ln in lines if what in ln]

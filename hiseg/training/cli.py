@@ -130,7 +130,8 @@ class HisegCLI(LightningCLI):
         trainer, model = self.trainer, self.model
         if not trainer.is_global_zero:
             return
-        print(fit_summary(trainer, model))
+        sys.stderr.flush()  # after the progress bars, on lines of its own
+        print(fit_summary(trainer, model), flush=True)
 
 
 def _check_checkpoint_options(args) -> None:
