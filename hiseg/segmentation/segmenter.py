@@ -506,8 +506,9 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     each to a temporary file, one at a time, then all moved into place; an error or a
     Ctrl-C leaves none of them half-written and no temporary file).
 
-    ``{stem}_ucm.png`` (8-bit), ``{stem}_ucm16.png`` (16-bit), ``{stem}.mat`` (BSDS
-    ``ucm2``, double), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
+    ``{stem}_ucm.png`` (8-bit, the square root of the saliency: a view, whose weak edges show),
+    ``{stem}_ucm16.png`` (16-bit, the saliency itself), ``{stem}.mat`` (BSDS ``ucm2``, double,
+    exact), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
     (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
     :meth:`SegmentationResult.cut`). ``image``: the float RGB image, or what
     :meth:`Segmenter.read` returns for it. ``stem`` may hold any bytes a file name may (not
@@ -546,9 +547,11 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
 
     blocks = result.ucm2_blocks()
 
-    def saliency(top, dtype):
-        return lambda r0, r1: _quantise(np.clip(blocks[2 * r0 + 2:2 * min(h, r1) + 1, 2:2 * w + 1][::2, ::2], 0, 1)
-                                        .astype(np.float32), top, dtype)
+    def saliency(top, dtype, view=False):  # view: the square root, for the eye (weak edges visible)
+        def rows(r0, r1):
+            s = np.clip(blocks[2 * r0 + 2:2 * min(h, r1) + 1, 2:2 * w + 1][::2, ::2], 0, 1).astype(np.float32)
+            return _quantise(np.sqrt(s, out=s) if view else s, top, dtype)
+        return rows
 
     out.mkdir(parents=True, exist_ok=True)
     with AtomicFiles(overwrite) as files:
@@ -556,7 +559,7 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
             label_rows = result.label_rows(labels)
             files.write(names["labels"], png(label_rows, np.uint16))
             files.write(names["overlay"], png(_overlay_rows(image, label_rows, k, step), np.uint8))
-        files.write(names["ucm"], png(saliency(255, np.uint8), np.uint8))
+        files.write(names["ucm"], png(saliency(255, np.uint8, view=True), np.uint8))
         files.write(names["ucm16"], png(saliency(65535, np.uint16), np.uint16))
         files.write(names["mat"], lambda tmp: write_ucm2_mat(tmp, blocks))
         files.commit()
