@@ -41,6 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..core.cuts import AUTO_MIN_REGION_FRACTION
 from ..io import atomic_write, display_path, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs", "shown",
@@ -173,7 +174,7 @@ def _build_page(image, ucm2: np.ndarray, full, title: str, source: str, start=No
     data = {"title": title, "source": source, "width": rgb.shape[1], "height": rgb.shape[0],
             "image": _b64(_png(rgb)), "ucm": _b64(_png(packed)),
             "levels": _b64(levels.astype("<f8").tobytes()), "rankSum": int(ranks.sum(dtype=np.int64)),
-            "start": start or start_of()}
+            "start": start or start_of(), "minRegionFraction": AUTO_MIN_REGION_FRACTION}
     if full is not None:
         data.update(fullWidth=int(full[1]), fullHeight=int(full[0]))
     template = resources.files("hiseg.explorer").joinpath("view_page.html").read_text(encoding="utf-8")
