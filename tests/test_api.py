@@ -64,3 +64,15 @@ def test_the_default_segmenter_is_the_shipped_default_model():
                          "merge_head='learned'))")
     assert Segmenter(Weights.default().path()).name == "bsds500_ensemble"  # its file is called by its name
     assert Segmenter(None).model is None and Segmenter(None).name == "classical"
+
+
+def test_the_core_modules_are_attributes_after_import_hiseg():
+    """docs/clustering.md writes ``hiseg.core.losses.closest(...)`` after ``import hiseg``: the
+    core's modules are imported on first use (a fresh interpreter: nothing imported them before)."""
+    import subprocess
+    import sys
+
+    code = ("import hiseg\nfor m in ('graph', 'ultrametric', 'cuts', 'losses', 'fitting'):\n"
+            "    getattr(hiseg.core, m)\nprint(hiseg.core.losses.closest.__name__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "closest", r.stderr[-2000:]

@@ -9,3 +9,19 @@
 Everything above (clustering, segmentation, training, metrics, cli) imports this package; it
 imports none of them.
 """
+
+import importlib as _importlib
+
+_SUBMODULES = ("graph", "ultrametric", "cuts", "losses", "fitting")
+
+
+def __getattr__(name):
+    """``hiseg.core.losses`` (and the other modules) after a plain ``import hiseg``: imported on
+    first use, as ``hiseg``'s own names are."""
+    if name in _SUBMODULES:
+        return _importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_SUBMODULES))
