@@ -119,6 +119,24 @@ def test_every_script_is_listed_in_its_folders_index(folder):
     assert scripts and not missing, f"{folder}/README.md does not list {missing}"
 
 
+@pytest.mark.slow
+def test_readme_first_segmentation_runs_as_written(tmp_path):
+    """Issue 42: the README's quick first segmentation (after the set-up commands) runs as
+    written, in an empty folder, and writes the page it names."""
+    import shlex
+
+    section = (ROOT / "README.md").read_text().split("## Set up", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[1]
+    commands = [ln.strip() for ln in block.splitlines() if ln.strip()]
+    assert [c.split()[0] for c in commands] == ["python", "hiseg"]
+    for cmd in commands:
+        argv = shlex.split(cmd)
+        exe = sys.executable if argv[0] == "python" else str(Path(sys.executable).parent / "hiseg")
+        r = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-3000:]}"
+    assert (tmp_path / "first" / "astronaut.html").is_file() and "first/astronaut.html" in section
+
+
 def _photo_commands():
     """The commands of the README's "Segment your photos" block (comments dropped), then its
     ``hiseg view`` of the text after it."""
