@@ -115,7 +115,7 @@ def test_predict_and_view_use_the_shipped_default_model_and_name_it(tmp_path, ca
     assert "not both" in capsys.readouterr().err and not (tmp_path / "n").exists()
 
 
-#: argv -> the modules it must not import (torch and Lightning never; nothing numeric for the
+#: argv -> the modules it must not import (torch, Lightning and scipy never; nothing numeric for the
 #: top-level help and --version): help and option errors answer at once (issue 42)
 _LIGHT = {("--help",): ("numpy",), ("--version",): ("numpy",), (): ("numpy",), ("bogus",): ("numpy",),
           ("predict", "--help"): (), ("view", "--help"): (), ("evaluate", "--help"): (), ("ensemble", "--help"): (),
@@ -132,7 +132,7 @@ def test_help_version_and_option_errors_import_no_torch(argv):
     import subprocess
     import sys
 
-    heavy = ("torch", "pytorch_lightning", "lightning", "higra", "cv2") + _LIGHT[argv]
+    heavy = ("torch", "pytorch_lightning", "lightning", "higra", "cv2", "scipy") + _LIGHT[argv]
     code = ("import json, sys\nfrom hiseg.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
             "print(json.dumps(sorted(m for m in %r if m in sys.modules)), file=sys.stderr)" % (list(argv), heavy))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -37,7 +37,6 @@ import numpy as np
 
 from ..io import check_label_image, loadmat, read_gray_image
 from .matching import seg_to_boundaries
-from .region import NestedUcmLabels
 from .summary import thresholds
 
 __all__ = ["KINDS", "Prediction", "discover_pairs", "load_prediction", "names_list"]
@@ -126,6 +125,8 @@ class Prediction:
         the same partition). A ucm2's partitions (:func:`hiseg.metrics.region.ucm_to_labels`)
         are grown from one threshold to the next (:class:`NestedUcmLabels`)."""
         if self.kind == "ucm2":
+            from .region import NestedUcmLabels  # scipy.ndimage: imported when a ucm2 is cut (not by the CLI's help)
+
             levels = np.unique(self.data)
             bsds, seism = NestedUcmLabels(self.data), NestedUcmLabels(self.data, seism=True)
             last_key, labels, other = None, None, None
