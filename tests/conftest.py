@@ -4,6 +4,9 @@ import numpy as np
 import pytest
 import torch
 
+# every process a test starts dies with the test and with the run (issue 42): tests/_children.py
+from _children import _children_die_with_the_test, pytest_configure, pytest_unconfigure  # noqa: E402,F401
+
 # single-threaded, deterministic tests
 torch.set_num_threads(1)
 

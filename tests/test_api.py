@@ -38,7 +38,7 @@ def test_import_hiseg_is_light():
 def test_reprs_say_what_they_hold():
     from hiseg import Segmenter
 
-    seg = Segmenter.classical(region_size=6.0, fit_iterations=5)
+    seg = Segmenter.classical(region_size=6.0, fit_iterations=5, device="cpu")
     assert repr(seg) == ("Segmenter(model='classical', device='cpu', pipeline=Pipeline(superpixels='color_watershed', "
                          "linkage='closest', region_size=6.0, fit_iterations=5))")
     img = np.zeros((30, 40, 3), np.float32)
@@ -54,9 +54,25 @@ def test_reprs_say_what_they_hold():
 def test_the_default_segmenter_is_the_shipped_default_model():
     from hiseg import Segmenter, Weights
 
-    seg = Segmenter()
+    import torch
+
+    seg = Segmenter()  # on the device `hiseg predict` uses by default (--device auto): CUDA when present
     assert seg.name == Weights.default().name.lower() == "bsds500_ensemble"
-    assert repr(seg) == ("Segmenter(model='bsds500_ensemble', device='cpu', pipeline=Pipeline(scales=(0.5, 1.0), "
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    assert str(seg.device) == str(Segmenter(None).device) == str(Segmenter.classical().device) == auto
+    assert repr(seg) == (f"Segmenter(model='bsds500_ensemble', device='{auto}', pipeline=Pipeline(scales=(0.5, 1.0), "
                          "merge_head='learned'))")
     assert Segmenter(Weights.default().path()).name == "bsds500_ensemble"  # its file is called by its name
     assert Segmenter(None).model is None and Segmenter(None).name == "classical"
+
+
+def test_the_core_modules_are_attributes_after_import_hiseg():
+    """docs/clustering.md writes ``hiseg.core.losses.closest(...)`` after ``import hiseg``: the
+    core's modules are imported on first use (a fresh interpreter: nothing imported them before)."""
+    import subprocess
+    import sys
+
+    code = ("import hiseg\nfor m in ('graph', 'ultrametric', 'cuts', 'losses', 'fitting'):\n"
+            "    getattr(hiseg.core, m)\nprint(hiseg.core.losses.closest.__name__)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "closest", r.stderr[-2000:]

@@ -54,7 +54,7 @@ def test_shared_options_have_one_name_metavar_and_default(capsys, monkeypatch):
     assert seen["predict"]["--workers"] == seen["evaluate"]["--workers"] == ("--workers N", "auto")
     assert seen["predict"]["--checkpoint"][1] == "bsds500_ensemble" == seen["view"]["--checkpoint"][1]
     ensemble = help_options(capsys, monkeypatch, "ensemble")  # one file out; the pipeline options are predict's
-    assert ensemble["--out"][0] == "-o FILE, --out FILE"
+    assert ensemble["--out"][0] == "-o DIR, --out DIR"  # a folder in every command (issue 42)
     for option in ("--scales", "--no-flip", "--linkage", "--overwrite"):
         assert ensemble[option][1] == seen["predict"][option][1], option
 
@@ -113,3 +113,96 @@ def test_predict_and_view_use_the_shipped_default_model_and_name_it(tmp_path, ca
     assert capsys.readouterr().out.splitlines() == [f"wrote 1 image(s) to {tmp_path / 'q'}"]
     assert main(["predict", str(img), "-o", str(tmp_path / "n"), "--classical", "-c", "bsds500"]) == 2
     assert "not both" in capsys.readouterr().err and not (tmp_path / "n").exists()
+
+
+#: argv -> the modules it must not import (torch, Lightning and scipy never; nothing numeric for the
+#: top-level help and --version): help and option errors answer at once (issue 42)
+_LIGHT = {("--help",): ("numpy",), ("--version",): ("numpy",), (): ("numpy",), ("bogus",): ("numpy",),
+          ("predict", "--help"): (), ("view", "--help"): (), ("evaluate", "--help"): (), ("ensemble", "--help"): (),
+          ("predict", "x.png", "-o", "o", "--regions", "0"): (), ("evaluate", "pred"): (),
+          ("view", "x.png", "-o", "o", "--bogus"): (), ("ensemble", "a", "b"): ()}
+
+
+@pytest.mark.parametrize("argv", list(_LIGHT), ids=lambda a: " ".join(a) or "(none)")
+def test_help_version_and_option_errors_import_no_torch(argv):
+    """``hiseg --help``, ``--version``, each command's help and its option errors import no torch
+    and no Lightning (checked in ``sys.modules`` of a fresh interpreter: commands import them
+    when they run)."""
+    import json
+    import subprocess
+    import sys
+
+    heavy = ("torch", "pytorch_lightning", "lightning", "higra", "cv2", "scipy") + _LIGHT[argv]
+    code = ("import json, sys\nfrom hiseg.cli import main\ntry:\n    main(%r)\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(m for m in %r if m in sys.modules)), file=sys.stderr)" % (list(argv), heavy))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert json.loads(r.stderr.strip().splitlines()[-1]) == [], (argv, r.stderr[-2000:])
+
+
+def test_the_shipped_names_without_torch_are_the_registrys():
+    """The help's torch-free list of shipped models (:mod:`hiseg._shipped`) is :class:`Weights`'."""
+    from hiseg._shipped import DEFAULT_PRETRAINED, SHIPPED_NAMES
+    from hiseg.models.weights import Weights
+
+    assert list(SHIPPED_NAMES) == Weights.names() and Weights.default().name.lower() == DEFAULT_PRETRAINED
+
+
+def test_one_vocabulary_across_commands(capsys, monkeypatch):
+    """Issue 42: ``-c`` is ``--config`` in train (LightningCLI's) and no longer a short flag of
+    ``--checkpoint`` (kept working, hidden, with a deprecation note); ``-o`` is a folder everywhere;
+    view has predict's ``--regions`` / ``--level``; evaluate's ``-q`` says what it quiets there;
+    evaluate reads predict's 0-based labels by default (``--first-label auto``)."""
+    from hiseg.cli import build_parser
+
+    seen = {sub: help_options(capsys, monkeypatch, sub) for sub in ("predict", "view", "evaluate", "ensemble")}
+    for sub in ("predict", "view"):
+        assert seen[sub]["--checkpoint"][0] == "--checkpoint CKPT" and "-c" not in {
+            f.split()[0] for flags, _ in seen[sub].values() for f in flags.split(", ")}
+        args = build_parser(sub).parse_args([sub, "x.png", "-o", "o", "-c", "bsds500"])
+        assert args.checkpoint == "bsds500"
+        assert "-c is deprecated: write --checkpoint (-c is --config in hiseg train)" in capsys.readouterr().err
+    assert {seen[s]["--out"][0] for s in seen} == {"-o DIR, --out DIR"}
+    assert seen["view"]["--regions"] == seen["predict"]["--regions"][:1] + ("12",)
+    assert seen["view"]["--level"][0] == seen["predict"]["--level"][0] == "--level T"
+    monkeypatch.setenv("COLUMNS", "10000")
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--help"])
+    text = capsys.readouterr().out
+    quiet = next(ln for ln in text.splitlines() if ln.lstrip().startswith("-q, --quiet"))
+    assert "predict" not in quiet and "no progress bar" in quiet
+    assert seen["evaluate"]["--first-label"] == ("--first-label {auto,1,0}", "auto")
+    assert build_parser("evaluate").parse_args(["evaluate", "p", "--gt", "g", "--first-label", "0"]).first_label == 0
+
+
+@pytest.mark.slow
+def test_train_help_calls_fit_the_default_not_required():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "train.py"), "--help"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "(required)" not in r.stdout and "fit when none is given" in r.stdout
+
+
+def test_docs_cli_table_is_the_help(capsys, monkeypatch):
+    """``docs/cli.md``'s table says which command has which option: each row agrees with each
+    command's ``--help``."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "cli.md").read_text(encoding="utf-8")
+    table = text[text.index("| option |"):].split("\n\n")[0]
+    header, _, *rows = table.splitlines()
+    commands = [c.strip() for c in header.strip("|").split("|")][2:]
+    assert commands == ["predict", "view", "evaluate", "ensemble"]
+    seen = {sub: help_options(capsys, monkeypatch, sub) for sub in commands}
+    checked = 0
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        long = re.findall(r"--[a-z][\w-]*", cells[0].split("`")[1])
+        if not long:  # the positional inputs
+            continue
+        for sub, cell in zip(commands, cells[2:]):
+            assert (long[0] in seen[sub]) == (cell != "—"), f"docs/cli.md: {long[0]} in hiseg {sub}: {cell!r}"
+            checked += 1
+    assert checked >= 40

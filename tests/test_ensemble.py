@@ -100,7 +100,7 @@ def test_hiseg_ensemble_writes_the_members_mean_with_a_headless_pipeline(tmp_pat
     pa = save_weights(a, tmp_path / "a.ckpt", metadata={"pipeline": Pipeline(scales=(1.0,), region_size=6.0).to_dict()})
     pb = save_weights(b, tmp_path / "b.ckpt")
     out = tmp_path / "sub" / "ens.ckpt"
-    assert main(["ensemble", str(pa), str(pb), "--scales", "0.5", "1", "-o", str(out)]) == 0
+    assert main(["ensemble", str(pa), str(pb), "--scales", "0.5", "1", "-o", str(out.parent), "--name", "ens"]) == 0
     assert capsys.readouterr().out.startswith(f"wrote {out}: 2 members")
     ens = load_model(out).eval()
     x = torch.rand(1, 3, 32, 48)
@@ -113,8 +113,14 @@ def test_hiseg_ensemble_writes_the_members_mean_with_a_headless_pipeline(tmp_pat
     assert meta["members"] == [str(pa), str(pb)]
     before = out.read_bytes()
     for argv, msg in (([str(pa)], "two or more members"), ([str(pa), str(pb)], "ens.ckpt")):
-        assert main(["ensemble", *argv, "-o", str(out)]) == 2
+        assert main(["ensemble", *argv, "-o", str(out.parent), "--name", "ens"]) == 2
         assert msg in capsys.readouterr().err
     assert out.read_bytes() == before
+    # -o FILE.ckpt, the former spelling: that file, with a deprecation note
+    assert main(["ensemble", str(pa), str(pb), "-o", str(out), "--overwrite"]) == 0
+    assert "-o FILE.ckpt is deprecated: write -o DIR [--name NAME]" in capsys.readouterr().err and out.is_file()
+    assert main(["ensemble", str(pa), str(pb), "-o", str(tmp_path / "d")]) == 0  # --name's default
+    assert (tmp_path / "d" / "ensemble.ckpt").is_file()
+    assert main(["ensemble", str(pa), str(pb), "-o", str(tmp_path / "d"), "--name", "x/y"]) == 2
     assert main(["ensemble", str(pa), str(tmp_path / "missing.ckpt"), "-o", str(tmp_path / "bad.ckpt")]) == 2
     assert "missing.ckpt" in capsys.readouterr().err and not (tmp_path / "bad.ckpt").exists()

@@ -270,13 +270,16 @@ def one_image(tmp_path):
     return pred_dir, gt_dir, seg
 
 
-def test_label_zero_is_refused_naming_the_file_unless_first_label_0(one_image, tmp_path, capsys):
+def test_label_zero_is_refused_naming_the_file_with_first_label_1(one_image, tmp_path, capsys):
+    """``--first-label 1`` (the BSDS format): a 0 is refused; ``0``: read 0-based; ``auto`` (the
+    default, issue 42): hiseg predict's 0-based labels and BSDS's 1-based ones both read, the same
+    figures."""
     import cv2
 
     pred_dir, gt_dir, seg = one_image
     cv2.imwrite(str(pred_dir / "a.png"), (seg - 1).astype(np.uint16))  # 0-based, as hiseg predict writes
     out = tmp_path / "out"
-    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(out),
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(out), "--first-label", "1",
                  "--workers", "1", "--quiet"]) == 2
     err = capsys.readouterr().err
     assert "a.png" in err and "label 0" in err and "--first-label 0" in err
@@ -286,6 +289,13 @@ def test_label_zero_is_refused_naming_the_file_unless_first_label_0(one_image, t
     res = json.loads((out / "results.json").read_text())
     assert res["fop"]["ods"]["f"] == 1.0 and res["covering"]["ods"] == 1.0
     assert "Fop" in (out / "results.md").read_text()
+    for based in (0, 1):  # auto, the default
+        cv2.imwrite(str(pred_dir / "a.png"), (seg - 1 + based).astype(np.uint16))
+        got = tmp_path / f"auto{based}"
+        assert _cli([str(pred_dir), "--gt", str(gt_dir), "--kind", "labels", "--out", str(got), "--workers", "1",
+                     "--quiet"]) == 0
+        auto = json.loads((got / "results.json").read_text())
+        assert auto["fop"] == res["fop"] and auto["covering"] == res["covering"] and auto["pri"] == res["pri"]
 
 
 def test_gt_of_another_size_is_refused_naming_both_files(one_image, tmp_path, capsys):
@@ -373,3 +383,31 @@ def test_evaluate_out_never_replaces_existing_files_unless_overwrite(one_image, 
     assert sorted(p.name for p in out.iterdir()) == ["results.md"]
     assert _cli(argv + ["--overwrite"]) == 0
     assert "Fop" in (out / "results.md").read_text()
+
+
+def test_evaluate_scores_only_the_predicted_images_when_asked(one_image, tmp_path, capsys):
+    """Issue 42: 1 prediction for 2 ground-truth images is refused by default (the benchmark's
+    set), naming --subset predicted; with it, the predicted image alone is scored, as if the
+    ground truth held it alone, and the first line says how many of --gt's were scored."""
+    pred_dir, gt_dir, seg = one_image
+    _write_gt(gt_dir / "b.mat", [seg.astype(np.uint16)])
+    savemat(str(pred_dir / "a.mat"), {"segs": _cell(seg)})
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--workers", "1", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "b.mat" in err and "1 prediction(s) for 2 ground-truth file(s)" in err and "--subset predicted" in err
+    out = tmp_path / "sub"
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "--subset", "predicted", "-o", str(out), "--workers", "1",
+                 "--quiet"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("BSDS500 benchmark: 1 of the 2 ground-truth image(s) (the predicted ones), kind segs")
+    res = json.loads((out / "results.json").read_text())
+    assert res["images"] == ["a"] and res["n_ground_truth"] == 2 and res["subset"] == "predicted"
+    (gt_dir / "b.mat").unlink()
+    whole = tmp_path / "whole"
+    assert _cli([str(pred_dir), "--gt", str(gt_dir), "-o", str(whole), "--workers", "1", "--quiet"]) == 0
+    assert capsys.readouterr().out.startswith("BSDS500 benchmark: 1 image(s), kind segs")
+    ref = json.loads((whole / "results.json").read_text())
+    assert res["covering"] == ref["covering"] and res["fop"] == ref["fop"] and res["boundary"] == ref["boundary"]
+    with pytest.raises(ValueError, match="subset must be one of"):
+        from hiseg.metrics.predictions import discover_pairs
+        discover_pairs(pred_dir, gt_dir, subset="some")

@@ -45,7 +45,8 @@ def test_sdist_and_wheel_carry_tests_configs_licence_and_weights(tmp_path):
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
         tar.extractall(tmp_path / "unpacked", filter="data")
     for need in ("LICENSE", "train.py", "tests/conftest.py", "tests/_graphs.py", "tests/_train.py",
-                 "tests/_interrupt.py", "configs/synthetic.yaml", "configs/folder_finetune.yaml",
+                 "tests/_interrupt.py", "tests/_children.py", "tests/_page_node.js", "configs/synthetic.yaml",
+                 "configs/folder_finetune.yaml",
                  "models/hiseg_bsds500.ckpt", "models/README.md", "hiseg/explorer/view_page.html"):
         assert need in names, need
     # the wheel, built from the source archive (as `python -m build` does)

@@ -198,7 +198,7 @@ def test_predict_devices_into_a_folder_another_run_writes_into_is_refused(tmp_pa
         else:
             monkeypatch.setenv("LOCAL_RANK", local_rank)
         with folder_lock(out, "hiseg predict"):
-            rc, err = run(capsys, ["predict", str(d), "-c", checkpoint, "--device", "cpu", "--devices", "2", "-o",
+            rc, err = run(capsys, ["predict", str(d), "--checkpoint", checkpoint, "--device", "cpu", "--devices", "2", "-o",
                                    str(out)])
         assert rc == 2 and "another hiseg predict or view is writing into" in err and str(out) in err, err
         assert list(out.iterdir()) == []
@@ -216,7 +216,7 @@ def test_predict_devices_runs_the_lightning_ddp_back_end(tmp_path, checkpoint):
     from scipy.io import loadmat
 
     d = four_photos(tmp_path)
-    cmd = [sys.executable, "-m", "hiseg.cli", "predict", str(d), "-c", checkpoint, "--device", "cpu", "--regions", "3"]
+    cmd = [sys.executable, "-m", "hiseg.cli", "predict", str(d), "--checkpoint", checkpoint, "--device", "cpu", "--regions", "3"]
     env = {"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)}
     one = subprocess.run(cmd + ["-o", str(tmp_path / "one"), "--workers", "0"], capture_output=True, text=True,
                          env=env, timeout=600)
@@ -236,7 +236,7 @@ def test_predict_devices_runs_the_lightning_ddp_back_end(tmp_path, checkpoint):
         np.testing.assert_allclose(loadmat(f)["ucm2"], loadmat(tmp_path / "one" / f.name)["ucm2"], atol=1e-6)
     for opts, says in ((["--html"], "--html writes its pages in one process"),
                        (["--classical"], "the classical path has none")):
-        bad = [c for c in cmd if c not in ("-c", checkpoint)] if opts == ["--classical"] else cmd
+        bad = [c for c in cmd if c not in ("--checkpoint", checkpoint)] if opts == ["--classical"] else cmd
         r = subprocess.run(bad + ["-o", str(tmp_path / "no"), "--devices", "2", *opts], capture_output=True,
                            text=True, env=env, timeout=600)
         assert r.returncode == 2 and says in r.stderr and not (tmp_path / "no").exists(), r.stderr[-2000:]

@@ -56,7 +56,7 @@ def test_from_pretrained_by_name_and_errors(tmp_path, monkeypatch):
 
 
 def _own_data_commands():
-    """The commands of the README's "Train on your own images" block (comments dropped)."""
+    """The commands of the README's "Your own images" block (comments dropped)."""
     section = (ROOT / "README.md").read_text().split("### Your own images", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     return [ln.strip() for ln in block.splitlines() if ln.strip() and not ln.strip().startswith("#")]
@@ -140,3 +140,72 @@ def test_no_shell_script_in_experiments_is_longer_than_60_lines():
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / "experiments").rglob("*.sh"))
             if (n := len(p.read_text().splitlines())) > 60}
     assert not long, f"shell scripts over 60 lines: {long}"
+
+
+@pytest.mark.slow
+def test_readme_first_segmentation_runs_as_written(tmp_path):
+    """Issue 42: the README's quick first segmentation (after the set-up commands) runs as
+    written, in an empty folder, and writes the page it names."""
+    import shlex
+
+    section = (ROOT / "README.md").read_text().split("## Set up", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.*?)```", section, flags=re.S)[1]
+    commands = [ln.strip() for ln in block.splitlines() if ln.strip()]
+    assert [c.split()[0] for c in commands] == ["python", "hiseg"]
+    for cmd in commands:
+        argv = shlex.split(cmd)
+        exe = sys.executable if argv[0] == "python" else str(Path(sys.executable).parent / "hiseg")
+        r = subprocess.run([exe, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-3000:]}"
+    assert (tmp_path / "first" / "astronaut.html").is_file() and "first/astronaut.html" in section
+
+
+def _photo_commands():
+    """The commands of the README's "Segment your photos" block (comments dropped), then its
+    ``hiseg view`` of the text after it."""
+    section = (ROOT / "README.md").read_text().split("## Segment your photos", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
+    cmds = [ln.split("#")[0].strip() for ln in block.splitlines() if ln.split("#")[0].strip()]
+    return cmds + re.findall(r"`(hiseg view [^`]*)`", section)
+
+
+@pytest.mark.slow
+def test_readme_photo_commands_run_in_order_as_written(tmp_path):
+    """Issue 42: the README's predict commands, then its view, run one after the other in one
+    folder as written (each into a folder of its own: none is refused for the files of another)."""
+    import shlex
+
+    import cv2
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    img = (rng.random((40, 56, 3)) * 40).astype(np.uint8)
+    img[:, 28:] += 150
+    (tmp_path / "my_folder").mkdir()
+    cv2.imwrite(str(tmp_path / "photo.jpg"), img)
+    cv2.imwrite(str(tmp_path / "my_folder" / "other.png"), img[:, ::-1])
+    commands = _photo_commands()
+    assert len(commands) == 4 and all(c.startswith("hiseg ") for c in commands)
+    hiseg = str(Path(sys.executable).parent / "hiseg")
+    for cmd in commands:
+        r = subprocess.run([hiseg, *shlex.split(cmd)[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, f"{cmd}\n{r.stderr[-3000:]}"
+    assert (tmp_path / "out" / "photo_labels.png").is_file() and (tmp_path / "pages" / "photo.html").is_file()
+
+
+def test_a_refusal_names_only_the_files_this_run_would_write(tmp_path, capsys):
+    """Issue 42: predict without a cut refuses for its own files only (not a former run's
+    _labels.png / _overlay.png, which it does not write)."""
+    import cv2
+    import numpy as np
+
+    from hiseg.cli import main
+
+    cv2.imwrite(str(tmp_path / "photo.png"), np.zeros((8, 8, 3), np.uint8))
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "photo_labels.png").write_bytes(b"x")
+    (out / "photo_ucm.png").write_bytes(b"x")
+    assert main(["predict", str(tmp_path / "photo.png"), "-o", str(out), "--classical"]) == 2
+    err = capsys.readouterr().err
+    assert "photo_ucm.png" in err and "photo_labels.png" not in err and "_overlay" not in err

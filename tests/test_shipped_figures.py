@@ -1,12 +1,17 @@
 """No figure of a shipped checkpoint changes: every checkpoint in ``models/`` (the weights
 registry's and the pixel stage's) segments the first 5 BSDS500 val images, and its
 hierarchies (regions, ultrametric sums) and benchmark figures (Fb ODS / OIS / AP, covering,
-PRI, VI, Fop at 25 thresholds) must equal the values stored in
-``tests/data/shipped_figures.json`` to 1e-9 (the sums of the ultrametric to 1e-8: the merging
-heads' smoothed features moved from OpenCV's float32 blur to the one torch implementation in
-float64 when the numpy twin was removed, which moved the heads' weights by at most 1.2e-8 and
-the sums by at most 3.3e-9 relative; the region counts, levels and every benchmark figure
-stayed identical).
+PRI, VI, Fop at 25 thresholds) must agree with the values stored in
+``tests/data/shipped_figures.json``, each to the precision its arithmetic allows (:data:`REL_TOL`):
+
+* the sums of the ultrametric (``u_sum``, ``u_sq``) to 1e-5 relative: they add up the float32
+  network's outputs, whose kernels (oneDNN / MKL, chosen by CPU and build) round differently, so
+  two machines agree to about 1e-7 relative per value and 1e-6 on the sums (issue 42: 1.1e-8 on
+  an AMD EPYC, 3.6e-8 with an AVX-512 Xeon's default kernels, 2.9e-8 with them capped at AVX2 by
+  ``ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2``);
+* the integer counts (regions, edges, levels) and every benchmark figure exactly: they are
+  counts of pixels and regions on the hierarchy's cuts at fixed levels, which a change of the
+  outputs at 1e-7 moves only if it moves a cut; a change there is a change of the model.
 
 The stored values were computed before the training path was rebuilt on the pipeline (issue
 30); regenerate them only for a deliberate change of a shipped model:
@@ -48,7 +53,7 @@ def figures(path: str) -> dict:
     from hiseg.metrics import evaluate
 
     torch.set_num_threads(1)
-    seg = Segmenter.from_checkpoint(path)
+    seg = Segmenter.from_checkpoint(path, device="cpu")  # the stored values are the CPU's
     stems = sorted(p.stem for p in (DATA / "images" / "val").glob("*.jpg"))[:N_IMAGES]
     out = {"images": {}}
     with tempfile.TemporaryDirectory() as tmp:
@@ -70,6 +75,10 @@ def figures(path: str) -> dict:
     return {k: (float(v) if isinstance(v, (np.floating, float)) else v) for k, v in out.items()}
 
 
+#: relative tolerance of each stored value, by its key (0: exact); see the module's docstring
+REL_TOL = {"u_sum": 1e-5, "u_sq": 1e-5}
+
+
 def _close(a, b, where):
     if isinstance(a, dict):
         assert set(a) == set(b), f"{where}: keys {sorted(a)} != {sorted(b)}"
@@ -78,8 +87,8 @@ def _close(a, b, where):
     elif isinstance(a, int):
         assert a == b, f"{where}: {a} != stored {b}"
     else:
-        tol = 1e-8 if where.endswith(("u_sum", "u_sq")) else 1e-9
-        assert abs(a - b) <= tol * max(1.0, abs(b)), f"{where}: {a!r} != stored {b!r}"
+        tol = REL_TOL.get(where.rsplit(".", 1)[-1], 0.0)
+        assert abs(a - b) <= tol * abs(b), f"{where}: {a!r} != stored {b!r} (relative tolerance {tol:g})"
 
 
 @pytest.mark.parametrize("name", ["bsds500", "bsds500_merge", "bsds500_ensemble", "pixel_stage"])

@@ -435,6 +435,18 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     best = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("best checkpoint")]
     last = [ln.split(": ", 1)[1] for ln in r.stdout.splitlines() if ln.strip().startswith("last checkpoint")]
     assert best and last and (tmp_path / last[0]).is_file()
+    # the summary's figures are metrics.csv's: the start (val_start/, step 0), the best checkpoint's
+    # monitored figure (the highest val/boundary_f) and the last validation
+    from _train import csv_rows
+
+    rows = csv_rows(next(tmp_path.rglob("metrics.csv")))
+    start = [float(x["val_start/boundary_f"]) for x in rows if x.get("val_start/boundary_f")]
+    vals = [(float(x["val/boundary_f"]), float(x["val/boundary_f_ods"])) for x in rows if x.get("val/boundary_f")]
+    assert len(start) == 1 and vals
+    assert f"validation boundary F of the starting model: {start[0]:.4f} at threshold 0.5" in r.stdout
+    assert f"validation boundary F at the last step:         {vals[-1][0]:.4f} at threshold 0.5, " \
+           f"{vals[-1][1]:.4f} at the best of 9 thresholds" in r.stdout
+    assert f"best checkpoint (val/boundary_f = {max(v[0] for v in vals):.4f})" in r.stdout
     if "NOT IMPROVED" in r.stdout:  # no better than the start: no new checkpoint recommended
         assert "next:" not in r.stdout
     elif f_after > 0:
@@ -457,19 +469,24 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     assert "Path/URL" not in h.stdout and "URLs are refused" in ckpt_help.split("--", 2)[1].replace("\n", " ")
 
 
-def _fake_fit(f_after, best_score, tmp_path, f_before=0.07, init_from=None):
-    """(trainer, model) stand-ins for :func:`hiseg.training.cli.fit_summary`."""
+def _fake_fit(f_after, best_score, tmp_path, f_before=0.07, init_from=None, monitor="val/boundary_f", mode="max",
+              ods_before=0.2, ods_after=0.3, loss_before=0.9, loss_after=0.8):
+    """(trainer, model) stand-ins for :func:`hiseg.training.cli.fit_summary`: the starting model's
+    validation figures (``initial_validation``), the last step's (``callback_metrics``) and the
+    best checkpoint's score on ``monitor``."""
     from types import SimpleNamespace
 
     from pytorch_lightning.callbacks import ModelCheckpoint
 
-    best = ModelCheckpoint(dirpath=tmp_path, monitor="val/boundary_f")
+    best = ModelCheckpoint(dirpath=tmp_path, monitor=monitor, mode=mode)
     best.best_model_path, best.best_model_score = str(tmp_path / "best.ckpt"), torch.tensor(best_score)
     last = SimpleNamespace(last_model_path=str(tmp_path / "last.ckpt"))
     trainer = SimpleNamespace(current_epoch=3, global_step=12, callbacks=[best, last],
                               callback_metrics={"val/boundary_f": torch.tensor(f_after),
-                                                "val/boundary_f_ods": torch.tensor(0.3)})
-    model = SimpleNamespace(initial_validation={"boundary_f": f_before, "boundary_f_ods": 0.2},
+                                                "val/boundary_f_ods": torch.tensor(ods_after),
+                                                "val/loss": torch.tensor(loss_after)})
+    model = SimpleNamespace(initial_validation={"boundary_f": f_before, "boundary_f_ods": ods_before,
+                                                "loss": loss_before},
                             hparams=SimpleNamespace(val_threshold=0.5, init_from=init_from))
     return trainer, model
 
@@ -480,9 +497,11 @@ def test_fit_summary_recommends_no_degenerate_checkpoint(tmp_path):
     good = fit_summary(*_fake_fit(0.4, 0.45, tmp_path))
     assert f"next: hiseg predict IMAGE --checkpoint {tmp_path / 'best.ckpt'} -o predictions/" in good
     assert "WARNING" not in good and "NOT IMPROVED" not in good
-    assert "validation boundary F of the starting model: 0.0700" in good
-    assert "validation boundary F of the best checkpoint:   0.4500" in good
-    assert "validation boundary F at the last step:         0.4000" in good
+    assert ("validation boundary F of the starting model: 0.0700 at threshold 0.5, 0.2000 at the best of 9 "
+            "thresholds") in good
+    assert "validation boundary F at threshold 0.5 of the best checkpoint: 0.4500" in good
+    assert "validation boundary F at the last step:         0.4000 at threshold 0.5, 0.3000 at the best" in good
+    assert "IMPROVED on the starting model: validation boundary F at threshold 0.5 0.0700 before, 0.4500" in good
     # the issue's run: F from .07 to 0, the "best" checkpoint at F 0
     zero = fit_summary(*_fake_fit(0.0, 0.0, tmp_path))
     assert "WARNING: validation boundary F ended at 0 (threshold 0.5)" in zero
@@ -497,14 +516,73 @@ def test_fit_summary_says_when_the_run_made_the_starting_model_worse(tmp_path):
 
     worse = fit_summary(*_fake_fit(0.5309, 0.5309, tmp_path, f_before=0.5646, init_from="bsds500"))
     assert "validation boundary F of the starting model (bsds500): 0.5646" in worse
-    assert "validation boundary F of the best checkpoint:   0.5309" in worse
-    assert ("NOT IMPROVED: this run did not improve on the starting model (validation boundary F 0.5646 before, "
-            "0.5309 at best): keep using it (hiseg predict IMAGE --checkpoint bsds500)") in worse
+    assert "validation boundary F at threshold 0.5 of the best checkpoint: 0.5309" in worse
+    assert ("NOT IMPROVED: this run did not improve on the starting model (validation boundary F at threshold 0.5 "
+            "0.5646 before, 0.5309 at best): keep using it (hiseg predict IMAGE --checkpoint bsds500)") in worse
     assert "next:" not in worse
     same = fit_summary(*_fake_fit(0.5, 0.5646, tmp_path, f_before=0.5646))  # equal is not better
     assert "NOT IMPROVED" in same and "next:" not in same
     better = fit_summary(*_fake_fit(0.5, 0.5700, tmp_path, f_before=0.5646, init_from="bsds500"))
     assert "NOT IMPROVED" not in better and "next: hiseg predict IMAGE --checkpoint" in better
+
+
+# (monitor, mode, the starting model's figures, the last step's, the best checkpoint's score, improved)
+_MONITORED = {
+    # issue 42's fine-tune: F at 0.5 fell (0.7001 -> 0.6895) but the best checkpoint, chosen on the ODS
+    # figure, rose above the start's (0.7427 -> 0.7483): improved, and the best checkpoint is named
+    "ods improved": ("val/boundary_f_ods", "max", dict(f_before=0.7001, ods_before=0.7427),
+                     dict(f_after=0.6895, ods_after=0.7300), 0.7483, True),
+    "ods not improved": ("val/boundary_f_ods", "max", dict(f_before=0.6000, ods_before=0.7427),
+                         dict(f_after=0.6900, ods_after=0.7300), 0.7400, False),
+    "f improved": ("val/boundary_f", "max", dict(f_before=0.6000, ods_before=0.7427),
+                   dict(f_after=0.6100, ods_after=0.7000), 0.6200, True),
+    "f not improved": ("val/boundary_f", "max", dict(f_before=0.7001, ods_before=0.5000),
+                       dict(f_after=0.6895, ods_after=0.7483), 0.6990, False),
+    "loss improved": ("val/loss", "min", dict(loss_before=0.90), dict(loss_after=0.85), 0.80, True),
+    "loss not improved": ("val/loss", "min", dict(loss_before=0.80), dict(loss_after=0.85), 0.82, False),
+}
+
+
+@pytest.mark.parametrize("case", list(_MONITORED))
+def test_fit_summary_compares_the_monitored_figure(case, tmp_path):
+    """Issue 42: the summary compares the figure the best checkpoint is chosen on (its monitor,
+    in its mode), before and at the best checkpoint, and names the best checkpoint when it improved."""
+    from hiseg.training.cli import fit_summary
+
+    monitor, mode, before, after, score, improved = _MONITORED[case]
+    kw = dict(f_before=0.5, ods_before=0.6, loss_before=0.9, f_after=0.5, ods_after=0.6, loss_after=0.9)
+    kw.update(before), kw.update(after)
+    f_after = kw.pop("f_after")
+    out = fit_summary(*_fake_fit(f_after, score, tmp_path, monitor=monitor, mode=mode, **kw))
+    key = monitor[len("val/"):]
+    name = {"boundary_f": "validation boundary F at threshold 0.5",
+            "boundary_f_ods": "validation boundary F at the best of 9 thresholds", "loss": "validation loss"}[key]
+    start = {"boundary_f": kw["f_before"], "boundary_f_ods": kw["ods_before"], "loss": kw["loss_before"]}[key]
+    assert f"compared on the {name}, at the best checkpoint ({monitor}, {'lowest' if mode == 'min' else 'highest'})" in out
+    assert f"{name} of the best checkpoint: {score:.4f}" in out
+    assert f"best checkpoint ({monitor} = {score:.4f}): {tmp_path / 'best.ckpt'}" in out
+    if improved:
+        assert f"IMPROVED on the starting model: {name} {start:.4f} before, {score:.4f} at the best checkpoint" in out
+        assert f"next: hiseg predict IMAGE --checkpoint {tmp_path / 'best.ckpt'} -o predictions/" in out
+        assert "NOT IMPROVED" not in out
+    else:
+        assert f"NOT IMPROVED: this run did not improve on the starting model ({name} {start:.4f} before, " \
+               f"{score:.4f} at best)" in out
+        assert "next:" not in out
+
+
+@pytest.mark.parametrize("start, noted", [("bsds500", True), ("bsds500_merge", True), ("bsds500_ensemble", False),
+                                          (None, False), ("runs/x/last.ckpt", False)])
+def test_fit_summary_says_what_a_fine_tune_replaces(start, noted, tmp_path):
+    """Issue 42: a fine-tune of a shipped model other than the default (bsds500_ensemble) says
+    that its figures compare with that model only and that its checkpoints replace it, not the default."""
+    from hiseg.training.cli import fit_summary
+
+    out = fit_summary(*_fake_fit(0.5, 0.57, tmp_path, f_before=0.56, init_from=start))
+    assert ("compared to: the starting model" in out) == noted
+    if noted:
+        assert (f"hiseg predict's default model is bsds500_ensemble (BSDS500 val ODS 0.7543, against" in out
+                and f"its checkpoints replace {start}, not the default" in out)
 
 
 def test_synthetic_config_applies_only_without_arguments(tmp_path, monkeypatch):
@@ -734,3 +812,25 @@ def test_optimizer_is_fused_on_cuda_only(device, optimizer):
     opt.step()
     step = next(iter(opt.state.values()))["step"]
     assert float(step) == 2 and (device != "cuda" or step.device.type == "cuda")
+
+
+@pytest.mark.slow
+def test_hiseg_lines_start_lines_of_their_own_beside_progress_bars(tmp_path):
+    """Issue 42: in a log of stdout and stderr together, with the progress bars on, the
+    validation before training and the closing summary each start a line (not the end of a bar's)."""
+    import os
+    import subprocess
+    import sys
+
+    from _train import ROOT, TINY
+
+    cmd = [sys.executable, str(ROOT / "train.py"), "fit", "--config", str(ROOT / "configs" / "synthetic.yaml"),
+           "--trainer.default_root_dir", str(tmp_path), *TINY, "--trainer.max_epochs", "1",
+           "--trainer.enable_progress_bar", "true"]
+    r = subprocess.run(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    assert r.returncode == 0, r.stdout[-3000:]
+    lines = r.stdout.split("\n")
+    for what in ("[hiseg] validation before training:", "[hiseg] training finished:"):
+        assert [ln for ln in lines if what in ln] and all(ln.startswith(what) for ln in lines if what in ln), \
+            [ln[-200:] for ln in lines if what in ln]

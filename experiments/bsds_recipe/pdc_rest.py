@@ -171,7 +171,7 @@ class Rest:
         ensemble = self.work / "ensemble.ckpt"
         if not ensemble.is_file():
             self.call(sys.executable, "-m", "hiseg.cli", "ensemble", "bsds500", network.resolve(), "--scales", "0.5", "1",
-                      "--no-flip", "-o", ensemble.resolve())
+                      "--no-flip", "-o", ensemble.parent.resolve(), "--name", ensemble.stem)
         outs["ensemble"] = self.evaluate(self.head(ensemble, "ensemble", {"scales": [0.5, 1.0], "flip": False}),
                                          "ensemble")
         return self.report(outs, time.perf_counter() - t0)

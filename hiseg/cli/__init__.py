@@ -3,27 +3,38 @@ module each (:mod:`hiseg.cli.predict`, :mod:`hiseg.cli.view`, :mod:`hiseg.cli.ev
 :mod:`hiseg.cli.ensemble`, :mod:`hiseg.cli.train`), their shared options defined once in
 :mod:`hiseg.cli.options`; ``predict``'s run record (what ``--resume`` checks) in :mod:`hiseg.cli.record`.
 
-The vocabulary, the same in every subcommand (``tests/test_cli_help.py`` checks the help):
+The vocabulary, the same in every subcommand (``tests/test_cli_help.py`` checks the help; the
+table is ``docs/cli.md``):
 
 * **inputs are positional**: ``hiseg predict INPUT ...``, ``hiseg view INPUT ...`` (images or
-  folders of images), ``hiseg evaluate DIR`` (the folder of predictions);
-* ``-o/--out DIR``: the folder a command writes into (required where writing is the point,
-  optional in ``evaluate``; ``-o FILE`` in ``ensemble``, which writes one file); ``--overwrite`` replaces files that exist there, otherwise the
-  command refuses before writing anything, naming them;
-* ``-c/--checkpoint CKPT``: a checkpoint file or a shipped model's name; without it the shipped
-  default model (``hiseg.models.Weights.default()``), named on the first line of the output;
-  ``--classical`` (or ``--checkpoint none``): the no-network baseline; ``--device DEVICE``;
+  folders of images), ``hiseg evaluate DIR`` (the folder of predictions), ``hiseg ensemble MEMBER ...``;
+* ``-o/--out DIR``: the folder a command writes into, in every command (required where writing
+  is the point, optional in ``evaluate``; ``ensemble`` writes ``DIR/NAME.ckpt``, ``--name NAME``);
+  ``--overwrite`` replaces files that exist there, otherwise the command refuses before writing
+  anything, naming them;
+* ``--checkpoint CKPT`` (no short flag: ``-c`` is ``--config`` in ``hiseg train``, LightningCLI's;
+  ``-c`` still works in predict and view, with a deprecation note): a checkpoint file or a
+  shipped model's name; without it the shipped default model (``hiseg.models.Weights.default()``),
+  named on the first line of the output; ``--classical`` (or ``--checkpoint none``): the
+  no-network baseline; ``--device DEVICE``, ``auto`` by default, as ``Segmenter(device="auto")``;
 * ``--workers N``: processes working on the images in parallel, ``auto`` by default (one per
   usable CPU, at most 8; none when there are too few images to pay for starting them);
-* ``-q/--quiet``: no progress bar, no line naming the model;
+* ``-q/--quiet``: no progress bar (and, in predict and view, no line naming the model);
 * cuts in the names of :mod:`hiseg.core.cuts`' vocabulary: ``--regions K`` (``n_regions``),
   ``--min-region-size SIZE`` (``min_size``); ``--level T``: the segmentation at level ``T`` of
-  the saliency map (``SegmentationResult.cut(threshold=T)``); ``--thresholds N`` (``evaluate``)
-  is a *number* of levels, never a level;
+  the saliency map (``SegmentationResult.cut(threshold=T)``); ``hiseg view``'s pages open at
+  that cut; ``--thresholds N`` (``evaluate``) is a *number* of levels, never a level;
+* labels are 0-based where hiseg writes them (``_labels.png``) and ``evaluate`` reads them as
+  they are (``--first-label auto``);
 * every metavar is an upper-case word (``DIR``, ``N``, ``K``, ``T``), every default is shown
   as ``(default: VALUE)``; a value is checked when parsed and a bad one names its option;
 * exit status 0: done; 1: some images failed (the others are written, the failures listed
   at the end); 2: nothing ran (a bad option, input or checkpoint, files in the way).
+
+``hiseg train`` is ``python train.py`` (LightningCLI's own conventions: ``-c/--config``,
+``--trainer.X``, ``fit`` when no subcommand is given). Help, ``--version`` and option errors
+import no torch (:func:`build_parser` adds only the running command's options; commands import
+torch and Lightning when they run).
 
 ``hiseg --version`` prints the version.
 """
@@ -38,8 +49,11 @@ __all__ = ["main", "build_parser"]
 _SUBCOMMANDS = ("predict", "view", "evaluate", "ensemble")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The ``hiseg`` parser, every subcommand's options added."""
+def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
+    """The ``hiseg`` parser, every subcommand's options added; with ``command``, only that
+    subcommand's (``""``: none; the others listed with their one-line help): what :func:`main` parses with, so
+    that ``hiseg --help``, ``--version`` and one command's help or option error import only what
+    that command's options need (no torch, no Lightning: they are imported when a command runs)."""
     from importlib import import_module
 
     from .. import __version__
@@ -55,7 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in _SUBCOMMANDS:
         mod = import_module(f"{__name__}.{name}")
         p = sub.add_parser(name, help=mod.HELP)
-        mod.add_arguments(p)
+        if command is None or command == name:
+            mod.add_arguments(p)
         p.set_defaults(func=mod.run)
     sub.add_parser("train", help=train.HELP, add_help=False)  # run by main before parsing
     return parser
@@ -68,7 +83,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from . import train
 
         return train.run(argv[1:])
-    args = build_parser().parse_args(argv)
+    command = next((a for a in argv if not a.startswith("-")), None)  # the subcommand, if any
+    args = build_parser(command if command in _SUBCOMMANDS else "").parse_args(argv)
     from ..models.weights import CheckpointError
 
     try:

@@ -5,7 +5,7 @@
 The checkpoint holds the members' weights (:class:`hiseg.models.ensemble.MeanProbabilityEnsemble`:
 the mean of their boundary probabilities) and the first member's pipeline without its merging
 head (a head is trained on the ensemble's own maps afterwards), with ``--scales`` / ``--flip`` /
-``--linkage`` on top. It loads wherever a checkpoint does (``hiseg predict -c ENSEMBLE.ckpt``,
+``--linkage`` on top. It loads wherever a checkpoint does (``hiseg predict --checkpoint ENSEMBLE.ckpt``,
 ``--model.init_from``).
 """
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import add_overwrite
+from .options import add_out, add_overwrite, default_text
 from .predict import add_pipeline_overrides
 
-__all__ = ["add_arguments", "run", "HELP"]
+__all__ = ["add_arguments", "run", "HELP", "ensemble_file"]
 
 HELP = "the checkpoint of an ensemble of trained networks (their boundary probabilities averaged)"
 
@@ -28,7 +28,10 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                      "the ensemble's maps: configs/bsds500_merge_head.yaml, models/README.md).")
     p.add_argument("members", nargs="+", metavar="MEMBER",
                    help="checkpoint files (.ckpt) or shipped models' names, two or more")
-    p.add_argument("-o", "--out", required=True, metavar="FILE", type=Path, help="the ensemble's checkpoint file")
+    add_out(p, "folder of the ensemble's checkpoint, DIR/NAME.ckpt (-o FILE.ckpt, the former spelling, still "
+               "names the file, with a deprecation note)")
+    p.add_argument("--name", default="ensemble", metavar="NAME",
+                   help="the checkpoint's file name in --out, without .ckpt" + default_text("ensemble"))
     add_pipeline_overrides(p)
     add_overwrite(p, "checkpoint file")
     return p
@@ -47,12 +50,27 @@ def run(args) -> int:
 
     if len(args.members) < 2:
         raise ValueError(f"an ensemble needs two or more members, got {len(args.members)}")
-    refuse_overwrite([args.out], [Path(m) for m in args.members], overwrite=args.overwrite, command="hiseg ensemble")
-    first = Segmenter(args.members[0])  # its network and pipeline, read once
+    out = ensemble_file(args)
+    refuse_overwrite([out], [Path(m) for m in args.members], overwrite=args.overwrite, command="hiseg ensemble")
+    first = Segmenter(args.members[0], device="cpu")  # its network and pipeline, read once (saved from the CPU)
     models = [first.model] + [load_model(Weights.resolve(m)) for m in args.members[1:]]
     pipeline = Pipeline.from_dict({**first.pipeline.to_dict(), "merge_head": None})
     pipeline = pipeline.with_overrides(scales=args.scales, flip=args.flip, linkage=args.linkage)
-    path = save_weights(MeanProbabilityEnsemble.from_models(models), args.out,
+    path = save_weights(MeanProbabilityEnsemble.from_models(models), out,
                         metadata={"pipeline": pipeline.to_dict(), "members": list(args.members)})
     print(f"wrote {path}: {len(models)} members, pipeline {pipeline.to_dict()}")
     return 0
+
+
+def ensemble_file(args) -> Path:
+    """The checkpoint ``hiseg ensemble`` writes: ``--out DIR`` / ``--name NAME`` + ``.ckpt``; an
+    ``--out`` ending in ``.ckpt`` (the former ``-o FILE``) is that file, with a deprecation note."""
+    import sys
+
+    if Path(args.out).suffix.lower() == ".ckpt":
+        print(f"hiseg ensemble: warning: -o FILE.ckpt is deprecated: write -o DIR [--name NAME] (-o is a folder "
+              f"in every hiseg command); writing {args.out}", file=sys.stderr)
+        return Path(args.out)
+    if "/" in args.name or "\\" in args.name or args.name in ("", ".", ".."):
+        raise ValueError(f"--name is a file name without a folder, got {args.name!r}")
+    return Path(args.out) / f"{args.name}.ckpt"

@@ -3,8 +3,8 @@
 Usage::
 
     hiseg evaluate DIR --gt DIR [--thresholds N] [-o DIR] [--workers N]
-                   [--kind {auto,ucm2,segs,pb,labels}] [--first-label {1,0}]
-                   [--no-region] [--no-boundary] [--no-fop]
+                   [--kind {auto,ucm2,segs,pb,labels}] [--first-label {auto,1,0}]
+                   [--subset {all,predicted}] [--no-region] [--no-boundary] [--no-fop]
 
 Prints a table of the benchmark figures: boundaries (Fb), covering, PRI, VI and the
 precision-recall for objects and parts (Fop, as SEISM computes it). With ``--out DIR`` it also writes
@@ -22,12 +22,6 @@ import argparse
 import sys
 from pathlib import Path
 
-from ..io import atomic_write_files, refuse_overwrite
-from ..metrics.bsds import evaluate
-from ..metrics.matching import DEFAULT_MAX_DIST
-from ..metrics.predictions import KINDS
-from ..metrics.report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header,
-                              results_markdown, results_to_json)
 from .options import (add_out, add_overwrite, add_quiet, add_workers, at_least_one, default_text, default_workers,
                       option_type)
 
@@ -38,6 +32,9 @@ HELP = "BSDS500 benchmark of predictions against ground truth"
 
 def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``evaluate`` options to ``parser`` and return it."""
+    from ..metrics.matching import DEFAULT_MAX_DIST
+    from ..metrics.predictions import KINDS
+
     parser.description = ("Score predictions (ucm2 .mat, segmentation .mat, boundary or label PNGs) against "
                           "BSDS-format ground truth: boundary ODS/OIS/AP, covering, PRI and VI, as the official "
                           "BSDS500 benchmark computes them, and Fop as SEISM does.")
@@ -56,16 +53,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     parser.add_argument("--max-dist", type=_max_dist, default=DEFAULT_MAX_DIST, metavar="D",
                         help="boundary matching tolerance as a fraction of the image diagonal, in (0, 1]"
                              + default_text(DEFAULT_MAX_DIST))
-    parser.add_argument("--first-label", type=int, choices=(1, 0), default=1,
+    parser.add_argument("--first-label", type=_first_label, choices=("auto", 1, 0), default="auto",
                         help="first region label of label-image predictions: 1 in the BSDS format (a 0 is then "
-                             "an error), 0 for 0-based images such as hiseg predict's _labels.png" + default_text(1))
+                             "an error), 0 for 0-based images such as hiseg predict's _labels.png; auto: 0 for an "
+                             "image that holds a 0, else 1 (exact either way)" + default_text("auto"))
+    parser.add_argument("--subset", choices=("all", "predicted"), default="all",
+                        help="all: every ground-truth image needs a prediction (the benchmark's set); predicted: "
+                             "score only the images with a prediction (the first line says how many of --gt's)"
+                             + default_text("all"))
     parser.add_argument("--no-region", action="store_true", help="skip covering / PRI / VI / Fop")
     parser.add_argument("--no-fop", action="store_true",
                         help="skip the precision-recall for objects and parts (Fop)")
     parser.add_argument("--no-boundary", action="store_true", help="skip the boundary benchmark")
     add_overwrite(parser, "result files")
-    add_quiet(parser)
+    add_quiet(parser, "no progress bar")
     return parser
+
+
+def _first_label(text: str):
+    return text if text == "auto" else int(text) if text in ("0", "1") else text
 
 
 def _max_dist(text: str) -> float:
@@ -108,6 +114,11 @@ def run(args: argparse.Namespace) -> int:
     an :class:`OSError` while writing ``--out`` returns 1 and leaves no
     partial file there.
     """
+    from ..io import atomic_write_files, refuse_overwrite
+    from ..metrics.bsds import evaluate
+    from ..metrics.report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header,
+                                  results_markdown, results_to_json)
+
     if args.out is not None:
         try:  # before the (long) evaluation: never replace a file that exists, unless asked
             refuse_overwrite([args.out / n for n in OUTPUT_FILES], [], args.overwrite,
@@ -128,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
             progress=_progress(args.quiet),
             fop=not args.no_fop,
             first_label=args.first_label,
+            subset=args.subset,
         )
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"hiseg evaluate: error: {exc}", file=sys.stderr)

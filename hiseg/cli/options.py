@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Sequence
 
 __all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_workers", "add_quiet", "add_overwrite",
-           "add_model", "image_command", "add_regions", "add_level", "add_min_region_size", "EXIT_STATUS",
+           "add_model", "add_deprecated", "image_command", "add_regions", "add_level", "add_min_region_size", "EXIT_STATUS",
            "collect_images", "default_workers", "resolve_workers", "make_segmenter", "model_name", "announce",
            "first_process", "PER_FILE_ERRORS", "per_file", "report_failures"]
 
@@ -104,9 +104,29 @@ def resolve_workers(value, n_items: int, min_items: int) -> int:
     return max(1, min(int(value), n_items))
 
 
-def add_quiet(p: argparse.ArgumentParser) -> None:
+def add_quiet(p: argparse.ArgumentParser, what: str = "no progress bar and no line naming the model") -> None:
     p.add_argument("-q", "--quiet", action="store_true",
-                   help="no progress bar and no line naming the model (predict, view); warnings, errors and the closing line stay")
+                   help=f"{what}; warnings, errors and the closing line stay")
+
+
+class _Deprecated(argparse.Action):
+    """A former spelling of an option: sets the option's ``dest`` as the option would, with a
+    one-line deprecation note on stderr naming the spelling to write instead."""
+
+    def __init__(self, option_strings, dest, instead: str = "", why: str = "", **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.instead, self.why = instead, why
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: warning: {option_string} is deprecated: write {self.instead}"
+              + (f" ({self.why})" if self.why else ""), file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_deprecated(p: argparse.ArgumentParser, flag: str, dest: str, instead: str, why: str = "", **kwargs) -> None:
+    """Keep ``flag``, a former spelling of ``instead``, working (hidden from ``--help``), with a
+    deprecation note when used (:class:`_Deprecated`)."""
+    p.add_argument(flag, dest=dest, action=_Deprecated, instead=instead, why=why, help=argparse.SUPPRESS, **kwargs)
 
 
 def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
@@ -116,13 +136,13 @@ def add_overwrite(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def _names() -> list[str]:
-    from ..models.weights import Weights
+    from .._shipped import SHIPPED_NAMES  # torch-free: the help imports no torch
 
-    return Weights.names()
+    return list(SHIPPED_NAMES)
 
 
 def _default_model() -> str:
-    from ..models.weights import DEFAULT_PRETRAINED
+    from .._shipped import DEFAULT_PRETRAINED
 
     return DEFAULT_PRETRAINED
 
@@ -134,11 +154,12 @@ def _check_max_pixels(v):
 
 
 def add_model(p: argparse.ArgumentParser, when: str = "") -> None:
-    """``-c/--checkpoint``, ``--classical``, ``--device``, ``--max-pixels``: which hierarchy
+    """``--checkpoint``, ``--classical``, ``--device``, ``--max-pixels``: which hierarchy
     maker runs, where, at which resolution."""
-    p.add_argument("-c", "--checkpoint", default=None, metavar="CKPT",
+    p.add_argument("--checkpoint", default=None, metavar="CKPT",
                    help=f"{when}a trained checkpoint (.ckpt) or a shipped model's name ({', '.join(_names())}); "
                         "'none': the classical path (--classical)" + default_text(_default_model()))
+    add_deprecated(p, "-c", "checkpoint", "--checkpoint", "-c is --config in hiseg train", metavar="CKPT")
     p.add_argument("--classical", action="store_true",
                    help=f"{when}the classical path, the no-network baseline: colour gradient, colour-watershed "
                         "superpixels, closest ultrametric fit (same as --checkpoint none)")

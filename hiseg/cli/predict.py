@@ -126,11 +126,12 @@ def run(args) -> int:
 def _run(args, files: list, ddp: bool) -> int:
     """:func:`run` once the inputs are collected and ``--out`` is this run's."""
     from ..explorer import page as view
-    from ..segmentation.segmenter import output_paths
+    from ..segmentation.segmenter import image_outputs
     from ..io import display_path, refuse_overwrite
 
     out = Path(args.out)
-    outputs = [p for f in files for p in output_paths(out, f.stem).values()]
+    cut = args.regions is not None or args.level is not None
+    outputs = [p for f in files for p in image_outputs(out, f.stem, cut)]  # the files this run writes
     if args.html:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
@@ -182,8 +183,8 @@ def _run(args, files: list, ddp: bool) -> int:
     if len(pages) > 1:
         view.write_index_file(out, pages)
     if written:
-        html = (" and index.html (open it)" if len(pages) > 1 else
-                f" and {display_path(files[0].stem)}.html (open it)" if pages else "")
+        html = (f"; open {display_path(out / 'index.html')}" if len(pages) > 1 else
+                f"; open {display_path(out / (files[0].stem + '.html'))}" if pages else "")
         print(f"wrote {len(written)} image(s) to {display_path(out)}{html}")
     return report_failures("hiseg predict", failures, len(files))
 

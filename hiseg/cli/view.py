@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .options import (add_model, add_overwrite, add_quiet, announce, collect_images, image_command, make_segmenter,
-                      per_file, report_failures)
+from .options import (add_level, add_model, add_overwrite, add_quiet, add_regions, announce, collect_images,
+                      default_text, image_command, make_segmenter, per_file, report_failures)
 from .predict import source_of
 
 __all__ = ["add_arguments", "run"]
@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                    help="read each image's hierarchy from DIR/NAME.mat (a BSDS ucm2, as `hiseg predict` "
                         "writes) instead of segmenting the image")
     add_model(p, when="without --ucm: ")
+    add_regions(p, "the pages open at the finest level with at most K regions (K >= 1; the slider moves from "
+                   "there)" + default_text(12))
+    add_level(p, "the pages open at level T of the saliency map, in [0, 1] (regions merged below T)")
     add_overwrite(p, "pages")
     add_quiet(p)
     return p
@@ -34,6 +37,8 @@ def run(args) -> int:
     """``hiseg view`` with parsed ``args``: the pages of the input images; the exit status."""
     from ..io import folder_lock
 
+    if args.regions is not None and args.level is not None:
+        raise ValueError("give at most one of --regions and --level")
     if args.ucm is not None and (args.checkpoint is not None or args.classical):
         raise ValueError("give --ucm (read the hierarchies) or --checkpoint / --classical (compute them), not both")
     files = collect_images(args.inputs)
@@ -65,7 +70,7 @@ def _write(args, files: list, mats: list, inputs: list, out: Path) -> int:
     from tqdm import tqdm
 
     from ..io import read_image, refuse_overwrite
-    from ..explorer.page import INDEX, check_ucm2, page_outputs, write_pages
+    from ..explorer.page import INDEX, check_ucm2, page_outputs, start_of, write_pages
 
     refuse_overwrite(page_outputs(out, [f.stem for f in files]).values(), inputs, overwrite=args.overwrite,
                      command="hiseg view")
@@ -95,9 +100,12 @@ def _write(args, files: list, mats: list, inputs: list, out: Path) -> int:
 
     bar = None if args.quiet or len(files) < 2 else (lambda it: tqdm(it, total=len(files), desc="hiseg view",
                                                                       unit="img"))
-    written = write_pages(out, items(), progress=bar)
+    written = write_pages(out, items(), progress=bar, start=start_of(args.regions, args.level))
     pages = len(files) - len(failures)
     if pages:
-        print(f"wrote {pages} page(s) to {out}" + (f" and {INDEX} (open it)" if INDEX in {p.name for p in written}
-                                                    else ""))
+        from ..io import display_path
+
+        html = sorted(p for p in written if p.suffix == ".html")
+        first = next((p for p in html if p.name == INDEX), html[0] if html else None)
+        print(f"wrote {pages} page(s) to {display_path(out)}" + (f"; open {display_path(first)}" if first else ""))
     return report_failures("hiseg view", failures, len(files))

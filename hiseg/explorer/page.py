@@ -41,6 +41,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..core.cuts import AUTO_MIN_REGION_FRACTION
 from ..io import atomic_write, display_path, naming_the_file, read_image, refuse_overwrite, set_usual_mode, to_float_rgb
 
 __all__ = ["build_page", "build_index", "check_ucm2", "ucm2_ranks", "thumbnail", "page_outputs", "shown",
@@ -173,7 +174,7 @@ def _build_page(image, ucm2: np.ndarray, full, title: str, source: str, start=No
     data = {"title": title, "source": source, "width": rgb.shape[1], "height": rgb.shape[0],
             "image": _b64(_png(rgb)), "ucm": _b64(_png(packed)),
             "levels": _b64(levels.astype("<f8").tobytes()), "rankSum": int(ranks.sum(dtype=np.int64)),
-            "start": start or start_of()}
+            "start": start or start_of(), "minRegionFraction": AUTO_MIN_REGION_FRACTION}
     if full is not None:
         data.update(fullWidth=int(full[1]), fullHeight=int(full[0]))
     template = resources.files("hiseg.explorer").joinpath("view_page.html").read_text(encoding="utf-8")
@@ -305,7 +306,7 @@ def write_index_file(out, entries: Sequence[tuple]) -> Path:
     return path
 
 
-def write_pages(out, items, progress=None) -> list[Path]:
+def write_pages(out, items, progress=None, start=None) -> list[Path]:
     """Write the pages of ``items`` (an iterable of ``(stem, image, hierarchy, source)``, the
     hierarchy a ucm2 or a result: :func:`shown`) into ``out``, with an ``index.html`` for
     several; all or nothing.
@@ -315,7 +316,8 @@ def write_pages(out, items, progress=None) -> list[Path]:
     (``os.replace``, atomic) only once all of them exist: an error raised by ``items`` or a
     page leaves no page written and no folder created (``hiseg view`` skips and reports the
     images that fail on their own, :func:`hiseg.cli.options.per_file`). ``progress``: wraps ``items`` (e.g.
-    tqdm). Returns the written paths (none, and no folder, when ``items`` is empty).
+    tqdm); ``start``: where the pages open (:func:`start_of`; default 12 regions). Returns the
+    written paths (none, and no folder, when ``items`` is empty).
     """
     out = Path(out)
     created = []
@@ -337,7 +339,7 @@ def write_pages(out, items, progress=None) -> list[Path]:
     try:
         entries, stems = [], []
         for stem, image, hierarchy, source in (progress(items) if progress else items):
-            text, entry = _page(stem, image, hierarchy, source)
+            text, entry = _page(stem, image, hierarchy, source, start)
             with naming_the_file(out / entry[0]):
                 (stage / entry[0]).write_text(text, encoding="utf-8")
             entries.append(entry)

@@ -14,13 +14,14 @@ from __future__ import annotations
 import os
 import time
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..io import load_ground_truth
 from .matching import DEFAULT_MAX_DIST, BoundaryImageResult, BoundaryMatcher, boundary_counts, thin_boundaries
-from .predictions import KINDS, discover_pairs, load_prediction, names_list
+from .predictions import FIRST_LABELS, KINDS, discover_pairs, load_prediction, names_list
 from .region import NestedUcmLabels, RegionImageResult, region_counts
 from .tables import contingency
 from .summary import collect_boundary, collect_fop, collect_region
@@ -40,7 +41,7 @@ def evaluate_image(
     region: bool = True,
     max_dist: float = DEFAULT_MAX_DIST,
     fop: bool = True,
-    first_label: int = 1,
+    first_label=1,
 ) -> dict:
     """Evaluate one image (``evaluation_bdry_image`` + ``evaluation_reg_image``).
 
@@ -61,7 +62,7 @@ def evaluate_image(
     fop : bool
         With ``region``, also Fop (objects and parts, :mod:`hiseg.metrics.fop`), on the
         same contingency tables.
-    first_label : {1, 0}
+    first_label : {1, 0, "auto"}
         First region label of label-image predictions (see :func:`load_prediction`).
 
     Returns
@@ -134,7 +135,8 @@ def evaluate(
     official_rounding: bool = True,
     progress: Callable[[int, int, str], None] | None = None,
     fop: bool = True,
-    first_label: int = 1,
+    first_label=1,
+    subset: str = "all",
 ) -> dict:
     """Run the BSDS500 benchmark on a folder of predictions.
 
@@ -161,14 +163,19 @@ def evaluate(
     fop : bool, default True
         With ``region``, also the precision-recall for objects and parts (Fop) of
         Pont-Tuset & Marques, aggregated as SEISM does (:func:`collect_fop`).
-    first_label : {1, 0}, default 1
+    first_label : {1, 0, "auto"}, default 1
         First region label of label-image predictions: 1 in the BSDS format (a 0 is
-        an error), 0 for 0-based images such as ``hiseg predict``'s ``_labels.png``.
+        an error), 0 for 0-based images such as ``hiseg predict``'s ``_labels.png``,
+        ``"auto"`` (``hiseg evaluate``'s default): 0 for an image that holds a 0, else 1.
+    subset : {"all", "predicted"}, default "all"
+        ``"all"``: every ground-truth file needs a prediction (the benchmark's set);
+        ``"predicted"``: only the images with a prediction are scored (:func:`discover_pairs`).
 
     Returns
     -------
     dict (JSON-serialisable)
-        ``images`` (names), ``kind``, ``n_images``, ``thresholds``;
+        ``images`` (names), ``kind``, ``n_images`` (scored), ``n_ground_truth`` (the
+        ground-truth files in ``gt_dir``), ``subset``, ``thresholds``;
         ``boundary`` {ods {threshold, recall, precision, f}, ois {recall,
         precision, f}, ap, per_threshold, per_image}; for region-capable
         inputs ``covering`` {ods, ods_threshold, ois, best, per_threshold,
@@ -201,12 +208,12 @@ def evaluate(
         raise ValueError(f"the number of thresholds must be >= 1, got {n_thresholds}")
     if not (boundary or region):
         raise ValueError("nothing to evaluate: both boundary and region are disabled")
-    pairs = discover_pairs(pred_dir, gt_dir, kind)
+    pairs = discover_pairs(pred_dir, gt_dir, kind, subset)
     if workers is None:
         workers = os.cpu_count() or 1
     workers = max(1, min(int(workers), len(pairs)))
-    if first_label not in (0, 1):
-        raise ValueError(f"first_label must be 0 or 1, got {first_label!r}")
+    if first_label not in FIRST_LABELS:
+        raise ValueError(f"first_label must be 1, 0 or 'auto', got {first_label!r}")
     if not (isinstance(max_dist, (int, float)) and 0 < max_dist <= 1):  # also refuses nan
         raise ValueError(f"max_dist is a fraction of the image diagonal and must be in (0, 1], got {max_dist!r}")
     tasks = [(s, str(p), str(g), n_thresholds, kind, boundary, region, max_dist, fop, first_label)
@@ -217,6 +224,8 @@ def evaluate(
     _check_results(per_image, pred_dir)
     out = _collect(per_image, boundary, region, fop, official_rounding)
     out["timing"] = _timing(per_image, total, workers)
+    out["subset"] = subset
+    out["n_ground_truth"] = sum(1 for p in Path(gt_dir).iterdir() if p.is_file() and p.suffix.lower() == ".mat")
     return out
 
 

@@ -37,7 +37,6 @@ import numpy as np
 
 from ..io import check_label_image, loadmat, read_gray_image
 from .matching import seg_to_boundaries
-from .region import NestedUcmLabels
 from .summary import thresholds
 
 __all__ = ["KINDS", "Prediction", "discover_pairs", "load_prediction", "names_list"]
@@ -46,14 +45,22 @@ KINDS = ("auto", "ucm2", "segs", "pb", "labels")
 _PRED_EXTS = (".mat", ".png")
 
 
-def _as_labels(x, where: str, first_label: int = 1) -> np.ndarray:
+#: the values of ``first_label``: ``"auto"`` reads a label image holding a 0 as 0-based, one without as 1-based
+FIRST_LABELS = ("auto", 1, 0)
+
+
+def _as_labels(x, where: str, first_label=1) -> np.ndarray:
     """A prediction's label image, checked (:func:`hiseg.io.check_label_image`). BSDS label
     images number their regions from 1; ``first_label=0`` reads 0-based images (such as
-    ``hiseg predict``'s ``_labels.png``) by adding 1. A 0 in a 1-based image is refused:
+    ``hiseg predict``'s ``_labels.png``) by adding 1; ``"auto"`` reads an image that holds a 0
+    as 0-based and one that does not as 1-based (exact: a 1-based image has no 0, and the region
+    figures do not depend on the labels' values). A 0 in a 1-based image is refused:
     the region benchmark would silently drop those pixels as unlabelled."""
     x = check_label_image(x, where)
-    if first_label == 0:
+    if first_label == 0 or (first_label == "auto" and x.min() == 0):
         return x + 1
+    if first_label == "auto":
+        return x
     if x.min() == 0:
         raise ValueError(f"{where}: label 0 in a label image, whose regions are numbered from 1 (BSDS format); "
                          "for a 0-based label image (such as hiseg predict's _labels.png) pass first_label=0 "
@@ -118,6 +125,8 @@ class Prediction:
         the same partition). A ucm2's partitions (:func:`hiseg.metrics.region.ucm_to_labels`)
         are grown from one threshold to the next (:class:`NestedUcmLabels`)."""
         if self.kind == "ucm2":
+            from .region import NestedUcmLabels  # scipy.ndimage: imported when a ucm2 is cut (not by the CLI's help)
+
             levels = np.unique(self.data)
             bsds, seism = NestedUcmLabels(self.data), NestedUcmLabels(self.data, seism=True)
             last_key, labels, other = None, None, None
@@ -142,7 +151,7 @@ def _n_labels(labels: np.ndarray) -> int:
     return int(np.count_nonzero(np.bincount(labels.ravel())))
 
 
-def load_prediction(path, kind: str = "auto", first_label: int = 1) -> Prediction:
+def load_prediction(path, kind: str = "auto", first_label=1) -> Prediction:
     """Load one prediction file.
 
     Parameters
@@ -151,9 +160,10 @@ def load_prediction(path, kind: str = "auto", first_label: int = 1) -> Predictio
         ``.mat`` (``ucm2`` or ``segs``) or ``.png`` file.
     kind : {"auto", "ucm2", "segs", "pb", "labels"}
         Format (see module docstring).
-    first_label : {1, 0}
+    first_label : {1, 0, "auto"}
         The label of the first region in label images (``segs``, ``labels``): 1 in the
-        BSDS format (a 0 is then an error), 0 for 0-based images.
+        BSDS format (a 0 is then an error), 0 for 0-based images, ``"auto"``: 0 for an image
+        that holds a 0, else 1.
 
     Returns
     -------
@@ -169,8 +179,8 @@ def load_prediction(path, kind: str = "auto", first_label: int = 1) -> Predictio
     path = Path(path)
     if kind not in KINDS:
         raise ValueError(f"unknown prediction kind {kind!r}; expected one of {KINDS}")
-    if first_label not in (0, 1):
-        raise ValueError(f"first_label must be 0 or 1, got {first_label!r}")
+    if first_label not in FIRST_LABELS:
+        raise ValueError(f"first_label must be 1, 0 or 'auto', got {first_label!r}")
     ext = path.suffix.lower()
     if ext == ".mat":
         if kind in ("pb", "labels"):
@@ -227,7 +237,11 @@ def names_list(items: Sequence[str], limit: int = 10) -> str:
     return s + (f", ... ({len(items)} in all)" if len(items) > limit else "")
 
 
-def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path, Path]]:
+#: the values of ``subset``: every ground-truth image must have a prediction, or only the predicted ones are scored
+SUBSETS = ("all", "predicted")
+
+
+def discover_pairs(pred_dir, gt_dir, kind: str = "auto", subset: str = "all") -> list[tuple[str, Path, Path]]:
     """Pair prediction and ground-truth files by stem.
 
     Parameters
@@ -241,6 +255,10 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         (``ucm2``/``segs``: ``.mat``; ``pb``/``labels``: ``.png``). With ``auto``, a
         folder that holds ``.mat`` files is read for those only (the PNG views that
         ``hiseg predict`` writes beside them are ignored).
+    subset : {"all", "predicted"}
+        ``"all"``: every ground-truth file needs a prediction (the benchmark's set);
+        ``"predicted"``: only the predicted images are paired (ground truth without a
+        prediction is left out; a prediction without ground truth is still an error).
 
     Returns
     -------
@@ -255,6 +273,8 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         If a folder holds no usable file, a stem has two prediction files, or
         the names do not match (the message lists the unmatched files).
     """
+    if subset not in SUBSETS:
+        raise ValueError(f"subset must be one of {SUBSETS}, got {subset!r}")
     pred_dir, gt_dir = Path(pred_dir), Path(gt_dir)
     for d, what in ((pred_dir, "prediction"), (gt_dir, "ground-truth")):
         if not d.exists():
@@ -277,13 +297,15 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto") -> list[tuple[str, Path
         raise ValueError(f"no prediction files ({'/'.join(exts)}) in {pred_dir}")
     if not gts:
         raise ValueError(f"no ground-truth .mat files in {gt_dir}")
-    missing = set(gts) - set(preds)
+    missing = set(gts) - set(preds) if subset == "all" else set()
     extra = set(preds) - set(gts)
     if missing or extra:
         parts = []
         if missing:
-            parts.append(f"no prediction in {pred_dir} for ground truth: {names_list([gts[s].name for s in missing])}")
+            parts.append(f"no prediction in {pred_dir} for ground truth: {names_list([gts[s].name for s in missing])} "
+                         f"({len(preds)} prediction(s) for {len(gts)} ground-truth file(s); to score only the "
+                         "predicted images: subset='predicted', hiseg evaluate --subset predicted)")
         if extra:
             parts.append(f"no ground truth in {gt_dir} for prediction: {names_list([preds[s].name for s in extra])}")
         raise ValueError("prediction and ground-truth file names do not match; " + "; ".join(parts))
-    return [(s, preds[s], gts[s]) for s in sorted(gts)]
+    return [(s, preds[s], gts[s]) for s in sorted(gts) if s in preds]

@@ -123,7 +123,10 @@ def format_table(res: Mapping) -> str:
 
 def report_header(res: Mapping) -> str:
     t = res.get("timing", {})
-    return (f"BSDS500 benchmark: {res['n_images']} image(s), kind {res['kind']}, "
+    of = res.get("n_ground_truth")
+    scored = (f"{res['n_images']} image(s)" if of is None or of == res["n_images"] else
+              f"{res['n_images']} of the {of} ground-truth image(s) (the predicted ones)")
+    return (f"BSDS500 benchmark: {scored}, kind {res['kind']}, "
             f"{len(res['thresholds'])} threshold(s), {t.get('workers', 1)} worker(s), "
             f"{t.get('total_s', 0.0):.1f} s")
 

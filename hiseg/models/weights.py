@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .._renamed import renamed_in
+from .._shipped import DEFAULT_PRETRAINED  # the default shipped model's name (torch-free, for the CLI)
 
 __all__ = ["CheckpointError", "ArchitectureMismatchError", "DEFAULT_PRETRAINED", "Weights", "WeightsEntry", "Checkpoint", "register_model",
            "list_models", "get_model", "refuse_remote_checkpoint", "load_checkpoint_file", "read_checkpoint",
@@ -92,9 +93,6 @@ class WeightsEntry:
     meta: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: The name of the default shipped model (``Segmenter.from_pretrained()``, benchmarks): the best on
-#: every BSDS val figure within 1 s per 481x321 image on a CPU (``models/README.md``).
-DEFAULT_PRETRAINED = "bsds500_ensemble"
 
 
 class Weights(enum.Enum):

@@ -262,8 +262,9 @@ class Segmenter:
         boundary network (logits), or ``None``: no network (the boundary map comes from the
         pipeline's classical path, ``Pipeline.classical``).
     device : str or torch.device
-        ``"cpu"`` (default), ``"cuda"``, ``"cuda:N"``, ``"mps"`` or ``"auto"`` (CUDA when present,
-        else the CPU); a device unavailable here is a ValueError (:func:`resolve_device`).
+        ``"auto"`` (the default, as ``hiseg predict --device``'s: CUDA when present, else the CPU),
+        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; a device unavailable here is a ValueError
+        (:func:`resolve_device`).
     pipeline : Pipeline or dict, optional
         The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default: the
         checkpoint's; ``Pipeline()`` for a bare network, ``Pipeline.classical()`` without one).
@@ -275,7 +276,7 @@ class Segmenter:
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module, None] = "default",
-                 device: Union[str, torch.device] = "cpu", pipeline=None):
+                 device: Union[str, torch.device] = "auto", pipeline=None):
         from .pipeline import Pipeline
 
         self.device = resolve_device(device)
@@ -306,7 +307,7 @@ class Segmenter:
 
     @classmethod
     def classical(cls, region_size: float = 8.0, fit_iterations: int = 50,
-                  device: Union[str, torch.device] = "cpu") -> "Segmenter":
+                  device: Union[str, torch.device] = "auto") -> "Segmenter":
         """The no-network baseline: Scharr colour gradient, colour-watershed superpixels of
         about ``region_size`` pixels across, closest ultrametric fitted in ``fit_iterations``
         steps (0: single linkage) (``Pipeline.classical``; ``hiseg predict --classical``)."""
@@ -315,7 +316,7 @@ class Segmenter:
         return cls(None, device=device, pipeline=Pipeline.classical(region_size, fit_iterations))
 
     @classmethod
-    def from_checkpoint(cls, path, device: Union[str, torch.device] = "cpu", **kwargs) -> "Segmenter":
+    def from_checkpoint(cls, path, device: Union[str, torch.device] = "auto", **kwargs) -> "Segmenter":
         """Load a checkpoint by path (Lightning or :func:`~hiseg.models.weights.save_weights` format).
 
         Read with ``weights_only=True`` (a checkpoint is data, never code), mapped to
@@ -328,7 +329,7 @@ class Segmenter:
         return cls(Path(path), device=device, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, name: Optional[str] = None, device: Union[str, torch.device] = "cpu",
+    def from_pretrained(cls, name: Optional[str] = None, device: Union[str, torch.device] = "auto",
                         **kwargs) -> "Segmenter":
         """A shipped model by name (:class:`hiseg.models.Weights`), from any folder; no download.
         The default (``None``: :data:`hiseg.models.weights.DEFAULT_PRETRAINED`, what ``Segmenter()``
@@ -505,8 +506,9 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     each to a temporary file, one at a time, then all moved into place; an error or a
     Ctrl-C leaves none of them half-written and no temporary file).
 
-    ``{stem}_ucm.png`` (8-bit), ``{stem}_ucm16.png`` (16-bit), ``{stem}.mat`` (BSDS
-    ``ucm2``, double), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
+    ``{stem}_ucm.png`` (8-bit, the square root of the saliency: a view, whose weak edges show),
+    ``{stem}_ucm16.png`` (16-bit, the saliency itself), ``{stem}.mat`` (BSDS ``ucm2``, double,
+    exact), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
     (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
     :meth:`SegmentationResult.cut`). ``image``: the float RGB image, or what
     :meth:`Segmenter.read` returns for it. ``stem`` may hold any bytes a file name may (not
@@ -545,9 +547,11 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
 
     blocks = result.ucm2_blocks()
 
-    def saliency(top, dtype):
-        return lambda r0, r1: _quantise(np.clip(blocks[2 * r0 + 2:2 * min(h, r1) + 1, 2:2 * w + 1][::2, ::2], 0, 1)
-                                        .astype(np.float32), top, dtype)
+    def saliency(top, dtype, view=False):  # view: the square root, for the eye (weak edges visible)
+        def rows(r0, r1):
+            s = np.clip(blocks[2 * r0 + 2:2 * min(h, r1) + 1, 2:2 * w + 1][::2, ::2], 0, 1).astype(np.float32)
+            return _quantise(np.sqrt(s, out=s) if view else s, top, dtype)
+        return rows
 
     out.mkdir(parents=True, exist_ok=True)
     with AtomicFiles(overwrite) as files:
@@ -555,7 +559,7 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
             label_rows = result.label_rows(labels)
             files.write(names["labels"], png(label_rows, np.uint16))
             files.write(names["overlay"], png(_overlay_rows(image, label_rows, k, step), np.uint8))
-        files.write(names["ucm"], png(saliency(255, np.uint8), np.uint8))
+        files.write(names["ucm"], png(saliency(255, np.uint8, view=True), np.uint8))
         files.write(names["ucm16"], png(saliency(65535, np.uint16), np.uint16))
         files.write(names["mat"], lambda tmp: write_ucm2_mat(tmp, blocks))
         files.commit()

@@ -18,6 +18,7 @@ removes one of them.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Optional
 
@@ -321,10 +322,11 @@ class ValidateAtStart(pl.Callback):
         pl_module.initial_validation = summ
         for lg in trainer.loggers:
             lg.log_metrics({f"val_start/{k}": float(v) for k, v in summ.items()}, step=0)
-        if trainer.is_global_zero:
-            print(f"[hiseg] validation before training: boundary F {summ['boundary_f']:.4f} at threshold "
+        if trainer.is_global_zero:  # a line of its own, in order with the progress bars (stderr) in a log
+            sys.stderr.flush()
+            print(f"\n[hiseg] validation before training: boundary F {summ['boundary_f']:.4f} at threshold "
                   f"{pl_module.hparams.val_threshold:g} ({summ['boundary_f_ods']:.4f} at the best of the "
-                  f"other thresholds), loss {summ['loss']:.4f}")
+                  f"other thresholds), loss {summ['loss']:.4f}", flush=True)
 
 
 class FiniteLossGuard(pl.Callback):
