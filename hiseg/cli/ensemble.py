@@ -48,7 +48,7 @@ def run(args) -> int:
     if len(args.members) < 2:
         raise ValueError(f"an ensemble needs two or more members, got {len(args.members)}")
     refuse_overwrite([args.out], [Path(m) for m in args.members], overwrite=args.overwrite, command="hiseg ensemble")
-    first = Segmenter(args.members[0])  # its network and pipeline, read once
+    first = Segmenter(args.members[0], fold=False)  # its network (as trained: saved again) and pipeline, read once
     models = [first.model] + [load_model(Weights.resolve(m)) for m in args.members[1:]]
     pipeline = Pipeline.from_dict({**first.pipeline.to_dict(), "merge_head": None})
     pipeline = pipeline.with_overrides(scales=args.scales, flip=args.flip, linkage=args.linkage)

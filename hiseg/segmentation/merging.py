@@ -403,7 +403,13 @@ def edge_features_torch(rag: RegionAdjacencyGraph, boundary: torch.Tensor, image
 # --------------------------------------------------------------------------- network identity
 def network_fingerprint(model: torch.nn.Module) -> str:
     """A short hash (16 hex digits) of a network's parameters and buffers (names, shapes
-    and values, float32 on the CPU): the identity a merge head is tied to. O(parameters)."""
+    and values, float32 on the CPU): the identity a merge head is tied to. O(parameters).
+    A network whose weights were rewritten for inference (BatchNorm folded,
+    :func:`hiseg.segmentation.segmenter.fold_for_inference`) carries the fingerprint of
+    the weights it was made from as ``hiseg_fingerprint``: that one is returned."""
+    kept = getattr(model, "hiseg_fingerprint", None)
+    if isinstance(kept, str):
+        return kept
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())

@@ -244,11 +244,11 @@ class Pipeline:
         f = (self.max_pixels / float(height * width)) ** 0.5
         return max(1, int(height * f)), max(1, int(width * f))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def boundary_map(self, model: Optional[torch.nn.Module], image: np.ndarray, device="cpu",
                      tile: int = 512) -> np.ndarray:
         """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image:
-        :meth:`maps` of a batch of one, without gradient; without a model, the image's colour
+        :meth:`maps` of a batch of one, in ``torch.inference_mode``; without a model, the image's colour
         gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the network in
         tiles with a margin of :data:`TILE_MARGIN` pixels (the shipped networks' receptive
         field: the tiled map equals the whole-image pass), so memory stays bounded whatever

@@ -31,7 +31,7 @@ from .saliency import (UCM2Blocks, cut_at_threshold, cut_num_regions, ucm2_from_
                                    upsample_labels)
 
 __all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "image_outputs", "image_done",
-           "predict_file", "check_tile", "MIN_TILE", "resolve_device", "MAX_LABELS"]
+           "predict_file", "check_tile", "MIN_TILE", "resolve_device", "MAX_LABELS", "fold_for_inference"]
 
 #: The most regions a label image (16-bit PNG, labels 0..65535) holds.
 MAX_LABELS = 65536
@@ -236,6 +236,20 @@ def _load_named(spec, pipeline=None):
     return name, load_model(ck), stored_pipeline(ck)
 
 
+def fold_for_inference(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (in eval mode) with its BatchNorm layers folded into their convolutions
+    (:func:`hiseg.models.fold.fold_batchnorm`, in place), keeping the identity a merge head
+    checks (``hiseg_fingerprint``: the :func:`~hiseg.segmentation.merging.network_fingerprint`
+    of the weights as trained, computed once here instead of at every image)."""
+    from ..models.fold import fold_batchnorm
+    from .merging import network_fingerprint
+
+    fingerprint = network_fingerprint(model)
+    fold_batchnorm(model)
+    model.hiseg_fingerprint = fingerprint
+    return model
+
+
 def stored_pipeline(ck):
     """The :class:`~hiseg.segmentation.Pipeline` a read checkpoint holds (``metadata["pipeline"]``
     of a slim file, else the ``pipeline`` hyper-parameter; the defaults where it has none)."""
@@ -268,6 +282,11 @@ class Segmenter:
         The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default: the
         checkpoint's; ``Pipeline()`` for a bare network, ``Pipeline.classical()`` without one).
 
+    fold : bool
+        Fold the BatchNorm layers of a network this Segmenter loads (a name or a file) into
+        their convolutions (:func:`fold_for_inference`: the same maps to float32 rounding,
+        faster); a network passed as a module is used as given. Default True.
+
     Attributes: ``model``, ``device``, ``pipeline`` and ``name`` (the shipped model's registered
     name, the checkpoint's path, ``"classical"`` without a network, else the network's class).
     Loading a checkpoint raises FileNotFoundError, CheckpointError, ArchitectureMismatchError,
@@ -275,13 +294,15 @@ class Segmenter:
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module, None] = "default",
-                 device: Union[str, torch.device] = "cpu", pipeline=None):
+                 device: Union[str, torch.device] = "cpu", pipeline=None, fold: bool = True):
         from .pipeline import Pipeline
 
         self.device = resolve_device(device)
         name = None
         if isinstance(model, (str, os.PathLike)):
             name, model, pipeline = _load_named(model, pipeline)
+            if fold:
+                model = fold_for_inference(model)
         self.model = model.to(self.device).eval() if model is not None else None
         self.name = name or ("classical" if model is None else type(model).__name__)
         if pipeline is None:
@@ -343,7 +364,7 @@ class Segmenter:
         return cls(w.name.lower(), device=device, **kwargs)
 
     # ------------------------------------------------------------------ steps
-    @torch.no_grad()
+    @torch.inference_mode()
     def boundary_map(self, image: np.ndarray) -> np.ndarray:
         """(H, W) boundary probability of the network (float32; multi-scale if the pipeline
         says so); the colour gradient on the classical path."""
