@@ -78,9 +78,10 @@ def _session(data: bytes):
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
 
 
-def _load(spec):
-    """(name, folded network, pipeline) of a shipped model's name or a checkpoint; ExportError
-    for a checkpoint that holds no boundary network."""
+def _load(spec, overrides=None):
+    """The Segmenter (BatchNorm folded) of a shipped model's name or a checkpoint, its
+    pipeline's settings overridden by ``overrides``; ExportError for a checkpoint that holds
+    no boundary network."""
     from ..models.weights import CheckpointError
     from ..segmentation.segmenter import Segmenter
 
@@ -88,6 +89,9 @@ def _load(spec):
         seg = Segmenter(spec, device="cpu")  # BatchNorm folded at load
     except CheckpointError as e:
         raise ExportError(f"cannot export {spec}: {e}") from None
+    if seg.model is None:
+        raise ExportError("the classical path has no network to export")
+    seg.pipeline = seg.pipeline.with_overrides(**(overrides or {}))
     with torch.inference_mode():
         try:
             out = seg.model(torch.rand(1, 3, 40, 48))
@@ -146,9 +150,10 @@ def _head_graph(head) -> tuple[bytes, dict]:
     return data, info
 
 
-def export_model(spec, out_dir, overwrite: bool = False) -> dict:
+def export_model(spec, out_dir, overwrite: bool = False, **overrides) -> dict:
     """Export a shipped model's name or a checkpoint (module docstring) into ``out_dir``;
-    returns the manifest. ``overwrite=False``: refuses (FileExistsError naming it) when a file
+    returns the manifest. ``overrides``: pipeline settings over the model's (``scales``,
+    ``flip``, ``linkage``; None: the model's). ``overwrite=False``: refuses (FileExistsError naming it) when a file
     of the export is there already, before anything is written. ExportError (one line) for a
     checkpoint without a boundary network, a graph that does not reproduce it, a merge head
     that cannot be exported; FileNotFoundError, CheckpointError as loading a model raises."""
@@ -156,7 +161,7 @@ def export_model(spec, out_dir, overwrite: bool = False) -> dict:
     if out.exists() and not out.is_dir():
         raise ExportError(f"{out} exists and is not a folder")
     names = ["boundary.onnx", MANIFEST]
-    seg = _load(spec)
+    seg = _load(spec, overrides)
     head = seg.pipeline.head
     if head is not None:
         names.insert(1, "merge_head.onnx")

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
-import torch
 
+from .._lazy import lazy_torch
 from ..core.graph import RegionAdjacencyGraph
 from ..core.ultrametric import Hierarchy, build_hierarchy
 from ..io import (AtomicFiles, decode_image, display_path, file_complete, reduce_image, remove_stray_temps, rgb_view,
@@ -32,6 +32,10 @@ from .saliency import (UCM2Blocks, cut_at_threshold, cut_num_regions, ucm2_from_
 
 __all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "image_outputs", "image_done",
            "predict_file", "check_tile", "MIN_TILE", "resolve_device", "MAX_LABELS", "fold_for_inference"]
+
+#: imported at its first use (:mod:`hiseg._lazy`): reading images, the steps after the network
+#: and the output files need no torch (the onnxruntime path, :mod:`hiseg.export.runtime`)
+torch = lazy_torch()
 
 #: The most regions a label image (16-bit PNG, labels 0..65535) holds.
 MAX_LABELS = 65536
@@ -364,10 +368,9 @@ class Segmenter:
         return cls(w.name.lower(), device=device, **kwargs)
 
     # ------------------------------------------------------------------ steps
-    @torch.inference_mode()
     def boundary_map(self, image: np.ndarray) -> np.ndarray:
         """(H, W) boundary probability of the network (float32; multi-scale if the pipeline
-        says so); the colour gradient on the classical path."""
+        says so; in ``torch.inference_mode``); the colour gradient on the classical path."""
         return self.pipeline.boundary_map(self.model, image, self.device)
 
     def segment(self, image, tile: int = 512) -> SegmentationResult:
@@ -442,7 +445,7 @@ class Segmenter:
         return cv2.resize(img, (hw[1], hw[0]), interpolation=cv2.INTER_AREA), img.shape[:2]
 
     def _flat(self, rag, t, out_shape=None):
-        h = build_hierarchy(rag.graph, torch.zeros(0, dtype=torch.float64))
+        h = build_hierarchy(rag.graph, np.zeros(0, dtype=np.float64))
         return SegmentationResult(rag, np.zeros(0), h, None, t, output_shape=out_shape)
 
     def saliency(self, image) -> np.ndarray:
