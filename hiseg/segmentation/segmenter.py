@@ -452,6 +452,11 @@ class Segmenter:
         """(H, W) saliency map (UCM) of an image, in [0, 1]."""
         return self.segment(image).saliency
 
+    def worker_copy(self) -> "Segmenter":
+        """What a worker process of ``hiseg predict --workers`` runs :meth:`finish` with: this
+        pipeline without the network (the main process runs it: :meth:`network_map`)."""
+        return Segmenter(None, device="cpu", pipeline=self.pipeline)
+
 
 def _quantise(x: np.ndarray, top: int, dtype) -> np.ndarray:
     """round(x * top) as ``dtype`` for x in [0, 1], with one float temporary."""
