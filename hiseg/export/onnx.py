@@ -162,6 +162,9 @@ def export_model(spec, out_dir, overwrite: bool = False, **overrides) -> dict:
         raise ExportError(f"{out} exists and is not a folder")
     names = ["boundary.onnx", MANIFEST]
     seg = _load(spec, overrides)
+    if seg.pipeline.linkage not in ("average", "single"):
+        raise ExportError(f"cannot export {spec}: linkage {seg.pipeline.linkage!r} (a fit in torch) does not run "
+                          "from an exported folder; use --linkage average or single")
     head = seg.pipeline.head
     if head is not None:
         names.insert(1, "merge_head.onnx")
