@@ -240,16 +240,21 @@ def _load_named(spec, pipeline=None):
     return name, load_model(ck), stored_pipeline(ck)
 
 
-def fold_for_inference(model: torch.nn.Module) -> torch.nn.Module:
+def fold_for_inference(model: torch.nn.Module, channels_last: bool = False) -> torch.nn.Module:
     """``model`` (in eval mode) with its BatchNorm layers folded into their convolutions
     (:func:`hiseg.models.fold.fold_batchnorm`, in place), keeping the identity a merge head
     checks (``hiseg_fingerprint``: the :func:`~hiseg.segmentation.merging.network_fingerprint`
-    of the weights as trained, computed once here instead of at every image)."""
+    of the weights as trained, computed once here instead of at every image).
+    ``channels_last``: its weights in the channels-last memory format, which oneDNN's CPU
+    convolutions then use (measured on the default model, one thread, 481x321: 1.37 s
+    against 1.56 s for the folded network's pass, best of 6, maps within 4e-7)."""
     from ..models.fold import fold_batchnorm
     from .merging import network_fingerprint
 
     fingerprint = network_fingerprint(model)
     fold_batchnorm(model)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
     model.hiseg_fingerprint = fingerprint
     return model
 
@@ -306,7 +311,7 @@ class Segmenter:
         if isinstance(model, (str, os.PathLike)):
             name, model, pipeline = _load_named(model, pipeline)
             if fold:
-                model = fold_for_inference(model)
+                model = fold_for_inference(model, channels_last=self.device.type == "cpu")
         self.model = model.to(self.device).eval() if model is not None else None
         self.name = name or ("classical" if model is None else type(model).__name__)
         if pipeline is None:
