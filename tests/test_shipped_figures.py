@@ -2,13 +2,13 @@
 registry's and the pixel stage's) segments the first 5 BSDS500 val images, and its
 hierarchies (regions, ultrametric sums) and benchmark figures (Fb ODS / OIS / AP, covering,
 PRI, VI, Fop at 25 thresholds) must equal the values stored in
-``tests/data/shipped_figures.json`` to 1e-9 (the sums of the ultrametric to 1e-6 relative: the
+``tests/data/shipped_figures.json`` to 1e-9 (the sums of the ultrametric to 1e-5 relative: the
 merging heads' smoothed features moved from OpenCV's float32 blur to the one torch implementation
 in float64 when the numpy twin was removed, which moved the sums by at most 3.3e-9 relative; then
-BatchNorm was folded into the convolutions when a Segmenter loads a network (issue 41), which
-moves the maps by about 1e-6 in probability and the sums by at most 2.5e-7 relative, measured on
-the four checkpoints; the region counts, edges, levels and every benchmark figure stayed
-identical, difference 0).
+a Segmenter's network was folded (BatchNorm into the convolutions) and run channels-last on the
+CPU (issue 41), which moves the maps by about 1e-6 in probability and the sums by at most 2.9e-6
+relative (bsds500; 2.6e-7 for the three others), measured on the four checkpoints; the region
+counts, edges, levels and every benchmark figure stayed identical, difference 0).
 
 The stored values were computed before the training path was rebuilt on the pipeline (issue
 30); regenerate them only for a deliberate change of a shipped model:
@@ -80,7 +80,7 @@ def _close(a, b, where):
     elif isinstance(a, int):
         assert a == b, f"{where}: {a} != stored {b}"
     else:
-        tol = 1e-6 if where.endswith(("u_sum", "u_sq")) else 1e-9
+        tol = 1e-5 if where.endswith(("u_sum", "u_sq")) else 1e-9
         assert abs(a - b) <= tol * max(1.0, abs(b)), f"{where}: {a!r} != stored {b!r}"
 
 
