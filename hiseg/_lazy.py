@@ -15,15 +15,17 @@ __all__ = ["lazy_torch", "is_tensor"]
 
 
 class _LazyModule:
-    """A module's stand-in: its first attribute access imports it (and is then as fast as the module's)."""
+    """A module's stand-in: its first attribute access imports it; every access reads the module's."""
 
     def __init__(self, name: str):
-        self._name = name
+        self._name, self._module = name, None
 
     def __getattr__(self, attr):
-        module = importlib.import_module(self._name)
-        self.__dict__.update({k: v for k, v in vars(module).items() if not k.startswith("__")})
-        return getattr(module, attr)
+        # the module object itself is kept, never a copy of its names: a name set on the
+        # module later (a test's monkeypatch of torch.load) is the one read here
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
 
     def __repr__(self) -> str:
         return f"<lazy module {self._name!r}>"
