@@ -25,6 +25,17 @@ plain-convolution copy); superpixels + hierarchy are measured on the shipped ``b
 maps (a trained map: an untrained one has other minima, hence other superpixels), the same for
 every row. Ratios are against ``compact_boundary_net`` in the bsds500 shape at the same scales,
 measured in the same run; written to ``--table`` (default benchmarks/results/predict_archs.md).
+
+``--deploy DIR``: instead, the three ways to run the shipped default model, paired on the same
+images in one run (issue 41): today's eager torch (``Segmenter(fold=False)``), the folded torch
+path every user now gets (``Segmenter()``: BatchNorm folded, ``inference_mode``) and onnxruntime
+on the model exported into DIR (``hiseg export -o DIR``; ``ExportedSegmenter``, no torch), each
+stage per image (network, superpixels + RAG, merging = the head's features and MLP, tree, writing)
+at each of ``--thread-counts`` (torch's threads, onnxruntime's intra-op threads); then each
+path's start-up (import, load, first image) in a fresh process, ``hiseg predict`` on the ``--n``
+images (start-up included) and, with ``--photo``, on a 12 MP photograph (a val image enlarged to
+4000x3000). Ratios against eager torch. Written to ``--table`` (default
+benchmarks/results/predict_deploy.md).
 """
 import argparse
 import os
@@ -190,6 +201,143 @@ def compare_archs(args):
     Path(args.table).write_text(text)
 
 
+def _deploy_stages(seg, im, out_dir, name):
+    """Seconds of each stage of one image on ``seg`` (a Segmenter, or an ExportedSegmenter:
+    its ``pipeline`` has the same step methods)."""
+    from hiseg.core.graph import region_adjacency_graph
+    from hiseg.core.ultrametric import build_average_linkage_hierarchy, build_hierarchy
+    from hiseg.segmentation.segmenter import SegmentationResult
+
+    pipe, t = seg.pipeline, {}
+    t0 = time.perf_counter()
+    pmap = seg.network_map(im)
+    t1 = time.perf_counter()
+    rag = region_adjacency_graph(pipe.make_superpixels(pmap, im))
+    t2 = time.perf_counter()
+    w = pipe.edge_weights(rag, pmap, im)
+    t3 = time.perf_counter()
+    lengths = rag.frontier_lengths().astype(np.float64)
+    if hasattr(seg, "exported"):
+        h = (build_hierarchy(rag.graph, w) if pipe.linkage == "single"
+             else build_average_linkage_hierarchy(rag.graph, w, lengths))
+        u = h.ultrametric(w)
+    else:
+        u, h = pipe.ultrametric(rag.graph, w, lengths)
+        u = u.numpy()
+    t4 = time.perf_counter()
+    write_outputs(out_dir, name, SegmentationResult(rag, u, h, pmap), im)
+    t5 = time.perf_counter()
+    t.update(network=t1 - t0, superpixels=t2 - t1, merging=t3 - t2, tree=t4 - t3, writing=t5 - t4, total=t5 - t0)
+    return t
+
+
+_STARTUP = {
+    "eager torch": "from hiseg.segmentation.segmenter import Segmenter\nT1=time.perf_counter()\n"
+                   "seg = Segmenter(fold=False)",
+    "folded torch": "from hiseg.segmentation.segmenter import Segmenter\nT1=time.perf_counter()\nseg = Segmenter()",
+    "onnxruntime": "from hiseg.export.runtime import ExportedSegmenter\nT1=time.perf_counter()\n"
+                   "seg = ExportedSegmenter.from_exported(sys.argv[2])",
+}
+
+
+def _startup(path: str, image: Path, exported: str) -> tuple:
+    """(import s, load s, first image s, torch imported) of ``path`` in a fresh process."""
+    code = ("import sys, time\nT0=time.perf_counter()\n" + _STARTUP[path]
+            + "\nT2=time.perf_counter()\nseg.segment(sys.argv[1])\nT3=time.perf_counter()\n"
+              "print(T1-T0, T2-T1, T3-T2, 'torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code, str(image), exported], capture_output=True, text=True,
+                       check=True, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    a, b, c, torch_in = r.stdout.split()[-4:]
+    return float(a), float(b), float(c), torch_in == "True"
+
+
+def _cli_wall(args_list, env=None) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "hiseg.cli", "predict", *args_list, "-q", "--workers", "1"], check=True,
+                   stdout=subprocess.DEVNULL, env=dict(os.environ, PYTHONPATH=str(ROOT), **(env or {})))
+    return time.perf_counter() - t0
+
+
+def deploy(args):
+    """The --deploy comparison (see the module docstring)."""
+    from hiseg.export.runtime import ExportedSegmenter
+
+    folder = Path(args.images) if args.images else BSDS_VAL
+    files = sorted(folder.glob("*.jpg"))[: args.n]
+    from hiseg.io import read_image
+
+    ims = [(f.stem, read_image(f)) for f in files]
+    paths = ["eager torch", "folded torch", "onnxruntime"]
+    stages = ["network", "superpixels", "merging", "tree", "writing", "total"]
+    results = {}  # (threads, path) -> list of stage dicts
+    with tempfile.TemporaryDirectory() as tmp:
+        for threads in args.thread_counts:
+            torch.set_num_threads(threads)
+            segs = {"eager torch": Segmenter(fold=False), "folded torch": Segmenter(),
+                    "onnxruntime": ExportedSegmenter.from_exported(args.deploy, threads=threads)}
+            for p in paths:  # warm-up
+                _deploy_stages(segs[p], ims[0][1], tmp, "warm")
+            for name, im in ims:  # paired: every path on this image, in turn
+                for p in paths:
+                    results.setdefault((threads, p), []).append(_deploy_stages(segs[p], im, tmp, name))
+        load = os.getloadavg()[0]
+        start = {p: _startup(p, files[0], args.deploy) for p in paths}
+        cli = {}
+        out = Path(tmp) / "cli"
+        src = Path(tmp) / "images"
+        src.mkdir()
+        for f in files:
+            (src / f.name).symlink_to(f)
+        cli["eager torch"] = None  # not selectable from the command line any more (always folded)
+        cli["folded torch"] = _cli_wall([str(src), "-o", str(out / "t")])
+        cli["onnxruntime"] = _cli_wall([str(src), "-c", args.deploy, "-o", str(out / "o")])
+        photo = {}
+        if args.photo:
+            import cv2
+
+            big = cv2.resize(cv2.imread(str(files[0])), (4000, 3000), interpolation=cv2.INTER_CUBIC)
+            cv2.imwrite(str(Path(tmp) / "photo.jpg"), big, [cv2.IMWRITE_JPEG_QUALITY, 92])
+            photo["folded torch"] = _cli_wall([str(Path(tmp) / "photo.jpg"), "-o", str(out / "pt")])
+            photo["onnxruntime"] = _cli_wall([str(Path(tmp) / "photo.jpg"), "-c", args.deploy, "-o", str(out / "po")])
+    med = {k: {s: float(np.median([r[s] for r in v])) for s in stages} for k, v in results.items()}
+    lines = ["# hiseg predict of the shipped default model: eager torch, folded torch, onnxruntime\n",
+             f"{len(ims)} BSDS500 val images (481x321 or 321x481), each stage's median seconds per image, the three paths "
+             f"timed in turn on each image (paired), at torch / onnxruntime intra-op threads "
+             f"{', '.join(map(str, args.thread_counts))}. Network: the boundary map (2 networks x scales 0.5 and 1); "
+             "superpixels: boundary watershed + region adjacency graph; merging: the merge head's 14 edge features and "
+             "its MLP; tree: average linkage (higra) and the ultrametric; writing: the PNGs and the .mat. Ratio: eager "
+             f"torch's time over this path's (higher is faster). **The machine has {os.cpu_count()} cores, shared with "
+             f"other jobs (load average {load:.1f} after the paired runs)**: wall figures are what that load allowed. "
+             f"Command: `python benchmarks/bench_predict.py --deploy DIR --n {args.n} --thread-counts "
+             f"{' '.join(map(str, args.thread_counts))}{' --photo' if args.photo else ''}`.\n"]
+    for threads in args.thread_counts:
+        lines += [f"\n## {threads} thread(s)\n", "| stage | " + " | ".join(paths) + " | folded ratio | onnxruntime ratio |",
+                  "|---|" + "---:|" * (len(paths) + 2)]
+        for s in stages:
+            e = med[threads, "eager torch"][s]
+            vals = [med[threads, p][s] for p in paths]
+            lines.append(f"| {s} | " + " | ".join(f"{v:.3f}" for v in vals)
+                         + f" | {e / max(vals[1], 1e-9):.2f} | {e / max(vals[2], 1e-9):.2f} |")
+    lines += ["\n## Start-up (fresh process, default threads)\n",
+              "| path | import s | load s | first image s | total s | torch imported |", "|---|---:|---:|---:|---:|---|"]
+    for p in paths:
+        a, b, c, ti = start[p]
+        lines.append(f"| {p} | {a:.2f} | {b:.2f} | {c:.2f} | {a + b + c:.2f} | {'yes' if ti else 'no'} |")
+    lines += [f"\n## `hiseg predict` on the {len(ims)} images, start-up and writing included (default threads)\n",
+              "| path | wall s | s per image |", "|---|---:|---:|"]
+    for p in ("folded torch", "onnxruntime"):
+        lines.append(f"| {p} (`-c {'DIR' if p == 'onnxruntime' else 'bsds500_ensemble'}`) | {cli[p]:.2f} | "
+                     f"{cli[p] / len(ims):.3f} |")
+    if photo:
+        lines += ["\n## A 12 MP photograph (4000x3000 JPEG), `hiseg predict`, start-up included\n",
+                  "| path | wall s |", "|---|---:|"]
+        lines += [f"| {p} | {v:.2f} |" for p, v in photo.items()]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.table).write_text(text)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     from hiseg.models.weights import Weights
@@ -210,7 +358,14 @@ def main():
                     "benchmarks/results/predict.md)")
     ap.add_argument("--archs", action="store_true", help="the whole predict path per image of each boundary "
                     "architecture at scales 1 and 0.5+1 (see above)")
+    ap.add_argument("--deploy", default=None, metavar="DIR", help="eager vs folded torch vs onnxruntime on the "
+                    "model exported into DIR (see above)")
+    ap.add_argument("--thread-counts", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--photo", action="store_true", help="--deploy: also a 12 MP photograph")
     args = ap.parse_args()
+    if args.deploy:
+        args.table = args.table or str(ROOT / "benchmarks" / "results" / "predict_deploy.md")
+        return deploy(args)
     if args.archs:
         torch.set_num_threads(args.threads)
         if args.images is None and BSDS_VAL.is_dir():

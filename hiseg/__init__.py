@@ -8,7 +8,7 @@ The product, importable from here (see ``__all__``):
 
 * images: :class:`Segmenter` (``hiseg predict``), :class:`SegmentationResult`,
   :class:`Pipeline` (every choice from the image to the hierarchy), :class:`Weights` (the
-  shipped models);
+  shipped models), :class:`ExportedSegmenter` (a folder of ``hiseg export``, onnxruntime, no torch);
 * samples: :class:`UltrametricClustering` (a scikit-learn estimator);
 * the core (no I/O, no Lightning): graphs (:func:`grid_graph`, :func:`knn_graph`,
   :func:`region_adjacency_graph`, :func:`batch_graphs`), the differentiable ultrametric layer
@@ -30,6 +30,7 @@ _WHERE = {
     "Segmenter": "segmentation.segmenter", "SegmentationResult": "segmentation.segmenter",
     "Pipeline": "segmentation.pipeline",
     "Weights": "models.weights",
+    "ExportedSegmenter": "export.runtime",
     "UltrametricClustering": "clustering",
     "fit_ultrametric": "core.fitting", "FitResult": "core.fitting",
     "cut_hierarchy": "core.cuts",
@@ -40,7 +41,8 @@ _WHERE = {
                                        "average_linkage_ultrametric", "ward_linkage_ultrametric", "build_hierarchy",
                                        "build_average_linkage_hierarchy")},
 }
-_MODULES = ("core", "clustering", "io", "segmentation", "models", "metrics", "data", "training", "explorer", "cli")
+_MODULES = ("core", "clustering", "io", "segmentation", "models", "metrics", "data", "training", "explorer", "export",
+            "cli")
 
 __all__ = list(_WHERE) + ["__version__"]
 

@@ -23,22 +23,23 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "hiseg"
 
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
-ORDER = ["_compat", "_renamed", "_params", "_shipped", "io", "core", "clustering", "models", "segmentation", "metrics",
-         "data", "training", "explorer", "cli"]
+ORDER = ["_compat", "_renamed", "_params", "_lazy", "_shipped", "io", "core", "clustering", "models", "segmentation",
+         "metrics", "data", "training", "explorer", "export", "cli"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "io": ["errors", "images", "labels", "files"],
     "core": ["_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting"],
     "clustering": ["labels", "plotting", "auto", "estimator"],
-    "models": ["weights", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
-    "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool", "pipeline", "segmenter",
+    "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
+    "segmentation": ["superpixels", "pooling", "features", "merging", "saliency", "hostpool", "pipeline", "segmenter",
                      "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "training": ["callbacks", "steps", "module", "cli"],
     "explorer": ["page"],
-    "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "train", "__main__"],
+    "export": ["manifest", "onnx", "runtime"],
+    "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "export", "train", "__main__"],
 }
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they
 #: sit just below (see the module docstring for why)

@@ -1,6 +1,6 @@
-"""The ``hiseg`` command: ``predict``, ``view``, ``evaluate``, ``ensemble`` and ``train``, one
-module each (:mod:`hiseg.cli.predict`, :mod:`hiseg.cli.view`, :mod:`hiseg.cli.evaluate`,
-:mod:`hiseg.cli.ensemble`, :mod:`hiseg.cli.train`), their shared options defined once in
+"""The ``hiseg`` command: ``predict``, ``view``, ``evaluate``, ``ensemble``, ``export`` and ``train``,
+one module each (:mod:`hiseg.cli.predict`, :mod:`hiseg.cli.view`, :mod:`hiseg.cli.evaluate`,
+:mod:`hiseg.cli.ensemble`, :mod:`hiseg.cli.export`, :mod:`hiseg.cli.train`), their shared options defined once in
 :mod:`hiseg.cli.options`; ``predict``'s run record (what ``--resume`` checks) in :mod:`hiseg.cli.record`.
 
 The vocabulary, the same in every subcommand (``tests/test_cli_help.py`` checks the help; the
@@ -46,7 +46,7 @@ from typing import Optional, Sequence
 
 __all__ = ["main", "build_parser"]
 
-_SUBCOMMANDS = ("predict", "view", "evaluate", "ensemble")
+_SUBCOMMANDS = ("predict", "view", "evaluate", "ensemble", "export")
 
 
 def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
@@ -63,9 +63,9 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
         "hiseg: hierarchical image segmentation. `hiseg predict` writes saliency maps (ultrametric "
         "contour maps), ucm2 .mat files and cuts of images; `hiseg view` writes interactive explorer pages "
         "of their hierarchies; `hiseg evaluate` runs the BSDS500 benchmark; `hiseg ensemble` builds an ensemble's "
-        "checkpoint; `hiseg train` trains."))
+        "checkpoint; `hiseg export` writes a model as ONNX for onnxruntime; `hiseg train` trains."))
     parser.add_argument("--version", action="version", version=f"hiseg {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{predict,view,evaluate,ensemble,train}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{predict,view,evaluate,ensemble,export,train}")
     for name in _SUBCOMMANDS:
         mod = import_module(f"{__name__}.{name}")
         p = sub.add_parser(name, help=mod.HELP)

@@ -14,7 +14,7 @@ from typing import Sequence
 
 __all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_workers", "add_quiet", "add_overwrite",
            "add_model", "add_deprecated", "image_command", "add_regions", "add_level", "add_min_region_size", "EXIT_STATUS",
-           "collect_images", "default_workers", "resolve_workers", "make_segmenter", "model_name", "announce",
+           "collect_images", "default_workers", "resolve_workers", "make_segmenter", "exported_folder", "model_name", "announce",
            "first_process", "PER_FILE_ERRORS", "per_file", "report_failures"]
 
 #: The epilog of the image commands (predict, view).
@@ -157,7 +157,8 @@ def add_model(p: argparse.ArgumentParser, when: str = "") -> None:
     """``--checkpoint``, ``--classical``, ``--device``, ``--max-pixels``: which hierarchy
     maker runs, where, at which resolution."""
     p.add_argument("--checkpoint", default=None, metavar="CKPT",
-                   help=f"{when}a trained checkpoint (.ckpt) or a shipped model's name ({', '.join(_names())}); "
+                   help=f"{when}a trained checkpoint (.ckpt), a shipped model's name ({', '.join(_names())}) or a "
+                        "folder written by `hiseg export` (onnxruntime, no torch); "
                         "'none': the classical path (--classical)" + default_text(_default_model()))
     add_deprecated(p, "-c", "checkpoint", "--checkpoint", "-c is --config in hiseg train", metavar="CKPT")
     p.add_argument("--classical", action="store_true",
@@ -254,9 +255,16 @@ def model_name(args) -> str:
     return str(args.checkpoint) if args.checkpoint is not None else _default_model()
 
 
+def exported_folder(args):
+    """``--checkpoint`` when it names a folder (a model written by ``hiseg export``), else None."""
+    spec = getattr(args, "checkpoint", None)
+    return Path(spec) if spec is not None and Path(spec).is_dir() else None
+
+
 def make_segmenter(args):
     """The Segmenter of ``--checkpoint`` (a path or a shipped model's name; none: the shipped
-    default model; ``--classical``: the classical path) on ``--device``, its pipeline overridden
+    default model; a folder written by ``hiseg export``: its
+    :class:`~hiseg.export.runtime.ExportedSegmenter`, onnxruntime on the CPU; ``--classical``: the classical path) on ``--device``, its pipeline overridden
     by ``--scales``/``--flip``/``--linkage``/``--max-pixels``. Raises ValueError (a bad device, or
     a network option on the classical path), FileNotFoundError, CheckpointError."""
     from ..segmentation.segmenter import Segmenter, resolve_device
@@ -272,7 +280,15 @@ def make_segmenter(args):
         seg = Segmenter.classical(device=device)
         seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
         return seg
-    seg = Segmenter(model_name(args), device=device)
+    if exported_folder(args) is not None:
+        from ..export.runtime import ExportedSegmenter
+
+        if device.type != "cpu":
+            raise ValueError(f"--checkpoint {args.checkpoint}: an exported model runs on the CPU (onnxruntime); "
+                             "--device cpu or auto")
+        seg = ExportedSegmenter.from_exported(args.checkpoint)
+    else:
+        seg = Segmenter(model_name(args), device=device)
     seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage, max_pixels=args.max_pixels)
     return seg
 
@@ -289,7 +305,8 @@ def announce(command: str, seg, args) -> None:
     """The one line naming the model and the device (unless ``--quiet``)."""
     if getattr(args, "quiet", False) or not first_process():
         return  # quiet, or not the first process of a DDP run
-    what = ("the classical path (no network)" if seg.model is None else
+    what = (f"exported model {seg.exported.name} (onnxruntime)" if getattr(seg, "exported", None) is not None else
+            "the classical path (no network)" if seg.model is None else
             f"model {seg.name}" + (" (the shipped default; --classical: the no-network baseline)"
                                    if args.checkpoint is None else ""))
     print(f"{command}: {what} on {seg.device}", flush=True)

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from .options import (add_level, add_min_region_size, add_model, add_overwrite, add_quiet, add_regions, add_workers,
                       announce, at_least_one, collect_images, default_text, first_process, image_command,
-                      make_segmenter, model_name, option_type, per_file, report_failures, resolve_workers)
+                      exported_folder, make_segmenter, model_name, option_type, per_file, report_failures, resolve_workers)
 from .record import RECORD, RunRecord, output_options
 
 __all__ = ["add_arguments", "add_pipeline_overrides", "run", "POOL_MIN_IMAGES"]
@@ -110,6 +110,9 @@ def run(args) -> int:
     ddp = args.devices > 1 or args.num_nodes > 1
     if ddp and args.html:
         raise ValueError("--html writes its pages in one process: not with --devices / --num-nodes")
+    if ddp and exported_folder(args) is not None:
+        raise ValueError("--devices / --num-nodes distribute a torch network; an exported model runs with "
+                         "onnxruntime (use --workers N)")
     if ddp and model_name(args) == "classical":
         raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
                          "(use --workers N)")
@@ -302,9 +305,11 @@ def _worker_init(seg, opts):
     """A worker's state: the Segmenter (its pipeline) and the options; one thread each (the
     workers are the parallelism)."""
     import cv2
-    import torch
 
-    torch.set_num_threads(1)
+    if getattr(seg, "exported", None) is None:  # an exported model's worker runs no torch (one onnxruntime thread)
+        import torch
+
+        torch.set_num_threads(1)
     cv2.setNumThreads(1)
     _WORKER.update(seg=seg, opts=opts)
 
@@ -359,14 +364,13 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
     from collections import deque
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-    from ..segmentation.segmenter import Segmenter
     from .options import PER_FILE_ERRORS
 
     # forkserver (Linux) or spawn: never a plain fork of this process, whose OpenCV / OpenMP
     # thread pools may hold a lock at fork time (a forked worker hung in cv2.setNumThreads in CI);
     # the workers import hiseg themselves (a few seconds once), then run one thread each.
     ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    cpu_seg = Segmenter(None, device="cpu", pipeline=seg.pipeline)  # the workers' steps need no network
+    cpu_seg = seg.worker_copy()  # the workers' steps need no network (an exported model's: the whole chain)
     network = seg.model is not None
     window = 2 * workers  # images in flight per stage: bounded memory whatever the folder's size
     finishing: dict = {}   # index -> future of its last step

@@ -42,6 +42,17 @@ def _models_own(spec: str):
     pipeline its checkpoint holds, or the classical path's; None when the file cannot be read
     (loading it names why). An option given with the model's own value is then the same option
     as none given (:func:`_differences`)."""
+    if Path(spec).is_dir():  # an exported model: its manifest's settings
+        from ..export.manifest import ExportError, read_manifest
+
+        try:
+            m = read_manifest(spec, verify=False)
+        except ExportError:
+            return None
+        p = m.get("pipeline") or {}
+        return {"scales": [float(x) for x in m["network"].get("scales", [1.0])],
+                "flip": bool(m["network"].get("flip", False)), "linkage": p.get("linkage"),
+                "max-pixels": p.get("max_pixels")}
     import warnings
 
     from ..segmentation.segmenter import stored_pipeline
@@ -84,6 +95,10 @@ def _checkpoint_identity(spec: str) -> dict:
             warnings.simplefilter("ignore")
             path = Weights.resolve(spec)
         name = spec.lower() if path is not spec else str(Path(spec).expanduser().resolve())
+        if Path(path).is_dir():  # an exported model: its manifest holds every file's sha256
+            from ..export.manifest import MANIFEST
+
+            path = Path(path) / MANIFEST
         digest = hashlib.sha256()
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):

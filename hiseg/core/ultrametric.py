@@ -31,8 +31,8 @@ from typing import Optional, Union
 
 import higra as hg
 import numpy as np
-import torch
 
+from .._lazy import is_tensor, lazy_torch
 from .graph import BatchedGraph, EdgeList, as_edge_list
 
 __all__ = [
@@ -53,6 +53,10 @@ __all__ = [
 
 GraphLike = Union[EdgeList, BatchedGraph, tuple, "hg.UndirectedGraph"]
 
+#: imported at its first use: building a hierarchy from numpy weights needs no torch
+#: (:mod:`hiseg._lazy`; the onnxruntime path, :mod:`hiseg.export.runtime`)
+torch = lazy_torch()
+
 
 # ----------------------------------------------------------------------------- validation
 def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
@@ -67,7 +71,7 @@ def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative
         Not 1-D, length differs from ``num_edges``, NaN or infinite values, or (with
         ``nonnegative``) negative values.
     """
-    if isinstance(weights, torch.Tensor):
+    if is_tensor(weights):
         if weights.dtype in (torch.bool,) or not torch.is_floating_point(weights):
             raise TypeError(f"{name} must be a floating point tensor, got dtype {weights.dtype}")
         shape = tuple(weights.shape)
@@ -311,7 +315,10 @@ class Hierarchy:
         return t
 
     def ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
-        """``weights[pass_edge]``: the subdominant ultrametric on the graph edges."""
+        """``weights[pass_edge]``: the subdominant ultrametric on the graph edges (a numpy
+        array for numpy weights, no torch)."""
+        if not is_tensor(weights):
+            return np.asarray(weights)[self.pass_edge]
         return weights[self._index("pass_edge", self.pass_edge, weights.device)]
 
     def _extended(self, weights: torch.Tensor) -> torch.Tensor:
@@ -325,8 +332,14 @@ class Hierarchy:
         """Altitudes of all nodes (leaves 0, internal = weight of the building edge).
 
         Differentiable w.r.t. ``weights``. Virtual top nodes of a batched hierarchy get
-        ``max(weights) + 1`` (constant).
+        ``max(weights) + 1`` (constant). Numpy weights: a numpy array (no torch).
         """
+        if not is_tensor(weights):
+            w = np.asarray(weights)
+            nvirt = int(self.mst_edge_map.max(initial=-1)) + 1 - self.num_edges
+            if nvirt > 0:
+                w = np.concatenate([w, np.full(nvirt, w.max() + 1 if w.size else 1.0, w.dtype)])
+            return np.concatenate([np.zeros(self.num_leaves, w.dtype), w[self.mst_edge_map]])
         inner = self._extended(weights)[self._index("mst", self.mst_edge_map, weights.device)]
         return torch.cat([weights.new_zeros(self.num_leaves), inner])
 
@@ -375,7 +388,7 @@ def build_hierarchy(graph: GraphLike, weights, *, check: bool = True) -> Hierarc
     E, N = el.num_edges, el.num_vertices
     if check:
         check_weights(weights, E)
-    if isinstance(weights, torch.Tensor):
+    if is_tensor(weights):
         w = weights.detach()
         if w.device.type != "cpu":
             w = w.cpu()
@@ -474,27 +487,11 @@ def subdominant_ultrametric(graph: GraphLike, weights: torch.Tensor, *, return_h
     ------
     ValueError / TypeError as :func:`build_hierarchy`.
     """
-    if not isinstance(weights, torch.Tensor):
+    if not is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
     h = build_hierarchy(graph, weights, check=check)
     u = h.ultrametric(weights)
     return (u, h) if return_hierarchy else u
-
-
-class SubdominantUltrametric(torch.nn.Module):
-    """Module form of :func:`subdominant_ultrametric`: ``forward(graph, weights)``.
-
-    The last hierarchy is kept in ``self.hierarchy`` for losses that need it.
-    """
-
-    def __init__(self, check: bool = True):
-        super().__init__()
-        self.check = check
-        self.hierarchy: Optional[Hierarchy] = None
-
-    def forward(self, graph: GraphLike, weights: torch.Tensor) -> torch.Tensor:
-        u, self.hierarchy = subdominant_ultrametric(graph, weights, return_hierarchy=True, check=self.check)
-        return u
 
 
 # ----------------------------------------------------------------------------- average linkage
@@ -537,8 +534,19 @@ class AverageLinkageHierarchy(Hierarchy):
     def node_altitudes(self, weights: torch.Tensor) -> torch.Tensor:
         """Altitudes of all nodes: leaves 0, internal nodes the length-weighted mean of the
         edges joining their children (differentiable); virtual top nodes of a batch get
-        ``max(weights) + 1`` (constant)."""
+        ``max(weights) + 1`` (constant). Numpy weights: a float64 numpy array (no torch;
+        the same sums, :func:`numpy.bincount` for ``index_add``)."""
         n_int = self.num_nodes - self.num_leaves
+        if not is_tensor(weights):
+            w = np.asarray(weights, np.float64)
+            ln = np.ones(self.num_edges) if self.lengths is None else self.lengths
+            lca = self.edge_lca - self.num_leaves
+            num = np.bincount(lca, weights=ln * w, minlength=n_int)
+            den = np.bincount(lca, weights=ln, minlength=n_int)
+            if self.batch is not None and self.batch.num_graphs > 1:
+                virt = self.mst_edge_map >= self.num_edges
+                den[virt], num[virt] = 1.0, (w.max() + 1 if w.size else 1.0)
+            return np.concatenate([np.zeros(self.num_leaves), num / den])
         lca = self._index("edge_lca_int", self.edge_lca - self.num_leaves, weights.device)
         ln = self._lengths(weights)
         num = weights.new_zeros(n_int).index_add(0, lca, ln * weights)
@@ -551,14 +559,17 @@ class AverageLinkageHierarchy(Hierarchy):
         return torch.cat([weights.new_zeros(self.num_leaves), num / den])
 
     def ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
-        """The average-linkage ultrametric on the graph edges: ``altitude(lca(e))``."""
+        """The average-linkage ultrametric on the graph edges: ``altitude(lca(e))`` (a numpy
+        array for numpy weights, no torch)."""
+        if not is_tensor(weights):
+            return self.node_altitudes(weights)[self.edge_lca]
         return self.node_altitudes(weights)[self._index("edge_lca", self.edge_lca, weights.device)]
 
 
 def _check_lengths(lengths, num_edges: int):
     if lengths is None:
         return None
-    ln = lengths.detach().cpu().numpy() if isinstance(lengths, torch.Tensor) else np.asarray(lengths)
+    ln = lengths.detach().cpu().numpy() if is_tensor(lengths) else np.asarray(lengths)
     if ln.ndim != 1 or ln.shape[0] != num_edges:
         raise ValueError(f"lengths must have one value per edge ({num_edges}), got shape {ln.shape}")
     if not np.issubdtype(ln.dtype, np.number) or np.issubdtype(ln.dtype, np.bool_):
@@ -599,7 +610,7 @@ def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
     if check:
         check_weights(weights, E)
     ln = _check_lengths(lengths, E)
-    if isinstance(weights, torch.Tensor):
+    if is_tensor(weights):
         w = weights.detach().to("cpu", torch.float64).numpy()
     else:
         w = np.asarray(weights, dtype=np.float64)
@@ -668,25 +679,11 @@ def average_linkage_ultrametric(graph: GraphLike, weights: torch.Tensor, lengths
     ------
     ValueError / TypeError as :func:`build_average_linkage_hierarchy`.
     """
-    if not isinstance(weights, torch.Tensor):
+    if not is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
     h = build_average_linkage_hierarchy(graph, weights, lengths, check=check)
     u = h.ultrametric(weights)
     return (u, h) if return_hierarchy else u
-
-
-class AverageLinkageUltrametric(torch.nn.Module):
-    """Module form of :func:`average_linkage_ultrametric`: ``forward(graph, weights, lengths=None)``."""
-
-    def __init__(self, check: bool = True):
-        super().__init__()
-        self.check = check
-        self.hierarchy: Optional[AverageLinkageHierarchy] = None
-
-    def forward(self, graph: GraphLike, weights: torch.Tensor, lengths=None) -> torch.Tensor:
-        u, self.hierarchy = average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True,
-                                                        check=self.check)
-        return u
 
 
 # ----------------------------------------------------------------------------- Ward
@@ -723,7 +720,7 @@ def ward_linkage_ultrametric(graph: GraphLike, X) -> np.ndarray:
     from .graph import _normalised_points
 
     el = as_edge_list(graph)
-    if isinstance(X, torch.Tensor):
+    if is_tensor(X):
         X = X.detach().cpu().numpy()
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2:
@@ -751,10 +748,56 @@ def ward_linkage_ultrametric(graph: GraphLike, X) -> np.ndarray:
     return u
 
 
+# ----------------------------------------------------------------------------- module forms
+def _module_classes() -> dict:
+    """The ``torch.nn.Module`` forms, defined at their first use (module ``__getattr__``):
+    importing this module costs no torch."""
+    class SubdominantUltrametric(torch.nn.Module):
+        """Module form of :func:`subdominant_ultrametric`: ``forward(graph, weights)``.
+
+        The last hierarchy is kept in ``self.hierarchy`` for losses that need it.
+        """
+
+        def __init__(self, check: bool = True):
+            super().__init__()
+            self.check = check
+            self.hierarchy: Optional[Hierarchy] = None
+
+        def forward(self, graph: GraphLike, weights: torch.Tensor) -> torch.Tensor:
+            u, self.hierarchy = subdominant_ultrametric(graph, weights, return_hierarchy=True, check=self.check)
+            return u
+
+    class AverageLinkageUltrametric(torch.nn.Module):
+        """Module form of :func:`average_linkage_ultrametric`: ``forward(graph, weights, lengths=None)``."""
+
+        def __init__(self, check: bool = True):
+            super().__init__()
+            self.check = check
+            self.hierarchy: Optional[AverageLinkageHierarchy] = None
+
+        def forward(self, graph: GraphLike, weights: torch.Tensor, lengths=None) -> torch.Tensor:
+            u, self.hierarchy = average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True,
+                                                            check=self.check)
+            return u
+
+    classes = {"SubdominantUltrametric": SubdominantUltrametric, "AverageLinkageUltrametric": AverageLinkageUltrametric}
+    for c in classes.values():
+        c.__module__, c.__qualname__ = __name__, c.__name__
+    return classes
+
+
+def __getattr__(name):
+    if name in ("SubdominantUltrametric", "AverageLinkageUltrametric"):
+        globals().update(_module_classes())
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 # ----------------------------------------------------------------------------- device lookups
-_TORCH_DTYPES = {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
-                 np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
-                 np.dtype(np.bool_): torch.bool}
+def _torch_dtypes() -> dict:
+    return {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
+            np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
+            np.dtype(np.bool_): torch.bool}
 
 
 def _view_arrays(h: Hierarchy) -> dict:
@@ -806,7 +849,7 @@ def packed_copy(arrays, device) -> list:
     layout, offset = [], 0
     for a in arrays:
         a = np.ascontiguousarray(a)
-        if a.dtype not in _TORCH_DTYPES:
+        if a.dtype not in _torch_dtypes():
             raise TypeError(f"packed_copy: unsupported dtype {a.dtype}")
         layout.append((a, offset))
         offset += -(-a.nbytes // 8) * 8
@@ -814,7 +857,7 @@ def packed_copy(arrays, device) -> list:
     for a, off in layout:
         buf[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
     dev_buf = torch.from_numpy(buf).to(device, non_blocking=True)  # the one copy
-    return [dev_buf[off:off + a.nbytes].view(_TORCH_DTYPES[a.dtype]).reshape(a.shape) for a, off in layout]
+    return [dev_buf[off:off + a.nbytes].view(_torch_dtypes()[a.dtype]).reshape(a.shape) for a, off in layout]
 
 
 def leaf_lca(hierarchy: Hierarchy, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

@@ -14,31 +14,19 @@ Nothing here ever downloads: ImageNet backbones are read from the local torch hu
 only (see :mod:`hiseg.models.backbone_net`); checkpoints are read with
 ``weights_only=True`` (see :mod:`hiseg.models.weights`).
 """
-from .backbone_net import (
-    BACKBONES,
-    BackboneBoundaryNet,
-    PretrainedWeightsNotFoundError,
-    pretrained_backbone_path,
-    resnet18_boundary_net,
-    vgg16_boundary_net,
-)
-from .boundary_net import BoundaryNetBase, CompactBoundaryNet, compact_boundary_net
-from .pdc_net import PDCBoundaryNet, pdc_boundary_net
-from .weights import (
-    ArchitectureMismatchError,
-    Checkpoint,
-    CheckpointError,
-    Weights,
-    WeightsEntry,
-    get_model,
-    list_models,
-    load_checkpoint_file,
-    load_model,
-    load_weights,
-    read_checkpoint,
-    register_model,
-    save_weights,
-)
+import importlib
+
+#: name -> the module of this package that defines it, imported when the name is first used:
+#: ``import hiseg.models.weights`` (the shipped models' names) costs no torch
+_WHERE = {
+    **{n: "backbone_net" for n in ("BACKBONES", "BackboneBoundaryNet", "PretrainedWeightsNotFoundError",
+                                   "pretrained_backbone_path", "resnet18_boundary_net", "vgg16_boundary_net")},
+    **{n: "boundary_net" for n in ("BoundaryNetBase", "CompactBoundaryNet", "compact_boundary_net")},
+    **{n: "pdc_net" for n in ("PDCBoundaryNet", "pdc_boundary_net")},
+    **{n: "weights" for n in ("ArchitectureMismatchError", "Checkpoint", "CheckpointError", "Weights", "WeightsEntry",
+                              "get_model", "list_models", "load_checkpoint_file", "load_model", "load_weights",
+                              "read_checkpoint", "register_model", "save_weights")},
+}
 
 __all__ = [
     "BoundaryNetBase", "CompactBoundaryNet", "compact_boundary_net", "PDCBoundaryNet", "pdc_boundary_net",
@@ -47,3 +35,15 @@ __all__ = [
     "Weights", "WeightsEntry", "Checkpoint", "CheckpointError", "ArchitectureMismatchError", "get_model", "list_models",
     "register_model", "load_checkpoint_file", "read_checkpoint", "load_weights", "save_weights", "load_model",
 ]
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value  # once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -24,13 +24,18 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
-import torch
-from torch import nn
-
+from .._lazy import is_tensor, lazy_torch
 from .._renamed import renamed_in
 from .._shipped import DEFAULT_PRETRAINED  # the default shipped model's name (torch-free, for the CLI)
+
+if TYPE_CHECKING:
+    from torch import nn
+
+#: imported at its first use (:mod:`hiseg._lazy`): the registry's names (``Weights``, the
+#: command line's help) need no torch; reading a checkpoint imports it
+torch = lazy_torch()
 
 __all__ = ["CheckpointError", "ArchitectureMismatchError", "DEFAULT_PRETRAINED", "Weights", "WeightsEntry", "Checkpoint", "register_model",
            "list_models", "get_model", "refuse_remote_checkpoint", "load_checkpoint_file", "read_checkpoint",
@@ -284,7 +289,7 @@ def read_checkpoint(path, map_location: Any = "cpu") -> Checkpoint:
         ck = {"state_dict": ck["model"]}  # a state.pt of the former pixel-stage script (model, opt, step...)
         nested = True
     sd = {k: v for k, v in (ck["state_dict"] if nested else ck).items()
-          if isinstance(k, str) and isinstance(v, torch.Tensor)}
+          if isinstance(k, str) and is_tensor(v)}
     if not sd:
         raise CheckpointError(f"checkpoint {path} contains no tensors (keys: {list(ck)[:8]})")
     if any(k.startswith("model.") for k in sd):

@@ -7,13 +7,30 @@ map, and their quality measures) -> the region adjacency graph
 :mod:`~hiseg.segmentation.saliency` (UCM rendering and cuts). :class:`Pipeline`
 (:mod:`~hiseg.segmentation.pipeline`) is the one configurable object of that chain.
 """
-from .pipeline import Pipeline, PipelineError
-from .pooling import frontier_mean, frontier_pixel_pairs, rag_frontier_mean
+import importlib
+
 from .saliency import cut_at_threshold, cut_num_regions, rag_hierarchy, saliency_from_ucm2, ucm2_from_rag
 from .superpixels import (Superpixels, achievable_segmentation_accuracy, all_minima_watershed, boundary_recall,
                           boundary_watershed, label_boundaries, slic_superpixels, superpixels, watershed_superpixels)
+
+#: name -> the module of this package that defines it, imported when the name is first used (they
+#: need torch): ``import hiseg.segmentation.saliency`` (the onnxruntime path's UCMs and cuts) costs none
+_WHERE = {**{n: "pipeline" for n in ("Pipeline", "PipelineError")},
+          **{n: "pooling" for n in ("frontier_mean", "frontier_pixel_pairs", "rag_frontier_mean")}}
 
 __all__ = ["Pipeline", "PipelineError", "frontier_mean", "frontier_pixel_pairs", "rag_frontier_mean",
            "ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_regions", "rag_hierarchy",
            "Superpixels", "superpixels", "watershed_superpixels", "slic_superpixels", "boundary_watershed",
            "all_minima_watershed", "label_boundaries", "boundary_recall", "achievable_segmentation_accuracy"]
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        globals()[name] = value  # once
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -40,138 +40,21 @@ per RAG (indices and the constant features) then 13 ms per map, 32 ms with the b
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 import torch
 
 from ..core.graph import RegionAdjacencyGraph, as_edge_list, batch_graphs
 from ..core.ultrametric import packed_copy
+from .features import FEATURES, MergeHeadError, _check_names, _Ctx, _gaussian_taps, _reflect101  # noqa: F401
 from .pooling import batch_frontier_pixels
 
 __all__ = ["FEATURES", "MergeHead", "MergeHeadError", "TorchEdgeFeatures", "edge_features", "edge_features_torch",
            "network_fingerprint"]
 
 
-class MergeHeadError(ValueError):
-    """A merge head's settings that are unknown, malformed or do not fit the network."""
-
-
 # --------------------------------------------------------------------------- features
-class _Ctx:
-    """What the constant features of one RAG (those that do not read the boundary map) are
-    computed from, on the host; each intermediate computed once."""
-
-    def __init__(self, rag: RegionAdjacencyGraph, image: Optional[np.ndarray]):
-        self.rag, self.image = rag, image
-        self._cache: dict = {}
-
-    def get(self, key, fn):
-        if key not in self._cache:
-            self._cache[key] = fn()
-        return self._cache[key]
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.rag.frontier_ptr).astype(np.float64)
-
-    @property
-    def sizes(self) -> np.ndarray:
-        return self.get("sizes", lambda: self.rag.region_sizes.astype(np.float64))
-
-    def region_mean(self, arr: np.ndarray, key) -> np.ndarray:
-        """(R, C) mean of ``arr`` (H, W[, C]) over each region."""
-        def f():
-            lab = self.rag.labels.ravel()
-            a = arr.reshape(lab.size, -1).astype(np.float64)
-            cnt = np.maximum(self.sizes, 1)[:, None]
-            return np.stack([np.bincount(lab, weights=a[:, c], minlength=self.rag.num_regions)
-                             for c in range(a.shape[1])], 1) / cnt
-        return self.get(("rmean", key), f)
-
-    @property
-    def lab(self) -> np.ndarray:
-        def f():
-            if self.image is None:
-                raise MergeHeadError("merge_head.features: colour and texture features need the image")
-            import cv2
-
-            img = np.ascontiguousarray(np.asarray(self.image, np.float32)[..., :3])
-            return cv2.cvtColor(img, cv2.COLOR_RGB2Lab)
-        return self.get("lab", f)
-
-    def ends(self, per_region: np.ndarray):
-        g = self.rag.graph
-        return per_region[g.sources], per_region[g.targets]
-
-
-class _MapFeature:
-    """A feature that reads the boundary map: what :class:`TorchEdgeFeatures` computes, in
-    torch (``torch_spec``: ``("stat", kind, sigma, q)`` for a statistic of the (smoothed) map
-    along the frontier, ``("interior", "min" | "max")`` for the mean map inside the two regions)."""
-
-    def __init__(self, *spec):
-        self.torch_spec = spec
-
-    def __repr__(self) -> str:
-        return f"_MapFeature{self.torch_spec}"
-
-
-def _log_length(c: _Ctx) -> np.ndarray:
-    return np.log(c.lengths)
-
-
-def _size(which: str) -> Callable[[_Ctx], np.ndarray]:
-    def f(c: _Ctx) -> np.ndarray:
-        a, b = c.ends(c.sizes / c.rag.labels.size)
-        return np.log(np.minimum(a, b) if which == "min" else np.maximum(a, b))
-    return f
-
-
-def _lab_dist(channels: slice) -> Callable[[_Ctx], np.ndarray]:
-    def f(c: _Ctx) -> np.ndarray:
-        m = c.region_mean(c.lab, "lab")[:, channels]
-        a, b = c.ends(m)
-        return np.sqrt(((a - b) ** 2).sum(1)) / 100.0
-    return f
-
-
-def _texture_diff(c: _Ctx) -> np.ndarray:
-    """Difference of the two regions' standard deviations of L (a crude texture contrast)."""
-    L = c.lab[..., 0]
-    m1 = c.region_mean(L, "L")[:, 0]
-    m2 = c.region_mean(L * L, "L2")[:, 0]
-    sd = np.sqrt(np.maximum(m2 - m1 * m1, 0))
-    a, b = c.ends(sd)
-    return np.abs(a - b) / 100.0
-
-
-def _stat(kind: str, sigma: float, q: float = 0.0) -> _MapFeature:
-    return _MapFeature("stat", kind, sigma, q)
-
-
-#: name -> the feature: a :class:`_MapFeature` (reads the boundary map; computed in torch) or a
-#: function of the RAG and the image (constant per RAG, computed once on the host); the names a
-#: head's ``features`` may use.
-FEATURES: dict = {
-    "mean": _stat("mean", 0), "max": _stat("max", 0),
-    "q10": _stat("q", 0, 0.1), "q25": _stat("q", 0, 0.25), "q50": _stat("q", 0, 0.5), "q75": _stat("q", 0, 0.75),
-    "q90": _stat("q", 0, 0.9),
-    "mean_s2": _stat("mean", 2), "max_s2": _stat("max", 2), "q50_s2": _stat("q", 2, 0.5),
-    "mean_s4": _stat("mean", 4), "q50_s4": _stat("q", 4, 0.5),
-    "log_length": _log_length, "log_size_min": _size("min"), "log_size_max": _size("max"),
-    "lab_dist": _lab_dist(slice(0, 3)), "l_dist": _lab_dist(slice(0, 1)), "ab_dist": _lab_dist(slice(1, 3)),
-    "texture_diff": _texture_diff, "interior_min": _MapFeature("interior", "min"),
-    "interior_max": _MapFeature("interior", "max"),
-}
-
-
-def _check_names(names) -> None:
-    unknown = [n for n in names if n not in FEATURES]
-    if unknown:
-        raise MergeHeadError(f"merge_head.features: unknown feature(s) {unknown}; known: {sorted(FEATURES)}")
-
-
 def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)) -> np.ndarray:
     """(E, len(names)) float64 features of every RAG edge (see :data:`FEATURES`), without
     gradient: :class:`TorchEdgeFeatures` of one RAG on the CPU, as a numpy array.
@@ -190,24 +73,6 @@ def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequen
 
 
 # --------------------------------------------------------------------------- features in torch
-def _reflect101(p: np.ndarray, n: int) -> np.ndarray:
-    """OpenCV's BORDER_REFLECT_101 (``cv2.GaussianBlur``'s default) of indices ``p`` into
-    ``0..n-1``, any distance outside (the period is 2 n - 2): ``-1 -> 1``, ``n -> n - 2``."""
-    if n == 1:
-        return np.zeros_like(p)
-    m = np.mod(p, 2 * (n - 1))
-    return np.where(m < n, m, 2 * (n - 1) - m)
-
-
-def _gaussian_taps(sigma: float) -> np.ndarray:
-    """``cv2.GaussianBlur(..., (0, 0), sigma)``'s kernel on float images: 2 round(4 sigma) + 1
-    taps (``cvRound(sigma * 8 + 1) | 1``), normalised to sum 1 (in float64 here)."""
-    k = int(np.rint(sigma * 8 + 1)) | 1
-    t = np.arange(k, dtype=np.float64) - k // 2
-    g = np.exp(-t * t / (2.0 * sigma * sigma))
-    return g / g.sum()
-
-
 class TorchEdgeFeatures:
     """The merging head's edge features, in torch, differentiable with respect to the boundary map: the
     building block of fine-tuning the network and a :class:`MergeHead` jointly through the
@@ -402,7 +267,13 @@ def edge_features_torch(rag: RegionAdjacencyGraph, boundary: torch.Tensor, image
 # --------------------------------------------------------------------------- network identity
 def network_fingerprint(model: torch.nn.Module) -> str:
     """A short hash (16 hex digits) of a network's parameters and buffers (names, shapes
-    and values, float32 on the CPU): the identity a merge head is tied to. O(parameters)."""
+    and values, float32 on the CPU): the identity a merge head is tied to. O(parameters).
+    A network whose weights were rewritten for inference (BatchNorm folded,
+    :func:`hiseg.segmentation.segmenter.fold_for_inference`) carries the fingerprint of
+    the weights it was made from as ``hiseg_fingerprint``: that one is returned."""
+    kept = getattr(model, "hiseg_fingerprint", None)
+    if isinstance(kept, str):
+        return kept
     h = hashlib.sha256()
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())

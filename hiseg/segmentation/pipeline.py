@@ -69,7 +69,7 @@ from ..core.ultrametric import build_average_linkage_hierarchy, build_hierarchy,
 from .hostpool import average_linkage_batch
 from .merging import MergeHead, MergeHeadError, TorchEdgeFeatures
 from .pooling import batch_frontier_pixels, frontier_mean
-from .superpixels import Superpixels, all_minima_watershed, boundary_watershed, color_gradient
+from .superpixels import color_gradient, make_superpixels
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
 
@@ -244,11 +244,11 @@ class Pipeline:
         f = (self.max_pixels / float(height * width)) ** 0.5
         return max(1, int(height * f)), max(1, int(width * f))
 
-    @torch.no_grad()
+    @torch.inference_mode()
     def boundary_map(self, model: Optional[torch.nn.Module], image: np.ndarray, device="cpu",
                      tile: int = 512) -> np.ndarray:
         """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image:
-        :meth:`maps` of a batch of one, without gradient; without a model, the image's colour
+        :meth:`maps` of a batch of one, in ``torch.inference_mode``; without a model, the image's colour
         gradient (``sigma``). Inputs larger than ``tile`` x ``tile`` go through the network in
         tiles with a margin of :data:`TILE_MARGIN` pixels (the shipped networks' receptive
         field: the tiled map equals the whole-image pass), so memory stays bounded whatever
@@ -326,19 +326,13 @@ class Pipeline:
         return frontier_mean(maps, pa, pb, edge, sum(r.graph.num_edges for r in rags), counts)
 
     def make_superpixels(self, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> np.ndarray:
-        """Superpixel labels (H, W) of a boundary map (and the image, for ``color_watershed``)."""
-        b = np.asarray(boundary)
-        if b.ndim != 2 or b.size == 0:
-            raise PipelineError(f"boundary map must be a non-empty (H, W) array, got shape {b.shape}")
-        if image is not None and np.asarray(image).shape[:2] != b.shape:
-            raise PipelineError(f"image {np.asarray(image).shape[:2]} and boundary map {b.shape} differ in size")
-        if self.superpixels == "boundary_watershed":
-            return boundary_watershed(b, self.region_size, self.sigma)
-        if self.superpixels == "all_minima":
-            return all_minima_watershed(b)
-        if image is None:
-            raise PipelineError("superpixels='color_watershed' needs the image")
-        return Superpixels(region_size=self.region_size)(image)
+        """Superpixel labels (H, W) of a boundary map (and the image, for ``color_watershed``):
+        :func:`~hiseg.segmentation.superpixels.make_superpixels` of the settings; PipelineError
+        for a map or image that does not fit."""
+        try:
+            return make_superpixels(self.superpixels, boundary, image, self.region_size, self.sigma)
+        except ValueError as e:
+            raise PipelineError(str(e)) from None
 
     def ultrametric(self, graph, weights: torch.Tensor, lengths=None, *, host_weights=None, lca: bool = False,
                     pool=None):

@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 
+from .._lazy import is_tensor, lazy_torch
 from ..core.graph import RegionAdjacencyGraph
 
 __all__ = ["frontier_pixel_pairs", "batch_frontier_pixels", "frontier_mean", "rag_frontier_mean"]
+
+#: imported at its first use (:mod:`hiseg._lazy`): the frontier pixel pairs need no torch
+torch = lazy_torch()
 
 
 def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -99,7 +102,7 @@ def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tens
 
 def rag_frontier_mean(rag: RegionAdjacencyGraph, boundary) -> torch.Tensor:
     """:func:`frontier_mean` of one (H, W) map (array or tensor) on one RAG, in float64."""
-    b = boundary if isinstance(boundary, torch.Tensor) else torch.from_numpy(np.asarray(boundary))
+    b = boundary if is_tensor(boundary) else torch.from_numpy(np.asarray(boundary))
     pa, pb, e = frontier_pixel_pairs(rag)
     return frontier_mean(b.to(torch.float64), torch.from_numpy(pa), torch.from_numpy(pb), torch.from_numpy(e),
                          rag.graph.num_edges)

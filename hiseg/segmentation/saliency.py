@@ -23,8 +23,8 @@ against the ``_..._higra`` versions here) but slower, measured in
 from __future__ import annotations
 
 import numpy as np
-import torch
 
+from .._lazy import is_tensor, lazy_torch
 from ..core.cuts import check_count, cut_hierarchy
 from ..core.graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..core.ultrametric import Hierarchy, build_hierarchy
@@ -34,8 +34,12 @@ __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_r
            "ucm2_edge_views"]
 
 
+#: imported at its first use (:mod:`hiseg._lazy`): UCMs and cuts of numpy arrays need no torch
+torch = lazy_torch()
+
+
 def _np(x):
-    return x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    return x.detach().cpu().numpy() if is_tensor(x) else np.asarray(x)
 
 
 def ucm2_from_rag(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
@@ -240,7 +244,7 @@ def saliency_from_ucm2(ucm2: np.ndarray) -> np.ndarray:
 
 def rag_hierarchy(rag: RegionAdjacencyGraph, weights) -> tuple[torch.Tensor, Hierarchy]:
     """Subdominant ultrametric and hierarchy of RAG edge weights (no gradient)."""
-    w = weights if isinstance(weights, torch.Tensor) else torch.as_tensor(np.asarray(weights, dtype=np.float64))
+    w = weights if is_tensor(weights) else torch.as_tensor(np.asarray(weights, dtype=np.float64))
     h = build_hierarchy(rag.graph, w)
     return h.ultrametric(w.detach()), h
 

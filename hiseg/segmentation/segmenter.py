@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Optional, Union
 
 import numpy as np
-import torch
 
+from .._lazy import lazy_torch
 from ..core.graph import RegionAdjacencyGraph
 from ..core.ultrametric import Hierarchy, build_hierarchy
 from ..io import (AtomicFiles, decode_image, display_path, file_complete, reduce_image, remove_stray_temps, rgb_view,
@@ -31,7 +31,11 @@ from .saliency import (UCM2Blocks, cut_at_threshold, cut_num_regions, ucm2_from_
                                    upsample_labels)
 
 __all__ = ["Segmenter", "SegmentationResult", "write_outputs", "output_paths", "image_outputs", "image_done",
-           "predict_file", "check_tile", "MIN_TILE", "resolve_device", "MAX_LABELS"]
+           "predict_file", "check_tile", "MIN_TILE", "resolve_device", "MAX_LABELS", "fold_for_inference"]
+
+#: imported at its first use (:mod:`hiseg._lazy`): reading images, the steps after the network
+#: and the output files need no torch (the onnxruntime path, :mod:`hiseg.export.runtime`)
+torch = lazy_torch()
 
 #: The most regions a label image (16-bit PNG, labels 0..65535) holds.
 MAX_LABELS = 65536
@@ -236,6 +240,25 @@ def _load_named(spec, pipeline=None):
     return name, load_model(ck), stored_pipeline(ck)
 
 
+def fold_for_inference(model: torch.nn.Module, channels_last: bool = False) -> torch.nn.Module:
+    """``model`` (in eval mode) with its BatchNorm layers folded into their convolutions
+    (:func:`hiseg.models.fold.fold_batchnorm`, in place), keeping the identity a merge head
+    checks (``hiseg_fingerprint``: the :func:`~hiseg.segmentation.merging.network_fingerprint`
+    of the weights as trained, computed once here instead of at every image).
+    ``channels_last``: its weights in the channels-last memory format, which oneDNN's CPU
+    convolutions then use (measured on the default model, one thread, 481x321: 1.37 s
+    against 1.56 s for the folded network's pass, best of 6, maps within 4e-7)."""
+    from ..models.fold import fold_batchnorm
+    from .merging import network_fingerprint
+
+    fingerprint = network_fingerprint(model)
+    fold_batchnorm(model)
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    model.hiseg_fingerprint = fingerprint
+    return model
+
+
 def stored_pipeline(ck):
     """The :class:`~hiseg.segmentation.Pipeline` a read checkpoint holds (``metadata["pipeline"]``
     of a slim file, else the ``pipeline`` hyper-parameter; the defaults where it has none)."""
@@ -269,6 +292,11 @@ class Segmenter:
         The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default: the
         checkpoint's; ``Pipeline()`` for a bare network, ``Pipeline.classical()`` without one).
 
+    fold : bool
+        Fold the BatchNorm layers of a network this Segmenter loads (a name or a file) into
+        their convolutions (:func:`fold_for_inference`: the same maps to float32 rounding,
+        faster); a network passed as a module is used as given. Default True.
+
     Attributes: ``model``, ``device``, ``pipeline`` and ``name`` (the shipped model's registered
     name, the checkpoint's path, ``"classical"`` without a network, else the network's class).
     Loading a checkpoint raises FileNotFoundError, CheckpointError, ArchitectureMismatchError,
@@ -276,13 +304,15 @@ class Segmenter:
     """
 
     def __init__(self, model: Union[str, os.PathLike, torch.nn.Module, None] = "default",
-                 device: Union[str, torch.device] = "auto", pipeline=None):
+                 device: Union[str, torch.device] = "auto", pipeline=None, fold: bool = True):
         from .pipeline import Pipeline
 
         self.device = resolve_device(device)
         name = None
         if isinstance(model, (str, os.PathLike)):
             name, model, pipeline = _load_named(model, pipeline)
+            if fold:
+                model = fold_for_inference(model, channels_last=self.device.type == "cpu")
         self.model = model.to(self.device).eval() if model is not None else None
         self.name = name or ("classical" if model is None else type(model).__name__)
         if pipeline is None:
@@ -344,10 +374,9 @@ class Segmenter:
         return cls(w.name.lower(), device=device, **kwargs)
 
     # ------------------------------------------------------------------ steps
-    @torch.no_grad()
     def boundary_map(self, image: np.ndarray) -> np.ndarray:
         """(H, W) boundary probability of the network (float32; multi-scale if the pipeline
-        says so); the colour gradient on the classical path."""
+        says so; in ``torch.inference_mode``); the colour gradient on the classical path."""
         return self.pipeline.boundary_map(self.model, image, self.device)
 
     def segment(self, image, tile: int = 512) -> SegmentationResult:
@@ -422,12 +451,17 @@ class Segmenter:
         return cv2.resize(img, (hw[1], hw[0]), interpolation=cv2.INTER_AREA), img.shape[:2]
 
     def _flat(self, rag, t, out_shape=None):
-        h = build_hierarchy(rag.graph, torch.zeros(0, dtype=torch.float64))
+        h = build_hierarchy(rag.graph, np.zeros(0, dtype=np.float64))
         return SegmentationResult(rag, np.zeros(0), h, None, t, output_shape=out_shape)
 
     def saliency(self, image) -> np.ndarray:
         """(H, W) saliency map (UCM) of an image, in [0, 1]."""
         return self.segment(image).saliency
+
+    def worker_copy(self) -> "Segmenter":
+        """What a worker process of ``hiseg predict --workers`` runs :meth:`finish` with: this
+        pipeline without the network (the main process runs it: :meth:`network_map`)."""
+        return Segmenter(None, device="cpu", pipeline=self.pipeline)
 
 
 def _quantise(x: np.ndarray, top: int, dtype) -> np.ndarray:

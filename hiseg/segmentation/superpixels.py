@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = [
+    "make_superpixels",
     "Superpixels",
     "superpixels",
     "watershed_superpixels",
@@ -418,3 +419,26 @@ def achievable_segmentation_accuracy(sp, segmentations) -> float:
         counts = np.bincount((sp * k + g).ravel(), minlength=r * k).reshape(r, k)
         out.append(counts.max(1).sum() / sp.size)
     return float(np.mean(out))
+
+
+def make_superpixels(method: str, boundary: np.ndarray, image=None, region_size: float = 8.0,
+                     sigma: float = 1.0) -> np.ndarray:
+    """Superpixel labels (H, W) of a boundary map by ``method`` (``boundary_watershed``,
+    ``all_minima`` or ``color_watershed``, which reads the image): the one dispatch of
+    :meth:`hiseg.segmentation.Pipeline.make_superpixels` and of the exported chain
+    (:mod:`hiseg.export.runtime`). ValueError for a map that is not a non-empty (H, W) array,
+    an image of another size, ``color_watershed`` without the image, an unknown method."""
+    b = np.asarray(boundary)
+    if b.ndim != 2 or b.size == 0:
+        raise ValueError(f"boundary map must be a non-empty (H, W) array, got shape {b.shape}")
+    if image is not None and np.asarray(image).shape[:2] != b.shape:
+        raise ValueError(f"image {np.asarray(image).shape[:2]} and boundary map {b.shape} differ in size")
+    if method == "boundary_watershed":
+        return boundary_watershed(b, region_size, sigma)
+    if method == "all_minima":
+        return all_minima_watershed(b)
+    if method != "color_watershed":
+        raise ValueError(f"unknown superpixel method {method!r}")
+    if image is None:
+        raise ValueError("superpixels='color_watershed' needs the image")
+    return Superpixels(region_size=region_size)(image)

@@ -1,0 +1,42 @@
+"""torch imported when first used, for the modules that the onnxruntime path shares with the
+torch path (:mod:`hiseg.core.ultrametric`, :mod:`hiseg.segmentation.saliency`,
+:mod:`hiseg.segmentation.segmenter`): importing them costs no torch, and a segmentation from an
+exported model (:mod:`hiseg.export.runtime`, numpy arrays throughout) never imports it.
+
+``torch = lazy_torch()`` in such a module: ``torch.X`` imports torch at its first use;
+:func:`is_tensor` tells a tensor without importing torch (no tensor exists before it is).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+
+__all__ = ["lazy_torch", "is_tensor"]
+
+
+class _LazyModule:
+    """A module's stand-in: its first attribute access imports it; every access reads the module's."""
+
+    def __init__(self, name: str):
+        self._name, self._module = name, None
+
+    def __getattr__(self, attr):
+        # the module object itself is kept, never a copy of its names: a name set on the
+        # module later (a test's monkeypatch of torch.load) is the one read here
+        if self._module is None:
+            self._module = importlib.import_module(self._name)
+        return getattr(self._module, attr)
+
+    def __repr__(self) -> str:
+        return f"<lazy module {self._name!r}>"
+
+
+def lazy_torch():
+    """torch, imported at the first use of one of its names."""
+    return _LazyModule("torch")
+
+
+def is_tensor(x) -> bool:
+    """Whether ``x`` is a torch tensor; never imports torch."""
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(x, torch.Tensor)
