@@ -1,5 +1,5 @@
 """Renamed modules: configs and checkpoints of earlier versions still load through the one table
-(:data:`hiseg._renamed.RENAMED_MODULES`), no alias module stays at an old path, and nothing in
+(:data:`hiseg._compat.RENAMED_MODULES`), no alias module stays at an old path, and nothing in
 the repository names a former path."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hiseg._renamed import RENAMED_MODULES, current_path, renamed_in
+from hiseg._compat import RENAMED_MODULES, current_path, renamed_in
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
 from .._lazy import is_tensor, lazy_torch
-from .._renamed import renamed_in
+from .._compat import renamed_in
 from .._shipped import DEFAULT_PRETRAINED  # the default shipped model's name (torch-free, for the CLI)
 
 if TYPE_CHECKING:

@@ -19,7 +19,7 @@ from typing import Optional, Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
-from .._renamed import current_path
+from .._compat import current_path
 from ..io import DataError
 from ..models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
 from .module import VAL_THRESHOLDS, HierarchicalSegmentationModule
@@ -391,7 +391,7 @@ def _logs_follow_root_dir(trainer_cfg) -> None:
 
 def _current_class_paths(argv: list[str]) -> list[str]:
     """``argv`` with the class paths of renamed modules (``hiseg.callbacks.LastCheckpoint``, in an
-    option or in a ``--config`` file) replaced by today's (:data:`hiseg._renamed.RENAMED_MODULES`),
+    option or in a ``--config`` file) replaced by today's (:data:`hiseg._compat.RENAMED_MODULES`),
     each file named in a warning; a config that needs it is passed as its YAML text, the file
     left as it is."""
     out, config_next = [], False
