@@ -159,3 +159,10 @@ def test_no_function_over_80_lines_without_a_reason():
     stale = sorted(set(LONG_FUNCTIONS) - set(long))
     assert not stale, f"LONG_FUNCTIONS lists functions no longer over {MAX_FUNCTION_LINES} lines: {stale}"
     assert all(isinstance(r, str) and len(r) > 20 for r in LONG_FUNCTIONS.values()), "each exception needs a reason"
+
+
+def test_the_package_root_holds_at_most_five_modules():
+    """The tree shows the architecture (issue 40): the stages are packages; the root keeps at most five
+    small modules besides ``__init__`` / ``__main__`` (shared tables and helpers below every stage)."""
+    loose = sorted(p.name for p in PKG.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+    assert len(loose) <= 5, f"hiseg/ holds {len(loose)} loose modules: {loose}"
