@@ -49,7 +49,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hiseg.segmentation.segmenter import Segmenter, write_outputs
+from hiseg.segmentation.outputs import write_outputs
+
+from hiseg.segmentation.segmenter import Segmenter
 
 ROOT = Path(__file__).resolve().parents[1]
 BSDS_VAL = Path("/work/shared/data/BSDS500/data/images/val")
@@ -206,7 +208,7 @@ def _deploy_stages(seg, im, out_dir, name):
     its ``pipeline`` has the same step methods)."""
     from hiseg.core.graph import region_adjacency_graph
     from hiseg.core.ultrametric import build_average_linkage_hierarchy, build_hierarchy
-    from hiseg.segmentation.segmenter import SegmentationResult
+    from hiseg.segmentation.result import SegmentationResult
 
     pipe, t = seg.pipeline, {}
     t0 = time.perf_counter()

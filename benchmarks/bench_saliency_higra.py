@@ -20,7 +20,7 @@ Inputs: ~2000 Voronoi superpixels of a 481x321 image (BSDS size), random RAG edg
 weights and their subdominant ultrametric; the same superpixels drawn at 4000x3000 (a
 12-megapixel photograph: for ``ucm2_from_rag`` and ``cut_at_threshold`` a RAG built on
 that label image, for ``ucm2_from_labels`` the 481x321 RAG's labels upsampled, as
-:meth:`hiseg.segmentation.segmenter.SegmentationResult.ucm2` does).
+:meth:`hiseg.segmentation.result.SegmentationResult.ucm2` does).
 """
 from __future__ import annotations
 

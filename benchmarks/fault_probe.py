@@ -186,7 +186,7 @@ def interrupted(tmp, n):
     d = photos(tmp, [f"p{i}.png" for i in range(max(n, 3))])
     out = tmp / "o"
     argv = ("predict", "--classical", "-q", "--workers", "0", "--regions", "4", d, "-o", out)
-    from hiseg.segmentation.segmenter import image_done
+    from hiseg.segmentation.outputs import image_done
 
     stems = [f"p{i}" for i in range(max(n, 3))]
     p = hiseg_process(*argv)

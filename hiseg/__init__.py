@@ -27,7 +27,7 @@ __version__ = "0.1.0"
 
 #: name -> the module that defines it
 _WHERE = {
-    "Segmenter": "segmentation.segmenter", "SegmentationResult": "segmentation.segmenter",
+    "Segmenter": "segmentation.segmenter", "SegmentationResult": "segmentation.result",
     "Pipeline": "segmentation.pipeline",
     "Weights": "models.weights",
     "ExportedSegmenter": "export.runtime",

@@ -14,10 +14,12 @@ import torch
 from test_inference import checker_image
 
 from hiseg.cli import main as cli_main
-from hiseg.segmentation.segmenter import MAX_LABELS, SegmentationResult, Segmenter, resolve_device, write_outputs
 from hiseg.io import DataError, atomic_write, read_image
 from hiseg.models import get_model
 from hiseg.models.weights import CheckpointError, read_checkpoint, save_weights
+from hiseg.segmentation.outputs import MAX_LABELS, write_outputs
+from hiseg.segmentation.result import SegmentationResult
+from hiseg.segmentation.segmenter import Segmenter, resolve_device
 
 PIPE = {"superpixels": "boundary_watershed", "linkage": "average", "region_size": 6.0}
 
@@ -353,9 +355,9 @@ def test_a_failed_write_names_the_file(tmp_path, monkeypatch, capsys):
         atomic_write(tmp_path / "x.mat", too_large)
     assert e.value.errno == errno.EFBIG and list(tmp_path.iterdir()) == []
     # through the command: the .mat of image a
-    import hiseg.segmentation.segmenter
+    import hiseg.segmentation.outputs
 
-    monkeypatch.setattr(hiseg.segmentation.segmenter, "write_ucm2_mat", lambda path, ucm2: too_large(path))
+    monkeypatch.setattr(hiseg.segmentation.outputs, "write_ucm2_mat", lambda path, ucm2: too_large(path))
     d = photos(tmp_path, "a.png")
     rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o")])
     assert rc == 2 and f"cannot write {tmp_path / 'o' / 'a.mat'}: File too large" in err
@@ -410,7 +412,7 @@ def test_predict_html_pages_open_at_the_requested_cut(tmp_path, capsys):
 
 @pytest.mark.parametrize("background", [0, 255])
 def test_overlay_contours_stay_visible_on_light_and_dark_areas(tmp_path, capsys, background):
-    from hiseg.segmentation.segmenter import _colour_overlay
+    from hiseg.segmentation.outputs import _colour_overlay
 
     img = np.full((40, 40, 3), background / 255, np.float32)
     labels = np.zeros((40, 40), np.int64)

@@ -206,7 +206,7 @@ def test_exported_path_imports_no_torch(exported, tmp_path):
     code = f"""
 import sys
 from hiseg.export.runtime import ExportedSegmenter
-from hiseg.segmentation.segmenter import write_outputs
+from hiseg.segmentation.outputs import write_outputs
 seg = ExportedSegmenter.from_exported({str(exported[0])!r}, threads=1)
 res = seg.segment({str(img)!r})
 res.cut(n_regions=4)

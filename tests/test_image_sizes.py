@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.io import loadmat
 
-from hiseg.segmentation import segmenter as inference
+from hiseg.segmentation import outputs, segmenter
 from hiseg.cli import main as cli_main
 from hiseg.io import read_image, reduce_image, to_float_rgb
 from hiseg.segmentation.pipeline import rescale
@@ -113,7 +113,8 @@ def test_write_png_rows_decodes_as_the_array(tmp_path, band, kind):
 def test_banded_outputs_equal_the_whole_image_ones(tmp_path, monkeypatch, kind, max_pixels, band):
     """predict_file with bands of a few rows (BAND_PIXELS forced small) writes the files the
     whole-image views give: the cut, its overlay, the saliency maps and the ucm2."""
-    from hiseg.segmentation.segmenter import Segmenter, _colour_overlay, _quantise, predict_file
+    from hiseg.segmentation.outputs import _colour_overlay, _quantise, predict_file
+    from hiseg.segmentation.segmenter import Segmenter
 
     rng = np.random.default_rng(3)
     img = cv2.resize(rng.integers(0, 256, (6, 8, 3)).astype(np.uint8), (130, 97), interpolation=cv2.INTER_CUBIC)
@@ -127,7 +128,8 @@ def test_banded_outputs_equal_the_whole_image_ones(tmp_path, monkeypatch, kind, 
     assert np.array_equal(seg.read(tmp_path / "im.png")[0], work)
     assert (work.shape[0] * work.shape[1] <= 4096) if max_pixels else work.shape[:2] == full.shape[:2]
     res = seg.finish(work, seg.network_map(work), shape)
-    monkeypatch.setattr(inference, "BAND_PIXELS", band)
+    for module in (segmenter, outputs):  # reading and writing, each band at a time
+        monkeypatch.setattr(module, "BAND_PIXELS", band)
     image, banded, _ = predict_file(seg, tmp_path / "im.png", tmp_path / "out", n_regions=5)
     assert banded._ucm2 is None  # never whole
 

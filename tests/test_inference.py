@@ -6,7 +6,8 @@ from scipy.io import loadmat
 
 import cv2
 from hiseg.cli import main as cli_main
-from hiseg.segmentation.segmenter import Segmenter, write_outputs
+from hiseg.segmentation.outputs import write_outputs
+from hiseg.segmentation.segmenter import Segmenter
 from hiseg.io import atomic_write
 from hiseg.models import get_model
 from hiseg.models.weights import save_weights

@@ -108,7 +108,8 @@ def test_a_file_name_that_is_not_utf8_is_read_and_written_and_the_others_too(tmp
     p = python("""
         import os, sys
         from pathlib import Path
-        from hiseg.segmentation.segmenter import Segmenter, predict_file
+        from hiseg.segmentation.outputs import predict_file
+        from hiseg.segmentation.segmenter import Segmenter
         from hiseg.segmentation import Pipeline
         seg = Segmenter(None, pipeline=Pipeline.classical(8.0, 5))  # the classical path, any version
         for f in sorted(Path(sys.argv[1]).iterdir()):
@@ -155,7 +156,8 @@ def test_an_empty_or_text_file_named_jpg_is_not_an_image_without_a_misleading_hi
 CONCURRENT = """
     import os, sys, time
     from pathlib import Path
-    from hiseg.segmentation.segmenter import Segmenter, predict_file
+    from hiseg.segmentation.outputs import predict_file
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.segmentation import Pipeline
     folder, out, regions, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
     seg = Segmenter(None, pipeline=Pipeline.classical(8.0, 5))  # the classical path, any version
@@ -213,7 +215,8 @@ RUN_KILLED = """
     import os, signal, sys
     from pathlib import Path
     import hiseg.io.files
-    from hiseg.segmentation.segmenter import Segmenter, predict_file
+    from hiseg.segmentation.outputs import predict_file
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.segmentation import Pipeline
     folder, out, kill_at = sys.argv[1], sys.argv[2], int(sys.argv[3])
     commit, n = hiseg.io.files._commit, [0]
@@ -230,7 +233,7 @@ RUN_KILLED = """
 
 
 def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path):
-    from hiseg.segmentation.segmenter import image_done
+    from hiseg.segmentation.outputs import image_done
 
     d = photo_folder(tmp_path, [f"{c}.png" for c in "abcd"])
     out = tmp_path / "out"
@@ -257,13 +260,13 @@ HISEG = """
     signal.signal(signal.SIGINT, signal.default_int_handler)
     go, argv = Path(sys.argv[1]), sys.argv[2:]
     if os.environ.get("HISEG_TEST_PAUSE"):  # each image takes at least this long (an interruption lands mid-folder)
-        import hiseg.segmentation.segmenter as inference
-        plain = inference.predict_file
+        import hiseg.segmentation.outputs as outputs
+        plain = outputs.predict_file
 
         def predict_file(*a, **k):
             time.sleep(float(os.environ["HISEG_TEST_PAUSE"]))
             return plain(*a, **k)
-        inference.predict_file = predict_file
+        outputs.predict_file = predict_file
     Path(str(go) + ".ready" + argv[argv.index("--regions") + 1] if "--regions" in argv else str(go) + ".ready").touch()
     while not go.exists():
         time.sleep(0.005)
@@ -336,7 +339,7 @@ def test_hiseg_view_shows_an_image_with_a_non_utf8_name(tmp_path):
 
 
 def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
-    from hiseg.segmentation.segmenter import image_done
+    from hiseg.segmentation.outputs import image_done
 
     d = photo_folder(tmp_path, [f"{c}.png" for c in "abcdefgh"])
     out = tmp_path / "out"
@@ -426,7 +429,7 @@ def test_hiseg_predict_resume_with_other_options_is_refused_and_with_the_same_on
 def test_hiseg_predict_resume_of_a_folder_without_a_record_warns_and_goes_on(tmp_path):
     import json
 
-    from hiseg.segmentation.segmenter import image_done
+    from hiseg.segmentation.outputs import image_done
 
     d = photo_folder(tmp_path, [f"{c}.png" for c in "abc"])
     out = tmp_path / "out"

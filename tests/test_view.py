@@ -16,7 +16,8 @@ import pytest
 from scipy.io import savemat
 
 from hiseg.cli import main as cli_main
-from hiseg.segmentation.segmenter import Segmenter, write_outputs
+from hiseg.segmentation.outputs import write_outputs
+from hiseg.segmentation.segmenter import Segmenter
 from hiseg.metrics.region import ucm_to_labels
 from hiseg.explorer.page import build_page, check_ucm2
 

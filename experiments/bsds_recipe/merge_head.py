@@ -293,7 +293,8 @@ def cmd_bench(args):
     import tempfile
 
     from hiseg.data.bsds import find_bsds_root
-    from hiseg.segmentation.segmenter import Segmenter, write_outputs
+    from hiseg.segmentation.outputs import write_outputs
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.io import read_image
 
     torch.set_num_threads(args.threads)

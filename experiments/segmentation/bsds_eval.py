@@ -81,7 +81,8 @@ def main():
 
     from hiseg.data.bsds import find_bsds_root
     from hiseg.io import read_image
-    from hiseg.segmentation.segmenter import Segmenter, write_outputs
+    from hiseg.segmentation.outputs import write_outputs
+    from hiseg.segmentation.segmenter import Segmenter
     from hiseg.metrics.bsds import evaluate
 
     root = find_bsds_root(args.bsds)

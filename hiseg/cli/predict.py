@@ -1,7 +1,7 @@
 """``hiseg predict``: saliency maps (UCM), ucm2 ``.mat`` files and cuts of images, written into ``--out``.
 
 One driver (:func:`run`) with three back-ends, chosen by the options; the files are the same
-byte for byte whichever runs (all go through :func:`hiseg.segmentation.segmenter.predict_file`):
+byte for byte whichever runs (all go through :func:`hiseg.segmentation.outputs.predict_file`):
 
 * in process (``--workers 0`` or ``1``, or fewer than :data:`POOL_MIN_IMAGES` images with
   ``--workers auto``): each image in turn, in this process;
@@ -129,7 +129,7 @@ def run(args) -> int:
 def _run(args, files: list, ddp: bool) -> int:
     """:func:`run` once the inputs are collected and ``--out`` is this run's."""
     from ..explorer import page as view
-    from ..segmentation.segmenter import image_outputs
+    from ..segmentation.outputs import image_outputs
     from ..io import display_path, refuse_overwrite
 
     out = Path(args.out)
@@ -198,7 +198,7 @@ def _to_do(args, out: Path, files: list, record: "RunRecord", wanted: dict) -> t
     (ValueError: :meth:`RunRecord.check_resume`), then the images whose files are not all there
     and complete; the skipped ones reported (a warning for those the record does not know)."""
     from ..explorer import page as view
-    from ..segmentation.segmenter import image_done, output_paths
+    from ..segmentation.outputs import image_done, output_paths
     from ..io import display_path
 
     if not (args.resume or args.overwrite):
@@ -280,11 +280,11 @@ def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
 
 
 def _predict_one(seg, f: Path, opts: dict, pmap=None):
-    """:func:`hiseg.segmentation.segmenter.predict_file` of image ``f`` (``pmap``: its boundary map, computed
+    """:func:`hiseg.segmentation.outputs.predict_file` of image ``f`` (``pmap``: its boundary map, computed
     there when None), plus its page with --html; (page index entry or True, the warnings'
     messages). The one code of ``hiseg predict``'s images, in this process or a worker."""
     from ..explorer import page as view
-    from ..segmentation.segmenter import predict_file
+    from ..segmentation.outputs import predict_file
 
     done = predict_file(seg, f, opts["out"], opts["tile"], opts["regions"], opts["threshold"], opts["min_size"],
                         boundary=pmap, overwrite=opts.get("overwrite", True), resume=opts.get("resume", False),

@@ -9,7 +9,7 @@ root last: the canonical binary partition tree of :func:`hiseg.build_hierarchy`
   ``n_clusters`` clusters, none smaller than ``min_size`` (0: the plain cut). Every cut
   of hiseg goes through it: :class:`hiseg.UltrametricClustering` (``labels_``), the image
   side (:func:`hiseg.segmentation.saliency.cut_num_regions`, its thin wrapper for region
-  adjacency graphs, hence :meth:`hiseg.segmentation.segmenter.SegmentationResult.cut`, ``hiseg predict
+  adjacency graphs, hence :meth:`hiseg.segmentation.result.SegmentationResult.cut`, ``hiseg predict
   --regions``) and :func:`hiseg.metrics.kcut.ucm2_size_aware_cut`.
 * :func:`kcut_merges`: the merges such a cut keeps, for one ``min_size`` (its building block).
 * :func:`resolve_min_size`: a ``min_size`` setting (``"auto"``, a fraction or a size) as a
@@ -77,7 +77,7 @@ def check_count(value, upper=None, *, name: str = "n_clusters", of: str = "n_sam
     Used by every cut (:func:`cut_hierarchy`, :func:`kcut_merges`), the estimator
     (``UltrametricClustering(n_clusters=...)``), the region cut of an image
     (:func:`hiseg.segmentation.saliency.cut_num_regions`) and
-    :meth:`hiseg.segmentation.segmenter.SegmentationResult.cut` (``upper=None``: no upper bound, more
+    :meth:`hiseg.segmentation.result.SegmentationResult.cut` (``upper=None``: no upper bound, more
     regions than the hierarchy has is a warning there). ``name`` and ``of`` (what ``upper``
     counts) name the setting in the messages. O(1).
 

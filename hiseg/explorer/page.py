@@ -13,7 +13,7 @@ the 4-connected components of pixels joined by ucm2 entries ``<= t``:
 ``SegmentationResult.cut(threshold=t)`` for hiseg's hierarchies, the benchmark's reading
 (:func:`hiseg.metrics.region.ucm_to_labels`) for any ucm2 in the BSDS layout.
 
-A page of a :class:`~hiseg.segmentation.segmenter.SegmentationResult` whose image was larger than the
+A page of a :class:`~hiseg.segmentation.result.SegmentationResult` whose image was larger than the
 pipeline's ``max_pixels`` (processed at a reduced working resolution) shows the image and
 the hierarchy at that working resolution: the image reduced as :meth:`Segmenter.read
 <hiseg.segmentation.segmenter.Segmenter.read>` reduces it, the ucm2 the hierarchy's own there
@@ -120,7 +120,7 @@ def build_page(image, hierarchy, title: str = "", source: str = "", n_regions=No
     """The explorer page (HTML text) of one image and its hierarchy (see the module docstring).
 
     ``image``: (H, W[, 3]) float in [0, 1] or integers; ``hierarchy``: its ucm2 (2H+1,
-    2W+1), checked by :func:`check_ucm2`, or its :class:`~hiseg.segmentation.segmenter.SegmentationResult`
+    2W+1), checked by :func:`check_ucm2`, or its :class:`~hiseg.segmentation.result.SegmentationResult`
     (a large image's page is then drawn at the working resolution: :func:`shown`).
     ``source`` (what made the hierarchy) is shown beside the title. The page opens at the
     level ``threshold``, or at the finest level with at most ``n_regions`` regions
@@ -131,7 +131,7 @@ def build_page(image, hierarchy, title: str = "", source: str = "", n_regions=No
 
 def shown(image, hierarchy) -> tuple:
     """(image, ucm2, full (H, W) or None): what the page of ``image`` and ``hierarchy`` (a
-    ucm2, or a :class:`~hiseg.segmentation.segmenter.SegmentationResult` of the image) draws.
+    ucm2, or a :class:`~hiseg.segmentation.result.SegmentationResult` of the image) draws.
 
     A ucm2, and the result of an image processed at its own resolution: the image and the
     ucm2 (``result.ucm2``), None. The result of an image reduced to a working resolution

@@ -64,7 +64,7 @@ def ucm2_cut_k(ucm2: np.ndarray, n_regions: int) -> np.ndarray:
 def ucm2_size_aware_cut(ucm2: np.ndarray, n_regions: int, min_size="auto") -> np.ndarray:
     """The size-aware cut with ``n_regions`` regions of any UCM (labels (H, W) from 1), by
     :func:`hiseg.core.cuts.cut_hierarchy` as hiseg's own hierarchies are cut
-    (:meth:`hiseg.segmentation.segmenter.SegmentationResult.cut`), so that hiseg's and another method's
+    (:meth:`hiseg.segmentation.result.SegmentationResult.cut`), so that hiseg's and another method's
     UCMs (gPb-owt-ucm) are cut the same way. ``min(n_regions, finest level's regions)``
     regions: when the map has fewer regions of ``min_size``, ``min_size`` is halved until
     it has them (:func:`~hiseg.core.cuts.cut_hierarchy`).

@@ -4,7 +4,7 @@
 sampler, no image twice), runs the network on them, and a
 :class:`~pytorch_lightning.callbacks.BasePredictionWriter` (:class:`PredictionFilesWriter`)
 makes their hierarchies and writes the same files as ``hiseg predict``, byte for byte
-(both go through :func:`hiseg.segmentation.segmenter.predict_file`); ``hiseg predict --devices N`` runs it::
+(both go through :func:`hiseg.segmentation.outputs.predict_file`); ``hiseg predict --devices N`` runs it::
 
     from hiseg.segmentation.segmenter import Segmenter
     from hiseg.segmentation.predict_ddp import predict_files
@@ -33,7 +33,8 @@ from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
 from ..io import refuse_overwrite
-from .segmenter import Segmenter, image_done, output_paths, predict_file
+from .outputs import image_done, output_paths, predict_file
+from .segmenter import Segmenter
 
 __all__ = ["predict_files", "PredictionFilesWriter", "IMAGE_ERRORS"]
 
@@ -83,7 +84,7 @@ class _Network(pl.LightningModule):
 
 class PredictionFilesWriter(BasePredictionWriter):
     """Writes ``hiseg predict``'s files of each predicted image into ``out``
-    (:func:`hiseg.segmentation.segmenter.predict_file` with the network's boundary map); ``failures``:
+    (:func:`hiseg.segmentation.outputs.predict_file` with the network's boundary map); ``failures``:
     ``(file, message)`` of the images that failed, gathered from every process at the end."""
 
     def __init__(self, pipeline, files: Sequence[Path], out, tile: int = 512, n_regions: Optional[int] = None,
@@ -133,7 +134,7 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     refused before anything runs, one made meanwhile by another run stops this one with
     FileExistsError naming it);
     ``resume``: the images whose files are all present and complete are skipped
-    (:func:`hiseg.segmentation.segmenter.image_done`), the others done again; whether the files there were
+    (:func:`hiseg.segmentation.outputs.image_done`), the others done again; whether the files there were
     made with the same options is the caller's to check (``hiseg predict --devices N`` checks
     its run record, :class:`hiseg.cli.record.RunRecord`, before it calls this, and writes it in
     the first process only). Returns the failed images, ``(file, message)`` (see the module
