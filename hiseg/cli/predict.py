@@ -356,8 +356,9 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
     an image's own stops the run (the workers' queued images are cancelled)."""
     import multiprocessing as mp
     from collections import deque
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
+    from .._lifetime import process_pool
     from ..segmentation.segmenter import Segmenter
     from .options import PER_FILE_ERRORS
 
@@ -384,7 +385,7 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
             reported += 1
 
     failures_of = [[] for _ in files]  # per image, merged in input order at the end
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(cpu_seg, opts))
+    pool = process_pool(workers, mp_context=ctx, initializer=_worker_init, initargs=(cpu_seg, opts))  # they end with this process
     try:
         decoding = deque()
         queued = 0

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from typing import Callable
 
 import numpy as np
 
+from .._lifetime import process_pool
 from ..io import load_ground_truth
 from .matching import DEFAULT_MAX_DIST, BoundaryImageResult, BoundaryMatcher, boundary_counts, thin_boundaries
 from .predictions import KINDS, discover_pairs, load_prediction, names_list
@@ -231,7 +231,7 @@ def _run(tasks: list, workers: int, progress) -> list[dict]:
             if progress:
                 progress(i + 1, len(tasks), task[0])
         return per_image
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    with process_pool(workers) as pool:  # forked (the compiled code inherited); they end with this process
         for i, res in enumerate(pool.map(_evaluate_task, tasks, chunksize=1)):
             per_image.append(res)
             if progress:
