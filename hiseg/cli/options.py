@@ -7,12 +7,13 @@ Importing this module costs no torch: the segmenter's modules are imported when 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_workers", "add_quiet", "add_overwrite",
+__all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_pixel_limit", "pixel_limit_of", "add_workers", "add_quiet", "add_overwrite",
            "add_model", "image_command", "add_regions", "add_level", "add_min_region_size", "EXIT_STATUS",
            "collect_images", "default_workers", "resolve_workers", "make_segmenter", "model_name", "announce",
            "first_process", "PER_FILE_ERRORS", "per_file", "report_failures"]
@@ -56,6 +57,50 @@ def image_command(p: argparse.ArgumentParser, description: str, out: str) -> Non
     p.epilog = EXIT_STATUS
     add_inputs(p)
     add_out(p, out)
+    add_pixel_limit(p)
+
+
+def _pixel_limit(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (0: no limit), got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0: no limit), got {text!r}")
+    return v
+
+
+def add_pixel_limit(p: argparse.ArgumentParser) -> None:
+    """``--pixel-limit N``: the most pixels an input image may declare (:data:`hiseg.io.PIXEL_LIMIT`,
+    checked from its header before decoding; sets ``HISEG_PIXEL_LIMIT`` for the run and its workers)."""
+    from ..io.images import PIXEL_LIMIT, PIXEL_LIMIT_ENV
+
+    p.add_argument("--pixel-limit", type=_pixel_limit, default=None, metavar="N",
+                   help="an image file declaring more than N pixels (height x width, read from its header before "
+                        "decoding) is refused, the others processed; 0: no limit"
+                        + default_text(f"${PIXEL_LIMIT_ENV}, else {PIXEL_LIMIT}"))
+
+
+@contextlib.contextmanager
+def pixel_limit_of(args):
+    """Inside the block, ``--pixel-limit`` is the limit of this process and of the workers it
+    starts (``HISEG_PIXEL_LIMIT``, restored after); ValueError for a bad ``HISEG_PIXEL_LIMIT``
+    (before anything runs)."""
+    from ..io.images import PIXEL_LIMIT_ENV, pixel_limit
+
+    given, was = getattr(args, "pixel_limit", None), os.environ.get(PIXEL_LIMIT_ENV)
+    if given is None:
+        pixel_limit()
+        yield
+        return
+    os.environ[PIXEL_LIMIT_ENV] = str(given)
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop(PIXEL_LIMIT_ENV, None)
+        else:
+            os.environ[PIXEL_LIMIT_ENV] = was
 
 
 def add_inputs(p: argparse.ArgumentParser, what: str = "images or folders of images") -> None:

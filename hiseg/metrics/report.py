@@ -123,7 +123,9 @@ def format_table(res: Mapping) -> str:
 
 def report_header(res: Mapping) -> str:
     t = res.get("timing", {})
-    return (f"BSDS500 benchmark: {res['n_images']} image(s), kind {res['kind']}, "
+    failed = len(res.get("failed") or [])
+    return (f"BSDS500 benchmark: {res['n_images']} image(s)"
+            + (f" ({failed} more failed: not counted)" if failed else "") + f", kind {res['kind']}, "
             f"{len(res['thresholds'])} threshold(s), {t.get('workers', 1)} worker(s), "
             f"{t.get('total_s', 0.0):.1f} s")
 

@@ -1,0 +1,123 @@
+"""One bad input never stops a folder, and never gives a traceback (issue 43, items 2, 3 and 9):
+an image declaring more pixels than the limit (read from its header, before decoding), a
+symlink loop, a folder or FIFO named like an image; each is reported in one line naming it
+and the other images are processed."""
+from __future__ import annotations
+
+import os
+import struct
+import zlib
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+from scipy.io import savemat
+from test_cli_faults import photos, run
+from test_metrics_bsds import blocks, write_gt
+
+from hiseg.io import DataError, PIXEL_LIMIT, decode_image, image_header, pixel_limit
+
+
+def bomb(path: Path, width: int = 50000, height: int = 50000) -> Path:
+    """A PNG of about 1 KB declaring ``width`` x ``height`` 8-bit gray pixels (a few rows of data)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    z = zlib.compressobj(9)
+    rows = z.compress((b"\0" * (width + 1)) * 20) + z.flush(zlib.Z_SYNC_FLUSH)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+                     + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+    assert path.stat().st_size < 4096
+    return path
+
+
+def _one_error_line(err: str, name: str, *needles: str) -> None:
+    lines = [ln for ln in err.splitlines() if name in ln]
+    assert len(lines) == 1, err
+    assert all(n in lines[0] for n in needles), err
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("cmd", ["predict", "view"])
+def test_an_image_declaring_50000x50000_is_refused_from_its_header_and_the_others_are_processed(tmp_path, capsys,
+                                                                                               cmd):
+    d = photos(tmp_path, "a.png", "c.png")
+    bomb(d / "b.png")
+    out = tmp_path / "o"
+    rc, err = run(capsys, [cmd, "--classical", str(d), "--out", str(out), "--quiet", "--device", "cpu"])
+    assert rc == 1
+    _one_error_line(err, "b.png", "50000 x 50000", "--pixel-limit", "HISEG_PIXEL_LIMIT")
+    names = {p.name for p in out.iterdir()}
+    assert ({"a.mat", "c.mat"} <= names if cmd == "predict" else {"a.html", "c.html"} <= names)
+    assert not any(n.startswith("b") or n.endswith(".tmp.png") for n in names)
+
+
+def test_the_limit_is_checked_before_any_pixel_is_decoded(tmp_path, monkeypatch):
+    path = bomb(tmp_path / "b.png")
+
+    def no_decoding(*a, **k):
+        raise AssertionError("decoded")
+
+    monkeypatch.setattr(cv2, "imdecode", no_decoding)
+    with pytest.raises(DataError, match="over the limit"):
+        decode_image(path)
+    with pytest.raises(DataError, match="over the limit"):
+        image_header(path)
+
+
+def test_the_limit_is_raised_or_lowered_by_option_and_environment(tmp_path, capsys, monkeypatch):
+    d = photos(tmp_path, "a.png")
+    assert pixel_limit() == PIXEL_LIMIT
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o1"), "-q", "--pixel-limit", "100"])
+    assert rc == 1 and "over the limit of 100" in err
+    assert "HISEG_PIXEL_LIMIT" not in os.environ  # the option holds for its run only
+    monkeypatch.setenv("HISEG_PIXEL_LIMIT", "100")
+    rc, err = run(capsys, ["view", "--classical", str(d), "--out", str(tmp_path / "o2"), "-q"])
+    assert rc == 1 and "over the limit of 100" in err
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o3"), "-q", "--pixel-limit", "0"])
+    assert rc == 0, err
+    monkeypatch.setenv("HISEG_PIXEL_LIMIT", "lots")
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o4"), "-q"])
+    assert rc == 2 and "HISEG_PIXEL_LIMIT must be an integer" in err and not (tmp_path / "o4").exists()
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(tmp_path / "o4"), "--pixel-limit", "-1"])
+    assert rc == 2 and "--pixel-limit" in err
+
+
+def test_evaluate_reports_an_oversized_prediction_and_scores_the_others(tmp_path, capsys):
+    gt, pred = tmp_path / "gt", tmp_path / "pred"
+    gt.mkdir()
+    pred.mkdir()
+    for k in range(3):
+        seg = blocks(40, 50, 2, 2)
+        write_gt(gt / f"im{k}.mat", [seg])
+        b = np.zeros((40, 50), np.uint8)
+        b[20, :] = b[:, 25] = 255
+        cv2.imwrite(str(pred / f"im{k}.png"), b)
+    bomb(pred / "im1.png")
+    out = tmp_path / "res"
+    rc = None
+    try:
+        from hiseg.cli import main
+
+        rc = main(["evaluate", str(pred), "--gt", str(gt), "--workers", "1", "-q", "--thresholds", "3", "-o", str(out)])
+    finally:
+        cap = capsys.readouterr()
+    assert rc == 1
+    _one_error_line(cap.err, "im1.png", "50000 x 50000")
+    assert "1 of 3 image(s) failed" in cap.err
+    assert "2 image(s) (1 more failed: not counted)" in cap.out
+    assert "im1" in (out / "results.json").read_text()
+
+
+def test_a_folder_or_fifo_named_like_an_image_is_not_a_regular_file(tmp_path, capsys):
+    d = photos(tmp_path, "a.png", "c.png")
+    (d / "b.jpg").mkdir()
+    os.mkfifo(d / "f.png")
+    out = tmp_path / "o"
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(out), "-q"])
+    assert rc == 1
+    _one_error_line(err, "b.jpg", "it is a folder")
+    _one_error_line(err, "f.png", "not a regular file")
+    assert "not found" not in err
+    assert {"a.mat", "c.mat"} <= {p.name for p in out.iterdir()}
