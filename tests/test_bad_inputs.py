@@ -121,3 +121,52 @@ def test_a_folder_or_fifo_named_like_an_image_is_not_a_regular_file(tmp_path, ca
     _one_error_line(err, "f.png", "not a regular file")
     assert "not found" not in err
     assert {"a.mat", "c.mat"} <= {p.name for p in out.iterdir()}
+
+
+def test_a_symlink_loop_in_the_input_folder_is_reported_and_skipped(tmp_path, capsys):
+    d = photos(tmp_path, "a.png", "c.png")
+    os.symlink(d / "loop.png", d / "loop.png")
+    os.symlink(d / "y.jpg", d / "x.jpg")
+    os.symlink(d / "x.jpg", d / "y.jpg")
+    out = tmp_path / "o"
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(out), "-q"])
+    assert rc == 0, err
+    _one_error_line(err, "loop.png", "symbolic link loop", "skipped")
+    _one_error_line(err, "x.jpg", "symbolic link loop")
+    assert {"a.mat", "c.mat"} <= {p.name for p in out.iterdir()}
+    rc, err = run(capsys, ["view", "--classical", str(d / "loop.png"), "--out", str(tmp_path / "v"), "-q"])
+    assert rc == 2 and "symbolic link loop" in err and "Traceback" not in err
+
+
+def test_a_run_into_its_input_folder_can_be_resumed(tmp_path, capsys):
+    d = photos(tmp_path, "a.png", "c.png")
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(d), "-q", "--regions", "3"])
+    assert rc == 0, err
+    (d / "c.mat").unlink()  # interrupted before c's files were all there
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(d), "-q", "--regions", "3", "--resume"])
+    assert rc == 0, err
+    assert (d / "c.mat").exists() and not (d / "a_ucm_ucm.png").exists()
+
+
+def test_a_plain_rerun_into_a_folder_with_files_mentions_resume(tmp_path, capsys):
+    d = photos(tmp_path, "a.png")
+    out = tmp_path / "o"
+    assert run(capsys, ["predict", "--classical", str(d), "--out", str(out), "-q"])[0] == 0
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(out), "-q"])
+    assert rc == 2 and "--resume" in err and "--overwrite" in err
+
+
+def test_a_folder_mixing_mat_and_png_predictions_says_so(tmp_path, capsys):
+    from test_metrics_bsds import seg_to_ucm2
+
+    gt, pred = tmp_path / "gt", tmp_path / "pred"
+    gt.mkdir()
+    pred.mkdir()
+    for k in range(2):
+        seg = blocks(20, 24, 2, 2)
+        write_gt(gt / f"im{k}.mat", [seg])
+    savemat(str(pred / "im0.mat"), {"ucm2": seg_to_ucm2(blocks(20, 24, 2, 2), 0.6)})
+    cv2.imwrite(str(pred / "im1.png"), np.zeros((20, 24), np.uint8))
+    rc, err = run(capsys, ["evaluate", str(pred), "--gt", str(gt), "--workers", "1", "-q"])
+    assert rc == 2 and "mixes .mat and .png predictions" in err and "im1.png" in err
+    assert "no prediction" not in err

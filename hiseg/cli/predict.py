@@ -113,7 +113,7 @@ def run(args) -> int:
     if ddp and model_name(args) == "classical":
         raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
                          "(use --workers N)")
-    files = collect_images(args.inputs)
+    files = collect_images(args.inputs, "hiseg predict", out=args.out)
     # one run at a time into a folder: local rank 0 holds the lock (the process the user started: Lightning's
     # launcher, which sets LOCAL_RANK=0 for itself once it has started the others; rank 0 under torchrun); the
     # processes of the other ranks (LOCAL_RANK 1, 2, ...) share the folder, their files created exclusively;
@@ -134,7 +134,7 @@ def _run(args, files: list, ddp: bool) -> int:
     if args.html:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
-    refuse_overwrite(outputs, files, overwrite=args.overwrite or args.resume, command="hiseg predict")
+    refuse_overwrite(outputs, files, overwrite=args.overwrite or args.resume, command="hiseg predict", resume=True)
     record, wanted = RunRecord(out), output_options(args)
     total, everything = len(files), files
     files, present = _to_do(args, out, files, record, wanted)

@@ -36,7 +36,7 @@ def run(args) -> int:
 
     if args.ucm is not None and (args.checkpoint is not None or args.classical):
         raise ValueError("give --ucm (read the hierarchies) or --checkpoint / --classical (compute them), not both")
-    files = collect_images(args.inputs)
+    files = collect_images(args.inputs, "hiseg view")
     out = Path(args.out)
     inputs = list(files)
     mats = [None] * len(files)  # with --ucm: each image's ucm2 file

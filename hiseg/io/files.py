@@ -30,10 +30,11 @@ def set_usual_mode(path) -> None:
     os.chmod(path, 0o666 & ~_umask())
 
 
-def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "hiseg") -> None:
+def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "hiseg", resume: bool = False) -> None:
     """ValueError, before anything is written, when one of the ``outputs`` paths is one of
     the ``inputs`` files, or (unless ``overwrite``) already exists: a command never replaces
-    a file it was not asked to replace. The message names the files."""
+    a file it was not asked to replace. The message names the files (and with ``resume``,
+    the command's ``--resume``, which finishes an interrupted run)."""
     ins = {Path(p).resolve() for p in inputs}
     hit = sorted(display_path(p) for p in outputs if Path(p).resolve() in ins)
     if hit:
@@ -44,8 +45,9 @@ def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "h
     there = sorted(display_path(p) for p in outputs if os.path.lexists(p))
     if there:
         raise ValueError(f"{len(there)} output file(s) exist already, e.g. {there[:5]}: {command} does not replace "
-                         "files; choose another --out folder, or give --overwrite to replace them (nothing was "
-                         "written)")
+                         "files; choose another --out folder, "
+                         + ("give --resume to finish an interrupted run into it (its complete images skipped), "
+                            if resume else "") + "or give --overwrite to replace them (nothing was written)")
 
 
 _LIVE_TEMPS: set = set()  # this process's temporary files not yet renamed or removed
