@@ -79,11 +79,21 @@ class HisegCLI(LightningCLI):
         if ckpt is None or str(ckpt) in _CKPT_KEYWORDS or str(ckpt).startswith("registry:"):
             return
         refuse_remote_checkpoint(ckpt, "--ckpt_path")
-        if cfg.get("weights_only") is False:
+        vouched = cfg.get("weights_only") is False
+        try:  # clear errors for a missing, corrupt or unsafe file
+            checkpoint = load_checkpoint_file(ckpt)
+        except CheckpointError as e:
+            if vouched and "unsafe" in str(e):  # Lightning reads its hyper-parameters weights-only in any case
+                raise CheckpointError(f"--ckpt_path {ckpt} is not a safe checkpoint: it holds pickled Python objects, "
+                                      "and Lightning reads a checkpoint's hyper-parameters as data only even with "
+                                      "--weights_only false; nothing was run. Re-save it as tensors and plain "
+                                      "values") from None
+            raise
+        if vouched:
             return  # the user vouches for this local file
         cfg["weights_only"] = True
-        checkpoint = load_checkpoint_file(ckpt)  # clear errors for a missing, corrupt or unsafe file
         _refuse_slim_checkpoint(ckpt, checkpoint, sub)
+        _check_architecture(ckpt, checkpoint)
         if sub == "fit":
             _resume_log_versions(cfg["trainer"], checkpoint)
 
@@ -178,6 +188,23 @@ def _refuse_slim_checkpoint(path, checkpoint, sub: str) -> None:
         "evaluates a train.py run's Lightning checkpoint"
     raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no training state: a slim "
                           f"weights file); --ckpt_path {what}. {_SLIM_HINT[0].upper()}{_SLIM_HINT[1:]}.")
+
+
+def _check_architecture(path, checkpoint) -> None:
+    """CheckpointError, before anything is built, when the network a training checkpoint's
+    hyper-parameters name (``arch``, ``arch_kwargs``: what Lightning gives the module on resume)
+    does not fit its tensors (:func:`hiseg.models.weights.check_architecture`: bounded cost)."""
+    from ..models.weights import check_architecture, checked_arch_kwargs, checkpoint_of
+
+    ck = checkpoint_of(checkpoint, path)
+    hp = ck.hyper_parameters
+    if not hp:
+        return  # no hyper-parameters: the config's network is built and loaded (strict)
+    arch = hp.get("arch", "compact_boundary_net")  # the module's default
+    if not isinstance(arch, str):
+        raise CheckpointError(f"--ckpt_path {path}: hyper_parameters['arch'] must be a builder's name, got a "
+                              f"{type(arch).__name__}")
+    check_architecture(arch, checked_arch_kwargs(hp, path), ck.state_dict, path, hp)
 
 
 class StartupRefusal(SystemExit):
