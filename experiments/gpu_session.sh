@@ -214,6 +214,8 @@ stage() {
   local compile=$1 work train_args=""
   work=$(mktemp -d)
   [ "$compile" = 1 ] && train_args="--trainer.callbacks+=${COMPILE_CALLBACK:-hiseg.training.callbacks.CompileNetwork}"
+  # a COMPILE_CALLBACK of your own is code outside hiseg: train.py runs it with --trust-config only
+  [ "$compile" = 1 ] && [ -n "${COMPILE_CALLBACK:-}" ] && train_args="--trust-config $train_args"
   log "pixel stage: ${LEFT} s of training (${ARCH_NAME}, ${SPLIT}${packed:+ from $packed}, torch.compile: $([ "$compile" = 1 ] && echo on || echo off), RESUME=${RESUME:-none})"
   rm -f "$OUT/pixel_last.ckpt" "$OUT/pixel_metrics.csv"
   env "${DATA[@]}" WORK="$work" CONFIG="$PIXEL_CONFIG" ARCH= SPLIT="$SPLIT" MERGE=0 PIXEL_SECONDS="$LEFT" \
