@@ -170,3 +170,31 @@ def test_a_folder_mixing_mat_and_png_predictions_says_so(tmp_path, capsys):
     rc, err = run(capsys, ["evaluate", str(pred), "--gt", str(gt), "--workers", "1", "-q"])
     assert rc == 2 and "mixes .mat and .png predictions" in err and "im1.png" in err
     assert "no prediction" not in err
+
+
+def test_the_ddp_back_end_takes_the_folder_lock(tmp_path):
+    """Issue 43, item 10: predict_files (the DDP back-end) refuses a folder another run writes into."""
+    import fcntl
+
+    from hiseg.io import folder_lock
+    from hiseg.models import get_model, save_weights
+    from hiseg.segmentation.predict_ddp import predict_files
+    from hiseg.segmentation.segmenter import Segmenter
+
+    from hiseg.segmentation.pipeline import Pipeline
+
+    seg = Segmenter(str(save_weights(get_model("compact_boundary_net", width=8), tmp_path / "m.ckpt")), device="cpu",
+                    pipeline=Pipeline(superpixels="boundary_watershed", linkage="average"))
+    d = photos(tmp_path, "a.png")
+    out = tmp_path / "o"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)  # another run's lock
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(BlockingIOError, match="another hiseg predict is writing"):
+            predict_files(seg, [d / "a.png"], out, trainer_kwargs=dict(accelerator="cpu", devices=1))
+    finally:
+        os.close(fd)
+    assert list(out.iterdir()) == []
+    with folder_lock(out), folder_lock(out):  # the process that holds it may take it again
+        pass

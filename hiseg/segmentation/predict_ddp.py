@@ -13,7 +13,8 @@ makes their hierarchies and writes the same files as ``hiseg predict``, byte for
                              "out/", n_regions=12,
                              trainer_kwargs=dict(accelerator="gpu", devices=4, num_nodes=2, strategy="ddp"))
 
-The same guarantees as ``hiseg predict``: existing files are refused before anything is
+The same guarantees as ``hiseg predict``: one run at a time into a folder (the launching
+process holds :func:`hiseg.io.folder_lock` on one node), existing files are refused before anything is
 written (checked in every process, before the processes meet; ``overwrite=True`` replaces
 them), every file is written atomically, and an image that fails (unreadable, ...) does not
 stop the others: rank 0 prints the failures at the end and :func:`predict_files` returns them
@@ -23,6 +24,8 @@ path has no network to distribute).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -32,7 +35,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
-from ..io import refuse_overwrite
+from ..io import folder_lock, refuse_overwrite
 from .segmenter import Segmenter, image_done, output_paths, predict_file
 
 __all__ = ["predict_files", "PredictionFilesWriter", "IMAGE_ERRORS"]
@@ -147,6 +150,19 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
         raise ValueError(f"several files share an output name: {sorted({s for s in stems if stems.count(s) > 1})[:5]}")
     refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite or resume,
                      command="hiseg.segmentation.predict_ddp")
+    # one run at a time into a folder: the launching process (local rank 0) of a one-node run holds the lock
+    # (re-entered under hiseg predict, which holds it already); several nodes: unlocked (a lock on a shared
+    # file system is not reliable), each file still created exclusively
+    nodes = int((trainer_kwargs or {}).get("num_nodes", 1) or 1)
+    launcher = nodes == 1 and os.environ.get("LOCAL_RANK", "0") == "0"
+    with (folder_lock(out, "hiseg predict") if launcher else contextlib.nullcontext()):
+        return _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite, trainer_kwargs,
+                              num_workers, resume)
+
+
+def _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite, trainer_kwargs,
+                   num_workers, resume) -> list:
+    """:func:`predict_files` once its folder is this run's."""
     if resume:
         cut = n_regions is not None or threshold is not None
         files = [f for f in files if not image_done(out, f.stem, cut)]
