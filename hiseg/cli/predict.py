@@ -269,7 +269,7 @@ def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
     accelerator = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}.get(seg.device.type, "auto")
     failures += predict_files(seg, files, opts["out"], n_regions=opts["regions"], threshold=opts["threshold"],
                               min_size=opts["min_size"], tile=opts["tile"], overwrite=opts["overwrite"],
-                              resume=opts["resume"],
+                              resume=opts["resume"], lock=False,  # run() holds it
                               trainer_kwargs=dict(accelerator=accelerator, devices=args.devices,
                                                   num_nodes=args.num_nodes, strategy="ddp"))
     return rank_zero_only.rank == 0

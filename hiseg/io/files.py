@@ -239,9 +239,6 @@ def atomic_write_files(out_dir, files: Mapping[str, bytes | str], overwrite: boo
         return group.commit()
 
 
-_HELD: dict = {}  # (device, inode) of the folders this process holds locked -> depth
-
-
 @contextlib.contextmanager
 def folder_lock(folder, command: str = "hiseg"):
     """Hold an exclusive lock on ``folder`` (created if missing) for the block, so that a
@@ -250,8 +247,7 @@ def folder_lock(folder, command: str = "hiseg"):
     released when the process ends, even killed); where there is none (Windows, some network
     file systems) the block runs unlocked, and :class:`AtomicFiles` still keeps one run from
     replacing another's files. The folders this call created (``folder`` and its missing
-    parents) are removed again when the block leaves them empty. A process that holds the lock
-    may take it again (nested blocks; the outermost releases it).
+    parents) are removed again when the block leaves them empty.
 
     Raises
     ------
@@ -262,15 +258,6 @@ def folder_lock(folder, command: str = "hiseg"):
     # the folders this call creates: ``folder`` and any missing parents, innermost first
     created = [d for d in (folder, *folder.parents) if not d.exists()]
     folder.mkdir(parents=True, exist_ok=True)
-    st = os.stat(folder)
-    key = (st.st_dev, st.st_ino)
-    if key in _HELD:  # this process holds it already (hiseg predict --devices N around predict_files): re-entered
-        _HELD[key] += 1
-        try:
-            yield folder
-        finally:
-            _HELD[key] -= 1
-        return
     fd = None
     try:
         import fcntl
@@ -289,11 +276,9 @@ def folder_lock(folder, command: str = "hiseg"):
             fd = None
     except ImportError:  # Windows
         pass
-    _HELD[key] = 1
     try:
         yield folder
     finally:
-        del _HELD[key]
         if fd is not None:
             os.close(fd)  # releases the lock
         for d in created:

@@ -128,7 +128,8 @@ class PredictionFilesWriter(BasePredictionWriter):
 
 def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Optional[int] = None,
                   threshold: Optional[float] = None, min_size="auto", tile: int = 512, overwrite: bool = False,
-                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0, resume: bool = False) -> list:
+                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0, resume: bool = False,
+                  lock: bool = True) -> list:
     """Write ``hiseg predict``'s files of the image ``files`` into ``out`` with
     ``pl.Trainer(**trainer_kwargs).predict`` (e.g. ``devices=4, strategy="ddp"``; default:
     Lightning's ``auto``). ``num_workers``: the DataLoader's image-decoding processes per
@@ -139,7 +140,8 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     (:func:`hiseg.segmentation.segmenter.image_done`), the others done again; whether the files there were
     made with the same options is the caller's to check (``hiseg predict --devices N`` checks
     its run record, :class:`hiseg.cli.record.RunRecord`, before it calls this, and writes it in
-    the first process only). Returns the failed images, ``(file, message)`` (see the module
+    the first process only). ``lock``: hold :func:`hiseg.io.folder_lock` on ``out`` in the launching
+    process (False: the caller holds it). Returns the failed images, ``(file, message)`` (see the module
     docstring)."""
     if segmenter.model is None:
         raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
@@ -151,10 +153,10 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite or resume,
                      command="hiseg.segmentation.predict_ddp")
     # one run at a time into a folder: the launching process (local rank 0) of a one-node run holds the lock
-    # (re-entered under hiseg predict, which holds it already); several nodes: unlocked (a lock on a shared
+    # (``lock=False``: the caller holds it, as hiseg predict does); several nodes: unlocked (a lock on a shared
     # file system is not reliable), each file still created exclusively
     nodes = int((trainer_kwargs or {}).get("num_nodes", 1) or 1)
-    launcher = nodes == 1 and os.environ.get("LOCAL_RANK", "0") == "0"
+    launcher = lock and nodes == 1 and os.environ.get("LOCAL_RANK", "0") == "0"
     with (folder_lock(out, "hiseg predict") if launcher else contextlib.nullcontext()):
         return _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite, trainer_kwargs,
                               num_workers, resume)
