@@ -5,13 +5,12 @@ and the other images are processed."""
 from __future__ import annotations
 
 import os
-import struct
-import zlib
 from pathlib import Path
 
 import cv2
 import numpy as np
 import pytest
+from _faults import declared_png
 from scipy.io import savemat
 from test_cli_faults import photos, run
 from test_metrics_bsds import blocks, write_gt
@@ -19,15 +18,8 @@ from test_metrics_bsds import blocks, write_gt
 from hiseg.io import DataError, PIXEL_LIMIT, decode_image, image_header, pixel_limit
 
 
-def bomb(path: Path, width: int = 50000, height: int = 50000) -> Path:
-    """A PNG of about 1 KB declaring ``width`` x ``height`` 8-bit gray pixels (a few rows of data)."""
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
-
-    z = zlib.compressobj(9)
-    rows = z.compress((b"\0" * (width + 1)) * 20) + z.flush(zlib.Z_SYNC_FLUSH)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
-                     + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+def bomb(path: Path) -> Path:
+    path = declared_png(path)
     assert path.stat().st_size < 4096
     return path
 

@@ -13,6 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _faults import alive as _alive
+from _faults import descendants as _descendants
+from _faults import kill_busy_run
 
 from hiseg import _lifetime
 
@@ -20,68 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
-def _children(pid: int) -> set[int]:
-    kids = set()
-    for d in os.listdir("/proc"):
-        if d.isdigit():
-            try:
-                with open(f"/proc/{d}/stat") as fh:
-                    if int(fh.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        kids.add(int(d))
-            except (OSError, IndexError, ValueError):
-                pass
-    return kids
-
-
-def _descendants(pid: int) -> set[int]:
-    out, todo = set(), [pid]
-    while todo:
-        for k in _children(todo.pop()) - out:
-            out.add(k)
-            todo.append(k)
-    return out
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
-    except OSError:
-        return False
-
-
 def _kill_and_check(tmp_path: Path, argv: list[str], watch: Path | None = None) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    env = dict(os.environ, HISEG_TEST_MARKS=str(marks), PYTHONPATH=os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "_slow_workers.py"), *argv], env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while len(os.listdir(marks)) < 2:  # both workers busy
-            assert proc.poll() is None, proc.stderr.read().decode()
-            assert time.monotonic() < deadline, "the workers did not start"
-            time.sleep(0.2)
-        started = _descendants(proc.pid)
-        assert len(started) >= 2
-        before = sorted(os.listdir(watch)) if watch is not None and watch.exists() else []
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        deadline = time.monotonic() + 15
-        while any(_alive(p) for p in started) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        left = [p for p in started if _alive(p)]
-        assert not left, f"processes left behind after kill -9: {left}"
-        if watch is not None:  # nothing written after the main process was gone (no file, no temporary)
-            assert (sorted(os.listdir(watch)) if watch.exists() else []) == before
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for p in _descendants(proc.pid):
-            if _alive(p):
-                os.kill(p, signal.SIGKILL)
+    run = kill_busy_run(tmp_path, argv, watch)
+    assert len(run["started"]) >= 2
+    assert not run["left"], f"processes left behind after kill -9: {run['left']}"
+    assert not run["written"], f"written after the main process was gone: {run['written']}"
 
 
 def _images(folder: Path, n: int) -> Path:
