@@ -392,6 +392,15 @@ def _faults():
     return _faults
 
 
+def _ground_truth(path, seg) -> None:
+    """A BSDS ground-truth .mat of one annotation, ``seg``."""
+    from scipy.io import savemat
+
+    cell = np.empty((1, 1), dtype=object)
+    cell[0, 0] = {"Segmentation": seg, "Boundaries": np.zeros_like(seg, np.uint8)}
+    savemat(str(path), {"groundTruth": cell})
+
+
 def _no_survivors(tmp, argv, watch=None):
     run = _faults().kill_busy_run(tmp, argv, watch)
     check(len(run["started"]) >= 2, f"only {len(run['started'])} process(es) started")
@@ -415,9 +424,7 @@ def killed_evaluate(tmp, n):
     seg = np.ones((20, 24), np.uint16)
     seg[10:] = 2
     for k in range(3):
-        cell = np.empty((1, 1), dtype=object)
-        cell[0, 0] = {"Segmentation": seg, "Boundaries": np.zeros_like(seg, np.uint8)}
-        savemat(str(gt / f"im{k}.mat"), {"groundTruth": cell})
+        _ground_truth(gt / f"im{k}.mat", seg)
         ucm = np.zeros((41, 49))
         ucm[20, :] = 0.6
         savemat(str(pred / f"im{k}.mat"), {"ucm2": ucm})
@@ -446,14 +453,10 @@ def declared_bomb(tmp, n):
     gt, pred = tmp / "gt", tmp / "pred"
     gt.mkdir()
     pred.mkdir()
-    from scipy.io import savemat
-
     seg = np.ones((48, 64), np.uint16)
     seg[24:] = 2
     for k in range(2):
-        cell = np.empty((1, 1), dtype=object)
-        cell[0, 0] = {"Segmentation": seg, "Boundaries": np.zeros_like(seg, np.uint8)}
-        savemat(str(gt / f"im{k}.mat"), {"groundTruth": cell})
+        _ground_truth(gt / f"im{k}.mat", seg)
     b = np.zeros((48, 64), np.uint8)
     b[24] = 255
     cv2.imwrite(str(pred / "im0.png"), b)
@@ -589,9 +592,7 @@ def wording(tmp, n):
     pred.mkdir()
     seg = np.ones((20, 24), np.uint16)
     for k in range(2):
-        cell = np.empty((1, 1), dtype=object)
-        cell[0, 0] = {"Segmentation": seg, "Boundaries": np.zeros_like(seg, np.uint8)}
-        savemat(str(gt / f"im{k}.mat"), {"groundTruth": cell})
+        _ground_truth(gt / f"im{k}.mat", seg)
     savemat(str(pred / "im0.mat"), {"ucm2": np.zeros((41, 49))})
     import cv2
 
