@@ -536,12 +536,10 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r"You have overridden `transfer_batch_to_device`")
 
 
-def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):
-    """Run the CLI. With no subcommand, ``fit`` is implied. ``default_config`` applies unless
-    ``argv`` names a config (``--config``) or a data module (``--data``): then the run uses only
-    what it names, and one without data stops with a message saying which to give."""
-    from_command_line = argv is None or list(argv) == sys.argv[1:]
-    argv = list(sys.argv[1:] if argv is None else argv)
+def _trusted_argv(argv: list) -> list:
+    """``argv`` without ``--trust-config`` (remembered for the run) and with today's class paths;
+    without it, the configs and options it names are checked (:func:`check_config_text`: a
+    refusal in one line)."""
     global _TRUST_CONFIG
     _TRUST_CONFIG = TRUST_FLAG in argv
     argv = _current_class_paths([a for a in argv if a != TRUST_FLAG])
@@ -550,6 +548,15 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
             check_config_text(argv)
         except UntrustedConfigError as e:
             raise _refuse(e) from e
+    return argv
+
+
+def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):
+    """Run the CLI. With no subcommand, ``fit`` is implied. ``default_config`` applies unless
+    ``argv`` names a config (``--config``) or a data module (``--data``): then the run uses only
+    what it names, and one without data stops with a message saying which to give."""
+    from_command_line = argv is None or list(argv) == sys.argv[1:]
+    argv = _trusted_argv(list(sys.argv[1:] if argv is None else argv))
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
                          "(UCMs) of a trained checkpoint: hiseg predict IMAGES --checkpoint CKPT --out DIR")
