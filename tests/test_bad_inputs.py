@@ -187,3 +187,29 @@ def test_the_ddp_back_end_takes_the_folder_lock(tmp_path):
     finally:
         os.close(fd)
     assert list(out.iterdir()) == []
+
+
+def test_view_ucm_of_another_size_is_refused_from_the_headers(tmp_path, capsys, monkeypatch):
+    """Issue 43, item 10: ``hiseg view --ucm`` compares the ucm2's shape with the image's from the
+    files' headers: a ucm2 of another (larger) image is not read, the other pages are written."""
+    import scipy.io
+
+    d = photos(tmp_path, "a.png", "b.png")
+    h, w = cv2.imread(str(d / "a.png")).shape[:2]
+    ucm = tmp_path / "ucm"
+    ucm.mkdir()
+    good = np.zeros((2 * h + 1, 2 * w + 1))
+    good[2 * (h // 2), :] = 0.5
+    savemat(str(ucm / "a.mat"), {"ucm2": good})
+    savemat(str(ucm / "b.mat"), {"ucm2": np.zeros((4 * h + 1, 4 * w + 1))})
+    real = scipy.io.loadmat
+
+    def loadmat(path, *a, **k):
+        assert "b.mat" not in str(path), "the ucm2 of another size was read"
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(scipy.io, "loadmat", loadmat)
+    rc, err = run(capsys, ["view", str(d), "--ucm", str(ucm), "--out", str(tmp_path / "o"), "-q"])
+    assert rc == 1, err
+    _one_error_line(err, "b.mat", "belongs to another image (not read)")
+    assert (tmp_path / "o" / "a.html").exists()
