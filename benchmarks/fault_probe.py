@@ -1,6 +1,9 @@
-"""Issue 32's fault probe: walk the families of faults a user meets (concurrent runs, file names
-that are not UTF-8, interrupted runs, bad training folders and options, a full disk, degenerate
-clustering inputs, HISEG_WEIGHTS_DIR, files that are not images) and print a table
+"""Issues 32 and 43's fault probe: walk the families of faults a user meets (concurrent runs, file
+names that are not UTF-8, interrupted runs, bad training folders and options, a full disk,
+degenerate clustering inputs, HISEG_WEIGHTS_DIR, files that are not images; issue 43: runs killed
+with kill -9 and the processes they leave, images declaring a huge size, symlink loops and FIFOs,
+checkpoints whose hyper-parameters ask for huge or malformed networks, pickle payloads, configs
+that name code, many features in the clustering graph, the wording of reruns) and print a table
 ``case | verdict``: OK when the outcome is the one a user needs (a correct result, or a clear
 error naming the problem with no traceback, nothing half-written), else FAIL and why.
 
@@ -377,6 +380,225 @@ def not_images(tmp, n):
     check(rc == 1 and "Traceback" not in err, f"exit {rc}: {err.strip()[-300:]}")
     check("not an image (0 bytes)" in err and "not a readable image" in err, err.strip()[-400:])
     check("pip install" not in err, "a misleading install hint")
+
+
+# ----------------------------------------------------------------------------- issue 43
+def _faults():
+    """tests/_faults.py (the declared-size PNG, the kill -9 harness), shared with the tests."""
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    import _faults
+
+    return _faults
+
+
+def _ground_truth(path, seg) -> None:
+    """A BSDS ground-truth .mat of one annotation, ``seg``."""
+    from scipy.io import savemat
+
+    cell = np.empty((1, 1), dtype=object)
+    cell[0, 0] = {"Segmentation": seg, "Boundaries": np.zeros_like(seg, np.uint8)}
+    savemat(str(path), {"groundTruth": cell})
+
+
+def _no_survivors(tmp, argv, watch=None):
+    run = _faults().kill_busy_run(tmp, argv, watch)
+    check(len(run["started"]) >= 2, f"only {len(run['started'])} process(es) started")
+    check(not run["left"], f"{len(run['left'])} of its {len(run['started'])} processes alive 15 s after kill -9")
+    check(not run["written"], f"written after the main process was gone: {run['written'][:3]}")
+
+
+@case("hiseg predict --workers 2, kill -9 of the main process: no process left, nothing written after")
+def killed_predict(tmp, n):
+    d = photos(tmp, [f"im{i}.png" for i in range(4)])
+    _no_survivors(tmp, ["predict", d, "-o", tmp / "o", "--classical", "--workers", "2", "-q"], watch=tmp / "o")
+
+
+@case("hiseg evaluate --workers 2, kill -9 of the main process: no process left")
+def killed_evaluate(tmp, n):
+    from scipy.io import savemat
+
+    gt, pred = tmp / "gt", tmp / "pred"
+    gt.mkdir()
+    pred.mkdir()
+    seg = np.ones((20, 24), np.uint16)
+    seg[10:] = 2
+    for k in range(3):
+        _ground_truth(gt / f"im{k}.mat", seg)
+        ucm = np.zeros((41, 49))
+        ucm[20, :] = 0.6
+        savemat(str(pred / f"im{k}.mat"), {"ucm2": ucm})
+    _no_survivors(tmp, ["evaluate", pred, "--gt", gt, "--workers", "2", "-q", "--thresholds", "3",
+                        "-o", tmp / "res"], watch=tmp / "res")
+
+
+@case("the training host pool, kill -9 of the main process: no process left")
+def killed_host_pool(tmp, n):
+    _no_survivors(tmp, ["hostpool"])
+
+
+@case("a 1 KB PNG declaring 50000x50000 among good images: predict, view, evaluate")
+def declared_bomb(tmp, n):
+    d = photos(tmp, ["a.png", "c.png"])
+    _faults().declared_png(d / "b.png")
+    for cmd in ("predict", "view"):
+        t = time.perf_counter()
+        rc, out, err = hiseg_inline(cmd, "--classical", "-q", d, "-o", tmp / cmd)
+        check(time.perf_counter() - t < 60, f"{cmd}: {time.perf_counter() - t:.0f} s")
+        check(rc == 1 and "Traceback" not in err and "cv2.error" not in err, f"{cmd}: exit {rc}: {err[-300:]}")
+        check(sum("b.png" in ln for ln in err.splitlines()) == 1 and "50000 x 50000" in err, f"{cmd}: {err[-300:]}")
+        check(any(p.name.startswith("a") for p in (tmp / cmd).iterdir()), f"{cmd}: the good images were not done")
+    import cv2
+
+    gt, pred = tmp / "gt", tmp / "pred"
+    gt.mkdir()
+    pred.mkdir()
+    seg = np.ones((48, 64), np.uint16)
+    seg[24:] = 2
+    for k in range(2):
+        _ground_truth(gt / f"im{k}.mat", seg)
+    b = np.zeros((48, 64), np.uint8)
+    b[24] = 255
+    cv2.imwrite(str(pred / "im0.png"), b)
+    _faults().declared_png(pred / "im1.png")
+    rc, out, err = hiseg_inline("evaluate", pred, "--gt", gt, "--workers", "1", "-q", "--thresholds", "3")
+    check(rc == 1 and "Traceback" not in err and "1 more failed" in out and "im1.png" in err, f"evaluate: {rc} {err}")
+
+
+@case("a symlink loop, a FIFO and a folder named x.jpg in the input folder")
+def odd_entries(tmp, n):
+    d = photos(tmp, ["a.png"])
+    os.symlink(d / "loop.png", d / "loop.png")
+    os.mkfifo(d / "f.png")
+    (d / "x.jpg").mkdir()
+    rc, out, err = hiseg_inline("predict", "--classical", "-q", d, "-o", tmp / "o")
+    check(rc == 1 and "Traceback" not in err, f"exit {rc}: {err[-300:]}")
+    check("symbolic link loop" in err and "not a regular file" in err and "it is a folder" in err, err[-500:])
+    check((tmp / "o" / "a.mat").exists(), "a.png was not done")
+
+
+def _crafted(tmp, name, arch_kwargs, arch="compact_boundary_net", lightning=False):
+    import torch
+
+    from hiseg.models import get_model
+
+    sd = get_model("compact_boundary_net", width=8).state_dict()
+    hp = {"arch": arch, "arch_kwargs": arch_kwargs}
+    path = tmp / f"{name}.ckpt"
+    if lightning:
+        torch.save({"state_dict": {f"model.{k}": v for k, v in sd.items()}, "hyper_parameters": hp, "epoch": 0,
+                    "global_step": 0, "pytorch-lightning_version": "2.0.0", "optimizer_states": [],
+                    "lr_schedulers": [], "loops": {}, "callbacks": {}}, path)
+    else:
+        torch.save({"state_dict": sd, "hyper_parameters": hp, "metadata": {}}, path)
+    return path
+
+
+_HPARAMS = [("blocks=[100000,2,3,3]", {"width": 8, "blocks": [100000, 2, 3, 3]}, "compact_boundary_net"),
+            ("width=200000", {"width": 200000}, "compact_boundary_net"),
+            ("2000 ensemble members", {"members": [{"arch": "compact_boundary_net", "arch_kwargs": {"width": 8}}] * 2000},
+             "mean_probability_ensemble"),
+            ("arch_kwargs a string", "width=8", "compact_boundary_net"),
+            ("arch_kwargs a class_path", {"class_path": "x.Y", "init_args": {}}, "compact_boundary_net"),
+            ("pretrained_backbone: True", {"pretrained_backbone": True}, "resnet18_boundary_net")]
+
+
+@case("checkpoints with bad hyper-parameters (6 kinds): hiseg predict, load_model, within a second")
+def bad_hparams(tmp, n):
+    from hiseg.models import load_model
+    from hiseg.models.weights import CheckpointError
+
+    d = photos(tmp, ["a.png"])
+    for i, (label, kw, arch) in enumerate(_HPARAMS):
+        path = _crafted(tmp, f"c{i}", kw, arch)
+        t = time.perf_counter()
+        try:
+            load_model(path)
+            raise Fail(f"{label}: loaded")
+        except CheckpointError as e:
+            check("\n" not in str(e), f"{label}: several lines")
+        check(time.perf_counter() - t < 1.0, f"{label}: {time.perf_counter() - t:.1f} s")
+        rc, out, err = hiseg_inline("predict", d, "-o", tmp / f"o{i}", "--checkpoint", path, "--device", "cpu", "-q")
+        one_line_error(rc, err, str(path))
+        check(not (tmp / f"o{i}").exists(), f"{label}: --out created")
+
+
+@case("train.py --ckpt_path with bad hyper-parameters, and a pickle payload with --weights_only false")
+def train_bad_ckpt(tmp, n):
+    for i, (label, kw, arch) in enumerate(_HPARAMS[:2] + _HPARAMS[3:5]):
+        path = _crafted(tmp, f"l{i}", kw, arch, lightning=True)
+        t = time.perf_counter()
+        rc, err = train_inline("fit", "--ckpt_path", path, "--trainer.default_root_dir", tmp / "run")
+        check(rc != 0 and "Traceback" not in err and str(path) in err, f"{label}: exit {rc}: {err[-300:]}")
+        check(time.perf_counter() - t < 30, f"{label}: {time.perf_counter() - t:.0f} s")
+    import pathlib
+
+    import torch
+
+    class Touch:
+        def __reduce__(self):
+            return pathlib.Path.touch, (tmp / "ran",)
+
+    torch.save({"state_dict": {}, "payload": Touch()}, tmp / "payload.ckpt")
+    rc, err = train_inline("fit", "--ckpt_path", tmp / "payload.ckpt", "--weights_only", "false",
+                           "--trainer.default_root_dir", tmp / "run")
+    check(rc != 0 and "not a safe checkpoint" in err and "Traceback" not in err, f"exit {rc}: {err[-300:]}")
+    check(not (tmp / "ran").exists(), "the payload ran")
+
+
+@case("a training config with LambdaCallback on_fit_start: os.system (refused without --trust-config)")
+def config_is_code(tmp, n):
+    cfg = tmp / "evil.yaml"
+    cfg.write_text("trainer:\n  callbacks:\n    - class_path: pytorch_lightning.callbacks.LambdaCallback\n"
+                   "      init_args:\n        on_fit_start: os.system\n")
+    rc, err = train_inline("fit", "--config", cfg, "--trainer.default_root_dir", tmp / "run")
+    check(rc != 0 and "--trust-config" in err and "Traceback" not in err, f"exit {rc}: {err[-300:]}")
+    rc, err = train_inline("fit", "--trainer.callbacks+=subprocess.Popen", "--trainer.default_root_dir", tmp / "run")
+    check(rc != 0 and "a config is code" in err, f"exit {rc}: {err[-300:]}")
+
+
+@case("knn_graph of 120 x 20000 features: peak within 3x the input")
+def many_features(tmp, n):
+    import tracemalloc
+
+    import sklearn.neighbors  # noqa: F401 - its import is not the graph's memory
+
+    from hiseg.core.graph import knn_graph
+
+    X = np.random.default_rng(0).standard_normal((120, 20000))
+    tracemalloc.start()
+    try:
+        knn_graph(X, 5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    check(peak < 3 * X.nbytes, f"peak {peak / X.nbytes:.1f}x the input")
+
+
+@case("wording: a plain rerun, a .mat + .png folder, --out equal to the input folder resumed")
+def wording(tmp, n):
+    d = photos(tmp, ["a.png", "c.png"])
+    check(hiseg_inline("predict", "--classical", "-q", d, "-o", tmp / "o")[0] == 0, "first run")
+    rc, out, err = hiseg_inline("predict", "--classical", "-q", d, "-o", tmp / "o")
+    one_line_error(rc, err, "--resume")
+    check(hiseg_inline("predict", "--classical", "-q", d, "-o", d, "--regions", "3")[0] == 0, "into the input folder")
+    (d / "c.mat").unlink()
+    rc, out, err = hiseg_inline("predict", "--classical", "-q", d, "-o", d, "--regions", "3", "--resume")
+    check(rc == 0 and (d / "c.mat").exists() and not list(d.glob("*_ucm_ucm*")), f"resume: exit {rc}: {err[-300:]}")
+    from scipy.io import savemat
+
+    gt, pred = tmp / "gt", tmp / "pred"
+    gt.mkdir()
+    pred.mkdir()
+    seg = np.ones((20, 24), np.uint16)
+    for k in range(2):
+        _ground_truth(gt / f"im{k}.mat", seg)
+    savemat(str(pred / "im0.mat"), {"ucm2": np.zeros((41, 49))})
+    import cv2
+
+    cv2.imwrite(str(pred / "im1.png"), np.zeros((20, 24), np.uint8))
+    rc, out, err = hiseg_inline("evaluate", pred, "--gt", gt, "--workers", "1", "-q")
+    one_line_error(rc, err, "mixes .mat and .png")
 
 
 def main(argv=None) -> int:

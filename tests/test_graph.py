@@ -254,3 +254,26 @@ def test_rag_is_taken_as_it_is_and_counts_its_regions_once():
     np.testing.assert_array_equal(rag.region_sizes, [2, 4, 3])  # labels 5, 7, 9 renumbered 0, 1, 2
     assert rag.region_sizes is rag.region_sizes
     assert rag.region_sizes.sum() == labels.size
+
+
+def test_knn_graph_with_many_features_holds_no_edges_by_features_array():
+    """Issue 43, item 8: the edge lengths are computed in blocks and the points normalised with
+    one copy, so many features cost a few copies of X, not (edges x features) arrays (the peak
+    was 27-31x the input)."""
+    import tracemalloc
+
+    import sklearn.neighbors  # noqa: F401 - its import is not the graph's memory
+
+    from hiseg.core.graph import knn_graph
+
+    X = np.random.default_rng(0).standard_normal((120, 20000))
+    tracemalloc.start()
+    try:
+        graph, w = knn_graph(X, 5)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 3.0 * X.nbytes, peak / X.nbytes
+    a, b = graph.sources, graph.targets
+    whole = np.sqrt(((X[a] - X[b]) ** 2).sum(axis=1))
+    np.testing.assert_allclose(w, whole, rtol=1e-12)

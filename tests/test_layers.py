@@ -23,7 +23,7 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "hiseg"
 
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
-ORDER = ["_compat", "_params", "_lazy", "_shipped", "io", "core", "clustering", "models", "segmentation",
+ORDER = ["_compat", "_params", "_lazy", "_shipped", "_lifetime", "io", "core", "clustering", "models", "segmentation",
          "metrics", "data", "training", "explorer", "export", "cli"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {

@@ -36,7 +36,7 @@ TESTS = Path(__file__).resolve().parent  # _interrupt.KillAtStep: killed as by S
 
 
 def kill_at(step):
-    return ("--trainer.callbacks+=_interrupt.KillAtStep", "--trainer.callbacks.init_args.step", str(step))
+    return ("--trust-config", "--trainer.callbacks+=_interrupt.KillAtStep", "--trainer.callbacks.init_args.step", str(step))
 
 
 def assert_same_weights(a, b, what):
@@ -226,7 +226,7 @@ def test_pixel_stage_resume_is_exact(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     ref = load_ckpt(tmp_path / "ref/csv/version_0/checkpoints/last.ckpt")
     r = run(tmp_path, "bsds500_pixel.yaml", *pixel_args(tmp_path / "cut", data), *every,
-            "--trainer.callbacks+=_interrupt.KillAtStep", "--trainer.callbacks.init_args.step", "7")
+            "--trust-config", "--trainer.callbacks+=_interrupt.KillAtStep", "--trainer.callbacks.init_args.step", "7")
     assert r.returncode != 0
     last = tmp_path / "cut/csv/version_0/checkpoints/last.ckpt"
     assert load_ckpt(last)["global_step"] == 6

@@ -306,6 +306,13 @@ def benchmark(a, out: Path, log: Log, g, todo, device, bench_log) -> None:
         ran = True
 
 
+
+def compile_args(callback: str) -> list:
+    """train.py's arguments adding the torch.compile callback; one of your own (not hiseg's) is code
+    from outside hiseg, which train.py runs only with --trust-config."""
+    args = [f"--trainer.callbacks+={callback}"]
+    return args if callback.startswith("hiseg.") else ["--trust-config", *args]
+
 def session(a, out: Path, log: Log, start: float) -> int:
     import gpu_choices as g
 
@@ -387,7 +394,7 @@ def session(a, out: Path, log: Log, start: float) -> int:
             return pixel_stage(a, out, log, g, config=str(ROOT / PDC_CONFIG), arch_kwargs="",
                                seconds=left + a.reserve_seconds, resume=resume, curve=curve, work=work,
                                stop_at=stop_at, train_data=train_data, cuda=bool(gpu_name),
-                               train_args=[f"--trainer.callbacks+={a.compile_callback}"] if compile_ else [],
+                               train_args=compile_args(a.compile_callback) if compile_ else [],
                                timeout=left + a.reserve_seconds - 10)
         finally:
             shutil.rmtree(work, ignore_errors=True)

@@ -20,6 +20,9 @@ table is ``docs/cli.md``):
 * ``--workers N``: processes working on the images in parallel, ``auto`` by default (one per
   usable CPU, at most 8; none when there are too few images to pay for starting them);
 * ``-q/--quiet``: no progress bar (and, in predict and view, no line naming the model);
+* ``--pixel-limit N`` (predict, view, evaluate): an image file declaring more than ``N`` pixels is
+  refused from its header, in one line, and the others processed (``HISEG_PIXEL_LIMIT``;
+  :data:`hiseg.io.PIXEL_LIMIT` by default);
 * cuts in the names of :mod:`hiseg.core.cuts`' vocabulary: ``--regions K`` (``n_regions``),
   ``--min-region-size SIZE`` (``min_size``); ``--level T``: the segmentation at level ``T`` of
   the saliency map (``SegmentationResult.cut(threshold=T)``); ``hiseg view``'s pages open at
@@ -87,8 +90,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser(command if command in _SUBCOMMANDS else "").parse_args(argv)
     from ..models.weights import CheckpointError
 
+    from .options import pixel_limit_of
+
     try:
-        return int(args.func(args) or 0)
+        with pixel_limit_of(args):
+            return int(args.func(args) or 0)
     except (FileNotFoundError, ValueError, OSError, CheckpointError) as e:
         print(f"hiseg {args.command}: error: {e}", file=sys.stderr)
         return 2

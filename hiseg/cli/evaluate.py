@@ -22,8 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .options import (add_out, add_overwrite, add_quiet, add_workers, at_least_one, default_text, default_workers,
-                      option_type)
+from .options import (add_out, add_overwrite, add_pixel_limit, add_quiet, add_workers, at_least_one, default_text,
+                      default_workers, option_type)
 
 __all__ = ["add_arguments", "run"]
 
@@ -66,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
                         help="skip the precision-recall for objects and parts (Fop)")
     parser.add_argument("--no-boundary", action="store_true", help="skip the boundary benchmark")
     add_overwrite(parser, "result files")
+    add_pixel_limit(parser)
     add_quiet(parser, "no progress bar")
     return parser
 
@@ -109,8 +110,10 @@ def _progress(quiet: bool):
 def run(args: argparse.Namespace) -> int:
     """Run ``hiseg evaluate`` with parsed ``args``; returns the exit status.
 
-    Returns 0 on success and 2 on bad input (missing or empty folders,
-    mismatched names or sizes, unreadable files), with the error on stderr;
+    Returns 0 on success; 1 when some images could not be read (corrupt, over the
+    pixel limit: the figures are over the others, the failed ones listed
+    after them on stderr); 2 on bad input (missing or empty folders, mismatched names
+    or sizes, every image unreadable), with the error on stderr;
     an :class:`OSError` while writing ``--out`` returns 1 and leaves no
     partial file there.
     """
@@ -140,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
             fop=not args.no_fop,
             first_label=args.first_label,
             subset=args.subset,
+            skip_failed=True,
         )
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         print(f"hiseg evaluate: error: {exc}", file=sys.stderr)
@@ -160,4 +164,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"hiseg evaluate: error writing {args.out}: {exc}", file=sys.stderr)
             return 1
         print(f"wrote {', '.join(sorted(p.name for p in written))} to {args.out}")
+    failed = res.get("failed") or []
+    if failed:  # reported after the table, which says it covers the others only
+        total = res["n_images"] + len(failed)
+        print(f"hiseg evaluate: error: {len(failed)} of {total} image(s) failed and are not counted in the "
+              "figures above:", file=sys.stderr)
+        for f in failed:
+            print(f"  {f['image']}: {f['error']}", file=sys.stderr)
+        return 1
     return 0

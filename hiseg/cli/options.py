@@ -7,14 +7,16 @@ Importing this module costs no torch: the segmenter's modules are imported when 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_workers", "add_quiet", "add_overwrite",
-           "add_model", "add_deprecated", "image_command", "add_regions", "add_level", "add_min_region_size", "EXIT_STATUS",
-           "collect_images", "default_workers", "resolve_workers", "make_segmenter", "exported_folder", "model_name", "announce",
+__all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_pixel_limit", "pixel_limit_of", "add_workers",
+           "add_quiet", "add_overwrite", "add_model", "add_deprecated", "image_command", "add_regions", "add_level",
+           "add_min_region_size", "EXIT_STATUS", "collect_images", "default_workers", "resolve_workers", "make_segmenter",
+           "exported_folder", "model_name", "announce",
            "first_process", "PER_FILE_ERRORS", "per_file", "report_failures"]
 
 #: The epilog of the image commands (predict, view).
@@ -56,6 +58,50 @@ def image_command(p: argparse.ArgumentParser, description: str, out: str) -> Non
     p.epilog = EXIT_STATUS
     add_inputs(p)
     add_out(p, out)
+    add_pixel_limit(p)
+
+
+def _pixel_limit(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (0: no limit), got {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0: no limit), got {text!r}")
+    return v
+
+
+def add_pixel_limit(p: argparse.ArgumentParser) -> None:
+    """``--pixel-limit N``: the most pixels an input image may declare (:data:`hiseg.io.PIXEL_LIMIT`,
+    checked from its header before decoding; sets ``HISEG_PIXEL_LIMIT`` for the run and its workers)."""
+    from ..io.images import PIXEL_LIMIT, PIXEL_LIMIT_ENV
+
+    p.add_argument("--pixel-limit", type=_pixel_limit, default=None, metavar="N",
+                   help="an image file declaring more than N pixels (height x width, read from its header before "
+                        "decoding) is refused, the others processed; 0: no limit"
+                        + default_text(f"${PIXEL_LIMIT_ENV}, else {PIXEL_LIMIT}"))
+
+
+@contextlib.contextmanager
+def pixel_limit_of(args):
+    """Inside the block, ``--pixel-limit`` is the limit of this process and of the workers it
+    starts (``HISEG_PIXEL_LIMIT``, restored after); ValueError for a bad ``HISEG_PIXEL_LIMIT``
+    (before anything runs)."""
+    from ..io.images import PIXEL_LIMIT_ENV, pixel_limit
+
+    given, was = getattr(args, "pixel_limit", None), os.environ.get(PIXEL_LIMIT_ENV)
+    if given is None:
+        pixel_limit()
+        yield
+        return
+    os.environ[PIXEL_LIMIT_ENV] = str(given)
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop(PIXEL_LIMIT_ENV, None)
+        else:
+            os.environ[PIXEL_LIMIT_ENV] = was
 
 
 def add_inputs(p: argparse.ArgumentParser, what: str = "images or folders of images") -> None:
@@ -213,25 +259,72 @@ def add_min_region_size(p: argparse.ArgumentParser) -> None:
 
 
 # ----------------------------------------------------------------------------- the steps they share
-def collect_images(inputs: Sequence[str]) -> list[Path]:
+def _loop(p: Path) -> bool:
+    """Whether ``p`` is a symbolic link that never resolves (a loop: ELOOP)."""
+    import errno
+
+    try:
+        os.stat(p)
+    except OSError as e:
+        return e.errno == errno.ELOOP
+    return False
+
+
+def _key(f: Path):
+    """What makes two inputs one file: the file they resolve to."""
+    try:
+        return f.resolve()
+    except (OSError, RuntimeError):  # pragma: no cover - a loop: checked before
+        return f.absolute()
+
+
+#: The image files ``hiseg predict`` writes for image NAME (``NAME`` + these): in a folder that is
+#: also ``--out``, they are its outputs, not inputs.
+OUTPUT_SUFFIXES = ("_ucm.png", "_ucm16.png", "_labels.png", "_overlay.png")
+
+
+def _own_outputs(names: list[Path]) -> set[Path]:
+    """The files of ``names`` (one folder's) that are :data:`OUTPUT_SUFFIXES` files of another of them."""
+    stems = {q.stem for q in names}
+    return {q for q in names for suf in OUTPUT_SUFFIXES if q.name.endswith(suf) and q.name[:-len(suf)] in stems}
+
+
+def collect_images(inputs: Sequence[str], command: str = "hiseg", out=None) -> list[Path]:
     """The image files of ``inputs`` (files and folders), each once: a file given twice, or
     a file and its folder, is one input. FileNotFoundError for a missing input or a folder
-    without images; ValueError when two files would share an output name."""
-    from ..io import IMAGE_EXTENSIONS
+    without images; ValueError when two files would share an output name or an input is a
+    symbolic link loop. An entry of a folder that is a symbolic link loop is skipped, with a
+    warning on stderr naming it (``command: warning: ...``). A folder that is also ``out``
+    (the command's output folder) gives its images, not the outputs written there for them
+    (:data:`OUTPUT_SUFFIXES`), so that a run into its input folder can be resumed."""
+    from ..io import IMAGE_EXTENSIONS, display_path
 
-    files, seen = [], set()
+    files = []
     for x in inputs:
         p = Path(x)
+        if _loop(p):
+            raise ValueError(f"input {display_path(p)} is a symbolic link loop (it never reaches a file)")
         if p.is_dir():
-            found = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTENSIONS)
+            found = []
+            entries = sorted(q for q in p.iterdir() if q.suffix.lower() in IMAGE_EXTENSIONS)
+            if out is not None and Path(out).is_dir() and os.path.samefile(p, out):
+                theirs = _own_outputs(entries)
+                entries = [q for q in entries if q not in theirs]
+            for q in entries:
+                if _loop(q):
+                    print(f"{command}: warning: {display_path(q)} is a symbolic link loop (it never reaches a "
+                          "file): skipped", file=sys.stderr)
+                else:
+                    found.append(q)
             if not found:
                 raise FileNotFoundError(f"no image files ({', '.join(IMAGE_EXTENSIONS)}) in folder {p}")
             files.extend(found)
-        elif p.is_file():
+        elif p.exists():  # a file; one that is not a regular file (a FIFO) is refused when read, naming it
             files.append(p)
         else:
             raise FileNotFoundError(f"input not found: {p}")
-    files = [f for f in files if not (f.resolve() in seen or seen.add(f.resolve()))]
+    seen = set()
+    files = [f for f in files if not (_key(f) in seen or seen.add(_key(f)))]
     stems = [f.stem for f in files]
     dup = sorted({s for s in stems if stems.count(s) > 1})
     if dup:

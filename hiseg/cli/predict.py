@@ -116,7 +116,7 @@ def run(args) -> int:
     if ddp and model_name(args) == "classical":
         raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
                          "(use --workers N)")
-    files = collect_images(args.inputs)
+    files = collect_images(args.inputs, "hiseg predict", out=args.out)
     # one run at a time into a folder: local rank 0 holds the lock (the process the user started: Lightning's
     # launcher, which sets LOCAL_RANK=0 for itself once it has started the others; rank 0 under torchrun); the
     # processes of the other ranks (LOCAL_RANK 1, 2, ...) share the folder, their files created exclusively;
@@ -138,7 +138,7 @@ def _run(args, files: list, ddp: bool) -> int:
     if args.html:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
-    refuse_overwrite(outputs, files, overwrite=args.overwrite or args.resume, command="hiseg predict")
+    refuse_overwrite(outputs, files, overwrite=args.overwrite or args.resume, command="hiseg predict", resume=True)
     record, wanted = RunRecord(out), output_options(args)
     total, everything = len(files), files
     files, present = _to_do(args, out, files, record, wanted)
@@ -273,7 +273,7 @@ def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
     accelerator = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}.get(seg.device.type, "auto")
     failures += predict_files(seg, files, opts["out"], n_regions=opts["regions"], threshold=opts["threshold"],
                               min_size=opts["min_size"], tile=opts["tile"], overwrite=opts["overwrite"],
-                              resume=opts["resume"],
+                              resume=opts["resume"], lock=False,  # run() holds it
                               trainer_kwargs=dict(accelerator=accelerator, devices=args.devices,
                                                   num_nodes=args.num_nodes, strategy="ddp"))
     return rank_zero_only.rank == 0
@@ -362,8 +362,9 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
     an image's own stops the run (the workers' queued images are cancelled)."""
     import multiprocessing as mp
     from collections import deque
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, wait
 
+    from .._lifetime import process_pool
     from .options import PER_FILE_ERRORS
 
     # forkserver (Linux) or spawn: never a plain fork of this process, whose OpenCV / OpenMP
@@ -389,7 +390,7 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
             reported += 1
 
     failures_of = [[] for _ in files]  # per image, merged in input order at the end
-    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init, initargs=(cpu_seg, opts))
+    pool = process_pool(workers, mp_context=ctx, initializer=_worker_init, initargs=(cpu_seg, opts))  # they end with this process
     try:
         decoding = deque()
         queued = 0

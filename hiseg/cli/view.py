@@ -41,7 +41,7 @@ def run(args) -> int:
         raise ValueError("give at most one of --regions and --level")
     if args.ucm is not None and (args.checkpoint is not None or args.classical):
         raise ValueError("give --ucm (read the hierarchies) or --checkpoint / --classical (compute them), not both")
-    files = collect_images(args.inputs)
+    files = collect_images(args.inputs, "hiseg view")
     out = Path(args.out)
     inputs = list(files)
     mats = [None] * len(files)  # with --ucm: each image's ucm2 file
@@ -87,6 +87,7 @@ def _write(args, files: list, mats: list, inputs: list, out: Path) -> int:
         from ..metrics.predictions import load_prediction
 
         if seg is None:
+            _check_ucm2_header(f, mat)  # from the headers: no pixel read for a file of the wrong size
             img = read_image(f)
             return img, check_ucm2(load_prediction(mat, kind="ucm2").data, img.shape, where=f"{mat} (for {f})")
         work, full, img = seg.read(f)
@@ -109,3 +110,24 @@ def _write(args, files: list, mats: list, inputs: list, out: Path) -> int:
         first = next((p for p in html if p.name == INDEX), html[0] if html else None)
         print(f"wrote {pages} page(s) to {display_path(out)}" + (f"; open {display_path(first)}" if first else ""))
     return report_failures("hiseg view", failures, len(files))
+
+
+def _check_ucm2_header(image, mat) -> None:
+    """ValueError when the ucm2 in ``mat`` is not the (2H+1) x (2W+1) map of ``image``, both
+    sizes read from the files' headers (the image's within the pixel limit,
+    :func:`hiseg.io.image_header`): a ucm2 of another, larger image is refused before it is read.
+    Files whose header does not tell (not a MATLAB 5 file, no ``ucm2``) are left to the reader."""
+    from scipy.io import whosmat
+
+    from ..io import image_header
+
+    h, w = image_header(image)[:2]
+    try:
+        shapes = {name: shape for name, shape, _ in whosmat(str(mat))}
+    except Exception:  # noqa: BLE001 - not a file whosmat reads: load_prediction names the problem
+        return
+    shape = shapes.get("ucm2")
+    if shape is not None and tuple(shape) != (2 * h + 1, 2 * w + 1):
+        raise ValueError(f"{mat} (for {image}) holds a ucm2 of shape {tuple(shape)}, the map of a "
+                         f"{(shape[0] - 1) // 2}x{(shape[1] - 1) // 2} (HxW) image, but the image is {h}x{w}: "
+                         "the UCM belongs to another image (not read)")

@@ -265,7 +265,9 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
 
     The search runs on the points centred and rescaled by a power of two, so the graph
     does not depend on the scale of ``X`` (``X * 1e300`` and ``X * 1e-300`` give the same
-    edges; weights scale with ``X``). Memory O(n (k + d)) whatever the method.
+    edges; weights scale with ``X``). Memory O(n (k + d)) whatever the method: besides ``X``
+    (as float64), one normalised copy of it, the search's own (the exact MST keeps a second
+    copy), and the edge lengths computed :data:`EDGE_BLOCK` values at a time.
 
     Raises
     ------
@@ -279,7 +281,7 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
     if X.ndim != 2:
         raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {X.shape}")
     n, d = X.shape
-    if not np.all(np.isfinite(X)):
+    if not _all_finite(X):
         raise ValueError("X contains NaN or infinite values")
     if isinstance(n_neighbors, bool) or int(n_neighbors) != n_neighbors or n_neighbors < 1:
         raise ValueError(f"n_neighbors must be a positive integer, got {n_neighbors}")
@@ -314,8 +316,7 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
     b = np.maximum(src, dst).astype(np.int64)
     key = np.unique(a * n + b)
     a, b = key // n, key % n
-    diff = Xs[a] - Xs[b]
-    w = np.sqrt(np.einsum("ij,ij->i", diff, diff)) * scale
+    w = _edge_lengths(Xs, a, b) * scale
     if not np.all(np.isfinite(w)):
         raise ValueError("distances between samples exceed the float64 range (about 1.8e308): "
                          "rescale X")
@@ -331,19 +332,47 @@ def connected_components(graph) -> tuple:
     return components(el.sources, el.targets, el.num_vertices)
 
 
+#: The edge lengths of :func:`knn_graph` are computed this many coordinates at a time (a
+#: block of edges' differences), so that many features cost no (edges x features) array.
+EDGE_BLOCK = 1 << 20
+
+
+def _all_finite(X: np.ndarray) -> bool:
+    """``np.isfinite(X).all()`` a block of rows at a time (no full-size boolean array)."""
+    rows = max(1, EDGE_BLOCK // max(1, X.shape[1]))
+    return all(bool(np.isfinite(X[i:i + rows]).all()) for i in range(0, X.shape[0], rows))
+
+
+def _edge_lengths(Z: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The Euclidean lengths of the edges (a, b) of points ``Z``, :data:`EDGE_BLOCK` values at a
+    time: the same values as the whole-array expression, in O(EDGE_BLOCK) memory."""
+    w = np.empty(len(a), np.float64)
+    rows = max(1, EDGE_BLOCK // max(1, Z.shape[1]))
+    for i in range(0, len(a), rows):
+        diff = Z[a[i:i + rows]] - Z[b[i:i + rows]]
+        w[i:i + rows] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
+    return w
+
+
+def _abs_max(X: np.ndarray) -> float:
+    """``np.abs(X).max()`` without the copy."""
+    return max(float(X.max()), -float(X.min())) if X.size else 0.0
+
+
 def _normalised_points(X: np.ndarray):
     """``(Z, scale)`` with ``X = Z * scale + mean``: ``Z`` centred, its largest coordinate
     in [0.5, 1), ``scale`` a power of two (rescaling by powers of two is exact, and squared
-    norms of ``Z`` neither overflow nor underflow whatever the scale of ``X``)."""
-    e1 = int(np.frexp(np.abs(X).max())[1]) if X.size else 0
+    norms of ``Z`` neither overflow nor underflow whatever the scale of ``X``). One copy of
+    ``X``, rescaled in place."""
+    e1 = int(np.frexp(_abs_max(X))[1]) if X.size else 0
     Y = np.ldexp(X, -e1)
     Y -= Y.mean(axis=0)
-    m = float(np.abs(Y).max()) if Y.size else 0.0
+    m = _abs_max(Y)
     if m == 0.0:  # all points equal
         return Y, 1.0
     e2 = int(np.frexp(m)[1])
     with np.errstate(over="ignore"):  # inf: distances beyond the float64 range (caller's error)
-        return np.ldexp(Y, -e2), float(np.ldexp(1.0, e1 + e2))
+        return np.ldexp(Y, -e2, out=Y), float(np.ldexp(1.0, e1 + e2))
 
 
 @dataclass(frozen=True)

@@ -41,13 +41,18 @@ from __future__ import annotations
 from .errors import DataError, display_path
 from .files import (AtomicFiles, atomic_write, atomic_write_files, file_complete, folder_lock, naming_the_file,
                     refuse_overwrite, remove_stray_temps, set_usual_mode, write_png, write_png_rows)
-from .images import (FLOAT_TOLERANCE, IMAGE_EXTENSIONS, decode_image, exif_orientation, image_header, image_size,
+from .images import (FLOAT_TOLERANCE, IMAGE_EXTENSIONS, PIXEL_LIMIT, PIXEL_LIMIT_ENV, check_pixels, decode_image,
+                     pixel_limit, exif_orientation, image_header, image_size,
                      read_gray_image, read_image, reduce_image, rgb_view, to_float_rgb)
 from .labels import check_label_image, load_ground_truth, loadmat, write_ucm2_mat
 
 __all__ = [
     "IMAGE_EXTENSIONS",
     "FLOAT_TOLERANCE",
+    "PIXEL_LIMIT",
+    "PIXEL_LIMIT_ENV",
+    "pixel_limit",
+    "check_pixels",
     "check_label_image",
     "DataError",
     "decode_image",

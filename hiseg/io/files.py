@@ -11,6 +11,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
+from .. import _lifetime
 from .errors import display_path
 
 __all__ = ["set_usual_mode", "refuse_overwrite", "remove_stray_temps", "naming_the_file", "AtomicFiles",
@@ -29,10 +30,11 @@ def set_usual_mode(path) -> None:
     os.chmod(path, 0o666 & ~_umask())
 
 
-def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "hiseg") -> None:
+def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "hiseg", resume: bool = False) -> None:
     """ValueError, before anything is written, when one of the ``outputs`` paths is one of
     the ``inputs`` files, or (unless ``overwrite``) already exists: a command never replaces
-    a file it was not asked to replace. The message names the files."""
+    a file it was not asked to replace. The message names the files (and with ``resume``,
+    the command's ``--resume``, which finishes an interrupted run)."""
     ins = {Path(p).resolve() for p in inputs}
     hit = sorted(display_path(p) for p in outputs if Path(p).resolve() in ins)
     if hit:
@@ -43,21 +45,35 @@ def refuse_overwrite(outputs, inputs, overwrite: bool = False, command: str = "h
     there = sorted(display_path(p) for p in outputs if os.path.lexists(p))
     if there:
         raise ValueError(f"{len(there)} output file(s) exist already, e.g. {there[:5]}: {command} does not replace "
-                         "files; choose another --out folder, or give --overwrite to replace them (nothing was "
-                         "written)")
+                         "files; choose another --out folder, "
+                         + ("give --resume to finish an interrupted run into it (its complete images skipped), "
+                            if resume else "") + "or give --overwrite to replace them (nothing was written)")
+
+
+_LIVE_TEMPS: set = set()  # this process's temporary files not yet renamed or removed
 
 
 def _temp_beside(path: Path) -> str:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp" + path.suffix)
     os.close(fd)
+    _LIVE_TEMPS.add(tmp)
     return tmp
 
 
 def _discard(tmp) -> None:
+    _LIVE_TEMPS.discard(tmp)
     try:
         os.remove(tmp)
     except FileNotFoundError:
         pass
+
+
+def _discard_live_temps() -> None:
+    for tmp in list(_LIVE_TEMPS):
+        _discard(tmp)
+
+
+_lifetime.at_orphan(_discard_live_temps)  # a pool worker whose main process died leaves no temporary file
 
 
 def remove_stray_temps(path) -> int:
@@ -106,9 +122,12 @@ def _commit(tmp: str, path: Path, overwrite: bool) -> None:
     """Give the complete temporary file ``tmp`` the name ``path``: ``os.replace``, or without
     ``overwrite`` a hard link, which fails when the name exists (no run replaces another's
     file, even at the same moment), then ``tmp`` removed. Where the file system has no hard
-    links: a check, then the rename."""
+    links: a check, then the rename. A pool worker whose main process ended renames nothing:
+    it ends there (:func:`hiseg._lifetime.exit_if_orphaned`)."""
+    _lifetime.exit_if_orphaned()
     if overwrite:
         os.replace(tmp, path)
+        _LIVE_TEMPS.discard(tmp)
         return
     try:
         os.link(tmp, path)
@@ -120,6 +139,7 @@ def _commit(tmp: str, path: Path, overwrite: bool) -> None:
         if os.path.lexists(path):
             raise _exists_error(path) from None
         os.replace(tmp, path)
+        _LIVE_TEMPS.discard(tmp)
         return
     _discard(tmp)
 

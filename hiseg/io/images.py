@@ -2,19 +2,95 @@
 [0, 1] and band-wise reduction of large images (see :mod:`hiseg.io` for the conversion rules)."""
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from .errors import DataError, display_path
 
-__all__ = ["IMAGE_EXTENSIONS", "FLOAT_TOLERANCE", "decode_image", "image_header", "image_size", "exif_orientation",
+__all__ = ["IMAGE_EXTENSIONS", "FLOAT_TOLERANCE", "PIXEL_LIMIT", "PIXEL_LIMIT_ENV", "pixel_limit", "check_pixels",
+           "decode_image", "image_header", "image_size", "exif_orientation",
            "to_float_rgb", "rgb_view", "reduce_image", "read_image", "read_gray_image"]
 
 #: How far outside [0, 1] a float image may go and still be clipped (resize rounding).
 FLOAT_TOLERANCE = 0.01
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".tif", ".tiff", ".webp", ".ppm", ".pgm")
+
+#: The most pixels (height x width) an image file may declare: 2**28 (268,435,456, e.g. 16384 x
+#: 16384; about 0.8 GB decoded as 8-bit RGB). It is checked from the file's header, before any
+#: pixel is decoded, so that a few-KB file declaring 50000 x 50000 is refused in one line instead
+#: of being decoded (a "decompression bomb"). Raise it with the environment variable
+#: :data:`PIXEL_LIMIT_ENV` or the commands' ``--pixel-limit N`` (0: no limit).
+PIXEL_LIMIT = 1 << 28
+#: The environment variable that sets the pixel limit (:func:`pixel_limit`).
+PIXEL_LIMIT_ENV = "HISEG_PIXEL_LIMIT"
+
+
+def pixel_limit() -> int:
+    """The pixel limit in force: ``$HISEG_PIXEL_LIMIT`` (an integer >= 0; 0: none) or
+    :data:`PIXEL_LIMIT`. ValueError naming the variable for another value."""
+    import os
+
+    text = os.environ.get(PIXEL_LIMIT_ENV, "").strip()
+    if not text:
+        return PIXEL_LIMIT
+    try:
+        v = int(text)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise ValueError(f"{PIXEL_LIMIT_ENV} must be an integer >= 0 (0: no limit), got {text!r}")
+    return v
+
+
+def check_pixels(height: int, width: int, path) -> None:
+    """DataError naming ``path`` when a ``height`` x ``width`` image is over :func:`pixel_limit`."""
+    limit = pixel_limit()
+    if limit and int(height) * int(width) > limit:
+        raise DataError(f"cannot read image {display_path(path)}: it declares {int(width)} x {int(height)} pixels "
+                        f"({int(height) * int(width):,}), over the limit of {limit:,} (raise it with --pixel-limit N "
+                        f"or {PIXEL_LIMIT_ENV}=N; 0: no limit)")
+
+
+def _header_size(src):
+    """(H, W) of an image as stored, from its header (Pillow, its own pixel limit off: ours is
+    :func:`check_pixels`), or None where Pillow cannot read the header."""
+    try:
+        from PIL import Image
+
+        with _pillow_unlimited(), Image.open(src) as im:
+            return im.size[1], im.size[0]
+    except Exception:  # noqa: BLE001 - a format Pillow does not know: OpenCV's own limit then applies
+        return None
+
+
+_PILLOW = {"depth": 0, "was": None}
+_PILLOW_LOCK = threading.Lock()
+
+
+class _pillow_unlimited:
+    """Pillow's decompression-bomb check off inside the block (hiseg checks its own limit first;
+    blocks in several threads nest: the outermost restores Pillow's setting)."""
+
+    def __enter__(self):
+        from PIL import Image
+
+        with _PILLOW_LOCK:
+            if _PILLOW["depth"] == 0:
+                _PILLOW["was"], Image.MAX_IMAGE_PIXELS = Image.MAX_IMAGE_PIXELS, None
+            _PILLOW["depth"] += 1
+        return self
+
+    def __exit__(self, *exc):
+        from PIL import Image
+
+        with _PILLOW_LOCK:
+            _PILLOW["depth"] -= 1
+            if _PILLOW["depth"] == 0:
+                Image.MAX_IMAGE_PIXELS = _PILLOW["was"]
+        return False
 
 
 
@@ -35,25 +111,34 @@ def decode_image(path) -> tuple[np.ndarray, bool]:
     """
     import cv2
 
+    import io as _io
+
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"image file not found: {display_path(path)}")
+    _check_regular(path)
     with open(path, "rb") as fh:  # Python reads any name; OpenCV decodes the bytes
         data = fh.read()
     if not data:
         raise DataError(f"cannot read image {display_path(path)}: not an image (0 bytes)")
-    arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
+    size = _header_size(_io.BytesIO(data))
+    if size is not None:
+        check_pixels(*size, path)  # before any pixel is decoded
+    try:
+        arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
+    except cv2.error as e:  # OpenCV's own limits (CV_IO_MAX_IMAGE_PIXELS, ...): the next decoder, or one line
+        if size is None:
+            raise DataError(f"cannot read image {display_path(path)}: "
+                            f"{str(e).strip().splitlines()[-1]} (OpenCV)") from None
+        arr = None
     if arr is not None:
         return _orient(arr, path), True
     bad = (f"cannot read image {display_path(path)}: not a readable image (a format neither OpenCV nor "
            "scikit-image decodes, or a corrupt or truncated file)")
     try:
-        import io as _io
         import warnings
 
         from skimage.io import imread
 
-        with warnings.catch_warnings():  # its plugins' deprecation notices, when they try the bytes
+        with warnings.catch_warnings(), _pillow_unlimited():  # its plugins' deprecation notices; our limit held
             warnings.simplefilter("ignore")
             arr = np.asarray(imread(_io.BytesIO(data)))
     except Exception as e:  # noqa: BLE001 - any decoder failure means "not readable"; its hints (plugins to install) mislead
@@ -67,17 +152,29 @@ def image_header(path) -> tuple[int, int, str]:
     """(H, W, Pillow mode) of an image file, (H, W) as :func:`read_image` returns it (EXIF
     orientation applied), from its header: no pixel is decoded (where Pillow cannot open the
     file, OpenCV decodes it; mode ``""`` then). Raises FileNotFoundError, DataError."""
+    _check_regular(Path(path))
     try:
         from PIL import Image
 
-        with Image.open(path) as im:
+        with _pillow_unlimited(), Image.open(path) as im:
             w, h = im.size
             o, mode = _orientation_of(im), im.mode
     except FileNotFoundError:
         raise FileNotFoundError(f"image file not found: {display_path(path)}") from None
     except Exception:  # noqa: BLE001 - not Pillow's: decode it
         return (*decode_image(path)[0].shape[:2], "")
+    check_pixels(h, w, path)
     return (w, h, mode) if o in (5, 6, 7, 8) else (h, w, mode)
+
+
+def _check_regular(path: Path) -> None:
+    """FileNotFoundError for a missing image file, DataError for one that is not a regular
+    file (a folder, a FIFO, a device: never opened, which would block on a FIFO)."""
+    if not path.exists():
+        raise FileNotFoundError(f"image file not found: {display_path(path)}")
+    if not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
+        raise DataError(f"cannot read image {display_path(path)}: it is {kind}")
 
 
 def image_size(path) -> tuple[int, int]:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import os
 import time
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..io import load_ground_truth
+from .._lifetime import process_pool
+from ..io import DataError, load_ground_truth
 from .matching import DEFAULT_MAX_DIST, BoundaryImageResult, BoundaryMatcher, boundary_counts, thin_boundaries
 from .predictions import FIRST_LABELS, KINDS, discover_pairs, load_prediction, names_list
 from .region import NestedUcmLabels, RegionImageResult, region_counts
@@ -116,8 +116,21 @@ def _warm_up() -> None:
     contingency(np.zeros((2, 2), dtype=np.int64), np.ones((2, 2), dtype=np.int64))
 
 
-def _evaluate_task(args) -> dict:
-    return evaluate_image(*args)
+def _evaluate_task(args, skip_failed: bool = False) -> dict:
+    """:func:`evaluate_image` of one task; with ``skip_failed``, an image that cannot be read
+    (:class:`~hiseg.io.DataError`: a corrupt, truncated or oversized file; a missing one) comes
+    back as ``{"name", "failed": message}`` instead of stopping the run; a file that is read
+    but wrong (a label 0, a ucm2 of the wrong shape) still stops it."""
+    if not skip_failed:
+        return evaluate_image(*args)
+    try:
+        return evaluate_image(*args)
+    except (DataError, FileNotFoundError) as e:
+        return {"name": args[0], "failed": str(e)}
+
+
+def _skipping_task(args) -> dict:
+    return _evaluate_task(args, True)
 
 
 # ----------------------------------------------------------------------------
@@ -137,6 +150,7 @@ def evaluate(
     fop: bool = True,
     first_label=1,
     subset: str = "all",
+    skip_failed: bool = False,
 ) -> dict:
     """Run the BSDS500 benchmark on a folder of predictions.
 
@@ -170,6 +184,11 @@ def evaluate(
     subset : {"all", "predicted"}, default "all"
         ``"all"``: every ground-truth file needs a prediction (the benchmark's set);
         ``"predicted"``: only the images with a prediction are scored (:func:`discover_pairs`).
+    skip_failed : bool, default False
+        An image whose files cannot be read (missing, corrupt, truncated, over the pixel
+        limit: :class:`~hiseg.io.DataError`) is left out and listed in ``failed`` [{image, error}] instead of
+        stopping the run (``hiseg evaluate`` does so, reporting them); ValueError when
+        every image fails.
 
     Returns
     -------
@@ -219,29 +238,35 @@ def evaluate(
     tasks = [(s, str(p), str(g), n_thresholds, kind, boundary, region, max_dist, fop, first_label)
              for s, p, g in pairs]
     t_start = time.perf_counter()
-    per_image = _run(tasks, workers, progress)
+    per_image = _run(tasks, workers, progress, skip_failed)
     total = time.perf_counter() - t_start
+    failed = [{"image": r["name"], "error": r["failed"]} for r in per_image if "failed" in r]
+    per_image = [r for r in per_image if "failed" not in r]
+    if not per_image:
+        raise ValueError(f"every image failed, e.g. {failed[0]['image']}: {failed[0]['error']}")
     _check_results(per_image, pred_dir)
     out = _collect(per_image, boundary, region, fop, official_rounding)
     out["timing"] = _timing(per_image, total, workers)
     out["subset"] = subset
     out["n_ground_truth"] = sum(1 for p in Path(gt_dir).iterdir() if p.is_file() and p.suffix.lower() == ".mat")
+    if skip_failed:
+        out["failed"] = failed
     return out
 
 
-def _run(tasks: list, workers: int, progress) -> list[dict]:
+def _run(tasks: list, workers: int, progress, skip_failed: bool = False) -> list[dict]:
     """:func:`evaluate_image` of every task, in a pool of ``workers`` processes (in this one
     for 1), in task order."""
     _warm_up()  # compiled once here, inherited by forked workers
     per_image: list[dict] = []
     if workers == 1:
         for i, task in enumerate(tasks):
-            per_image.append(_evaluate_task(task))
+            per_image.append(_evaluate_task(task, skip_failed))
             if progress:
                 progress(i + 1, len(tasks), task[0])
         return per_image
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        for i, res in enumerate(pool.map(_evaluate_task, tasks, chunksize=1)):
+    with process_pool(workers) as pool:  # forked (the compiled code inherited); they end with this process
+        for i, res in enumerate(pool.map(_skipping_task if skip_failed else _evaluate_task, tasks, chunksize=1)):
             per_image.append(res)
             if progress:
                 progress(i + 1, len(tasks), res["name"])

@@ -299,6 +299,14 @@ def discover_pairs(pred_dir, gt_dir, kind: str = "auto", subset: str = "all") ->
         raise ValueError(f"no ground-truth .mat files in {gt_dir}")
     missing = set(gts) - set(preds) if subset == "all" else set()
     extra = set(preds) - set(gts)
+    if kind == "auto" and exts == (".mat",) and missing:  # PNG predictions ignored beside .mat ones
+        pngs = {p.stem: p.name for p in pred_dir.iterdir() if p.is_file() and p.suffix.lower() == ".png"}
+        mixed = sorted(s for s in missing if s in pngs)
+        if mixed:
+            raise ValueError(f"{pred_dir} mixes .mat and .png predictions: with .mat files there, the .png files "
+                             f"are read as views of them, so {names_list([pngs[s] for s in mixed])} "
+                             f"{'is' if len(mixed) == 1 else 'are'} not read; put one kind of prediction per folder "
+                             "(or give --kind pb / labels for the PNGs)")
     if missing or extra:
         parts = []
         if missing:

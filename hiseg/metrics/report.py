@@ -124,9 +124,12 @@ def format_table(res: Mapping) -> str:
 def report_header(res: Mapping) -> str:
     t = res.get("timing", {})
     of = res.get("n_ground_truth")
-    scored = (f"{res['n_images']} image(s)" if of is None or of == res["n_images"] else
-              f"{res['n_images']} of the {of} ground-truth image(s) (the predicted ones)")
-    return (f"BSDS500 benchmark: {scored}, kind {res['kind']}, "
+    failed = len(res.get("failed") or [])
+    subset = res.get("subset") == "predicted" and of is not None and of != res["n_images"] + failed
+    scored = (f"{res['n_images']} of the {of} ground-truth image(s) (the predicted ones)" if subset else
+              f"{res['n_images']} image(s)")
+    return (f"BSDS500 benchmark: {scored}" + (f" ({failed} more failed: not counted)" if failed else "")
+            + f", kind {res['kind']}, "
             f"{len(res['thresholds'])} threshold(s), {t.get('workers', 1)} worker(s), "
             f"{t.get('total_s', 0.0):.1f} s")
 

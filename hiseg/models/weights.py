@@ -22,6 +22,7 @@ import importlib
 import os
 import pickle
 import re
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
@@ -39,6 +40,7 @@ torch = lazy_torch()
 
 __all__ = ["CheckpointError", "ArchitectureMismatchError", "DEFAULT_PRETRAINED", "Weights", "WeightsEntry", "Checkpoint", "register_model",
            "list_models", "get_model", "refuse_remote_checkpoint", "load_checkpoint_file", "read_checkpoint",
+           "checkpoint_of", "checked_arch_kwargs", "check_architecture", "NOT_ARCH_KWARGS",
            "load_weights", "save_weights", "load_model"]
 
 
@@ -281,7 +283,12 @@ def read_checkpoint(path, map_location: Any = "cpu") -> Checkpoint:
     ``module.`` (DataParallel) or ``_orig_mod.`` (torch.compile) prefix on every key, are
     stripped; other entries (loss buffers) are dropped. CheckpointError when it holds no tensors.
     """
-    ck = load_checkpoint_file(path, map_location)
+    return checkpoint_of(load_checkpoint_file(path, map_location), path)
+
+
+def checkpoint_of(ck: Any, path) -> Checkpoint:
+    """The :class:`Checkpoint` of an object read from file ``path`` (:func:`load_checkpoint_file`):
+    :func:`read_checkpoint` without the reading. CheckpointError as there."""
     if not isinstance(ck, Mapping):
         raise CheckpointError(f"checkpoint {path} holds a {type(ck).__name__}, not a state dict")
     nested = isinstance(ck.get("state_dict"), Mapping)
@@ -332,11 +339,102 @@ def _arch_of_keys(state_dict: Mapping[str, torch.Tensor]) -> str | None:
     return best
 
 
-def load_state_dict_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: Any,
-                            hyper_parameters: Mapping[str, Any] | None = None, listed: int = 5) -> nn.Module:
-    """``model.load_state_dict(strict=True)``; ArchitectureMismatchError listing missing,
-    unexpected and mis-shaped keys and the architecture the checkpoint names; CheckpointError
-    when a floating-point tensor holds NaN or infinite values (a diverged run)."""
+#: Keys a checkpoint's ``arch_kwargs`` may not hold: a config's class path, or arguments the
+#: loader sets itself (the weights; an ImageNet backbone, which trained weights replace).
+NOT_ARCH_KWARGS = ("class_path", "init_args", "weights", "pretrained_backbone")
+
+
+def checked_arch_kwargs(hyper_parameters: Mapping[str, Any], source: Any) -> dict:
+    """A checkpoint's ``arch_kwargs`` as a dict of builder arguments (``{}`` when absent);
+    CheckpointError in one line for anything else: not a dict (a string, a list), a config's
+    ``class_path`` / ``init_args``, a key that is not a name, or one of :data:`NOT_ARCH_KWARGS`."""
+    kw = hyper_parameters.get("arch_kwargs")
+    if kw is None:
+        return {}
+    if not isinstance(kw, Mapping):
+        raise CheckpointError(f"checkpoint {source}: hyper_parameters['arch_kwargs'] must be a dict of the "
+                              f"builder's arguments, got a {type(kw).__name__}")
+    bad = [k for k in kw if not (isinstance(k, str) and k.isidentifier())]
+    if bad:
+        raise CheckpointError(f"checkpoint {source}: hyper_parameters['arch_kwargs'] has keys that are not argument "
+                              f"names: {bad[:5]}")
+    taken = [k for k in NOT_ARCH_KWARGS if k in kw]
+    if taken:
+        raise CheckpointError(f"checkpoint {source}: hyper_parameters['arch_kwargs'] sets {taken}, which "
+                              + ("is a config's class path, not the builder's arguments"
+                                 if {"class_path", "init_args"} & set(taken) else
+                                 "the loader sets itself (the trained weights replace them)"))
+    return dict(kw)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def check_architecture(arch: str, arch_kwargs: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor],
+                       source: Any, hyper_parameters: Mapping[str, Any] | None = None, bounded: bool = True) -> None:
+    """Check that ``get_model(arch, **arch_kwargs)`` fits ``state_dict`` *before* building it:
+    the network is built on the meta device (no memory, no I/O), and the build is stopped as soon
+    as it makes far more parameters, parameter values or modules than the state dict can fill (a
+    checkpoint whose ``arch_kwargs`` ask for 100,000 blocks, a width of 200,000 or 2,000 members is
+    refused within a second). CheckpointError in one line when it cannot be built from these
+    arguments or is larger than the state dict; ArchitectureMismatchError (listing the keys) when
+    the keys or shapes differ. Cost: O(tensors of the state dict) whatever the arguments
+    (``bounded=False``, for arguments that are the caller's own, not the file's: no bound, the
+    mismatch listed in full)."""
+    if arch not in _BUILDERS:
+        raise CheckpointError(f"checkpoint {source} names architecture {arch!r}, which is not one of "
+                              f"{', '.join(list_models())}")
+    n = len(state_dict)
+    values = sum(int(t.numel()) for t in state_dict.values())
+    made = {"params": 0, "values": 0, "modules": 0}
+    me = threading.get_ident()
+
+    def param(module, name, p):
+        if p is not None and threading.get_ident() == me:
+            made["params"] += 1
+            made["values"] += int(p.numel())
+            if made["params"] > 2 * n + 64 or made["values"] > 2 * values + (1 << 20):  # slack: a builder may
+                raise _TooLarge  # make layers it drops (a backbone's classifier); a fit is checked after
+
+    def module(parent, name, sub):
+        if threading.get_ident() == me:
+            made["modules"] += 1
+            if made["modules"] > 8 * n + 256:
+                raise _TooLarge
+
+    from torch.nn.modules.module import (register_module_module_registration_hook,
+                                         register_module_parameter_registration_hook)
+
+    shown = _short(dict(arch_kwargs))
+    hooks = ([register_module_parameter_registration_hook(param), register_module_module_registration_hook(module)]
+             if bounded else [])
+    try:
+        with torch.device("meta"):
+            model = get_model(arch, **arch_kwargs)
+    except _TooLarge:
+        raise ArchitectureMismatchError(f"checkpoint {source}: {arch!r} with arch_kwargs {shown} is larger than the {n} "
+                              f"tensors ({values:,} values) the file holds; refused before building it") from None
+    except (TypeError, ValueError, RuntimeError, KeyError, IndexError, AttributeError) as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise CheckpointError(f"checkpoint {source}: {arch!r} cannot be built with its arch_kwargs {shown}: "
+                              f"{first}") from None
+    finally:
+        for h in hooks:
+            h.remove()
+    _check_fit(model, state_dict, source, hyper_parameters)
+
+
+def _short(obj: Any, limit: int = 160) -> str:
+    text = repr(obj)
+    return text if len(text) <= limit else text[:limit] + "...}"
+
+
+def _check_fit(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: Any,
+               hyper_parameters: Mapping[str, Any] | None = None, listed: int = 5) -> dict:
+    """``model``'s state dict (on any device, meta included) when ``state_dict`` has its keys and
+    shapes; ArchitectureMismatchError listing missing, unexpected and mis-shaped keys and the
+    architecture the checkpoint names otherwise."""
     own = model.state_dict()
     missing = [k for k in own if k not in state_dict]
     unexpected = [k for k in state_dict if k not in own]
@@ -354,6 +452,15 @@ def load_state_dict_checked(model: nn.Module, state_dict: Mapping[str, torch.Ten
         elif shapes and not missing and not unexpected:
             parts.append("same layers, other sizes: was it built with other keyword arguments (e.g. width)?")
         raise ArchitectureMismatchError(f"checkpoint {source} does not fit architecture {arch!r}: " + "; ".join(parts))
+    return own
+
+
+def load_state_dict_checked(model: nn.Module, state_dict: Mapping[str, torch.Tensor], source: Any,
+                            hyper_parameters: Mapping[str, Any] | None = None, listed: int = 5) -> nn.Module:
+    """``model.load_state_dict(strict=True)``; ArchitectureMismatchError listing missing,
+    unexpected and mis-shaped keys and the architecture the checkpoint names; CheckpointError
+    when a floating-point tensor holds NaN or infinite values (a diverged run)."""
+    own = _check_fit(model, state_dict, source, hyper_parameters, listed)
     bad = [k for k in own if state_dict[k].is_floating_point() and not bool(torch.isfinite(state_dict[k]).all())]
     if bad:
         raise CheckpointError(
@@ -375,7 +482,9 @@ def builder_weights(builder: str, weights: Any, kwargs: Mapping[str, Any]):
         raise ValueError(f"weights {weights.name} are for {weights.value.builder!r}, not {builder!r}")
     ck = _read(weights)
     hp = ck.hyper_parameters
-    merged = {**(hp.get("arch_kwargs") or {}), **given} if hp.get("arch") == builder else given
+    own = hp.get("arch") == builder  # the file's arch_kwargs are used: their cost is bounded
+    merged = {**checked_arch_kwargs(hp, ck.path), **given} if own else given
+    check_architecture(builder, merged, ck.state_dict, ck.path, hp, bounded=own)  # before anything is built
     return merged, lambda model: load_state_dict_checked(model, ck.state_dict, ck.path, hp)
 
 

@@ -15,7 +15,8 @@ watershed and the RAG release it, but the rest of the rebuild (targets, packing)
 on first use, kept for the process, one per worker count: :func:`host_pool`), with the
 ``forkserver`` start method where the platform has it (``spawn`` elsewhere): a worker is
 never a fork of a process that already runs CUDA or torch's threads. Workers ignore
-SIGINT (the main process handles Ctrl-C and shuts them down). As with any such pool, a worker
+SIGINT (the main process handles Ctrl-C and shuts them down) and end when the main process
+ends, on any signal, ``kill -9`` included (:mod:`hiseg._lifetime`). As with any such pool, a worker
 imports the main script: a script that trains must guard its entry point (``if __name__ ==
 "__main__":``; ``train.py`` and the ``hiseg`` commands do). A pool whose worker dies (killed, out
 of memory, an unguarded script) is given up for the process, with a warning: the work goes on in
@@ -45,6 +46,7 @@ from typing import Optional
 
 import numpy as np
 
+from .._lifetime import process_pool
 from ..core.graph import BatchedGraph, as_edge_list
 from ..core.ultrametric import (AverageLinkageHierarchy, _check_lengths, _disconnected_message, _LeafLCA,
                            build_average_linkage_hierarchy, check_weights)
@@ -125,7 +127,7 @@ class HostPool:
     def _pool(self) -> ProcessPoolExecutor:
         with self._lock:
             if self._executor is None:
-                self._executor = ProcessPoolExecutor(self.workers, mp_context=_context(), initializer=_init_worker)
+                self._executor = process_pool(self.workers, mp_context=_context(), initializer=_init_worker)
             return self._executor
 
     def submit(self, fn, *args):

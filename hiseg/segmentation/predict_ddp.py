@@ -13,7 +13,8 @@ makes their hierarchies and writes the same files as ``hiseg predict``, byte for
                              "out/", n_regions=12,
                              trainer_kwargs=dict(accelerator="gpu", devices=4, num_nodes=2, strategy="ddp"))
 
-The same guarantees as ``hiseg predict``: existing files are refused before anything is
+The same guarantees as ``hiseg predict``: one run at a time into a folder (the launching
+process holds :func:`hiseg.io.folder_lock` on one node), existing files are refused before anything is
 written (checked in every process, before the processes meet; ``overwrite=True`` replaces
 them), every file is written atomically, and an image that fails (unreadable, ...) does not
 stop the others: rank 0 prints the failures at the end and :func:`predict_files` returns them
@@ -23,6 +24,8 @@ path has no network to distribute).
 """
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -32,7 +35,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
-from ..io import refuse_overwrite
+from ..io import folder_lock, refuse_overwrite
 from .outputs import image_done, output_paths, predict_file
 from .segmenter import Segmenter
 
@@ -126,7 +129,8 @@ class PredictionFilesWriter(BasePredictionWriter):
 
 def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Optional[int] = None,
                   threshold: Optional[float] = None, min_size="auto", tile: int = 512, overwrite: bool = False,
-                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0, resume: bool = False) -> list:
+                  trainer_kwargs: Optional[dict] = None, num_workers: int = 0, resume: bool = False,
+                  lock: bool = True) -> list:
     """Write ``hiseg predict``'s files of the image ``files`` into ``out`` with
     ``pl.Trainer(**trainer_kwargs).predict`` (e.g. ``devices=4, strategy="ddp"``; default:
     Lightning's ``auto``). ``num_workers``: the DataLoader's image-decoding processes per
@@ -137,7 +141,8 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     (:func:`hiseg.segmentation.outputs.image_done`), the others done again; whether the files there were
     made with the same options is the caller's to check (``hiseg predict --devices N`` checks
     its run record, :class:`hiseg.cli.record.RunRecord`, before it calls this, and writes it in
-    the first process only). Returns the failed images, ``(file, message)`` (see the module
+    the first process only). ``lock``: hold :func:`hiseg.io.folder_lock` on ``out`` in the launching
+    process (False: the caller holds it). Returns the failed images, ``(file, message)`` (see the module
     docstring)."""
     if segmenter.model is None:
         raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
@@ -148,6 +153,19 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
         raise ValueError(f"several files share an output name: {sorted({s for s in stems if stems.count(s) > 1})[:5]}")
     refuse_overwrite([p for s in stems for p in output_paths(out, s).values()], files, overwrite=overwrite or resume,
                      command="hiseg.segmentation.predict_ddp")
+    # one run at a time into a folder: the launching process (local rank 0) of a one-node run holds the lock
+    # (``lock=False``: the caller holds it, as hiseg predict does); several nodes: unlocked (a lock on a shared
+    # file system is not reliable), each file still created exclusively
+    nodes = int((trainer_kwargs or {}).get("num_nodes", 1) or 1)
+    launcher = lock and nodes == 1 and os.environ.get("LOCAL_RANK", "0") == "0"
+    with (folder_lock(out, "hiseg predict") if launcher else contextlib.nullcontext()):
+        return _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite, trainer_kwargs,
+                              num_workers, resume)
+
+
+def _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite, trainer_kwargs,
+                   num_workers, resume) -> list:
+    """:func:`predict_files` once its folder is this run's."""
     if resume:
         cut = n_regions is not None or threshold is not None
         files = [f for f in files if not image_done(out, f.stem, cut)]

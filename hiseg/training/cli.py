@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import importlib
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -57,6 +58,9 @@ CKPT_PATH_HELP = {
 _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
+_TRUST_CONFIG = False  # --trust-config given: class paths and callables of the configs are not checked
+
+
 class HisegCLI(LightningCLI):
     """LightningCLI without ``predict``, with checkpoint checks and same-folder resume."""
 
@@ -69,6 +73,8 @@ class HisegCLI(LightningCLI):
         local ``ckpt_path``'s hyper-parameters right after parsing)."""
         super().parse_arguments(parser, args)
         sub = self.config.get("subcommand")
+        if not _TRUST_CONFIG:  # before anything is built or called
+            check_config_objects(self.config[sub] if sub is not None else self.config)
         if sub is None:
             return
         cfg = self.config[sub]
@@ -79,11 +85,21 @@ class HisegCLI(LightningCLI):
         if ckpt is None or str(ckpt) in _CKPT_KEYWORDS or str(ckpt).startswith("registry:"):
             return
         refuse_remote_checkpoint(ckpt, "--ckpt_path")
-        if cfg.get("weights_only") is False:
+        vouched = cfg.get("weights_only") is False
+        try:  # clear errors for a missing, corrupt or unsafe file
+            checkpoint = load_checkpoint_file(ckpt)
+        except CheckpointError as e:
+            if vouched and "unsafe" in str(e):  # Lightning reads its hyper-parameters weights-only in any case
+                raise CheckpointError(f"--ckpt_path {ckpt} is not a safe checkpoint: it holds pickled Python objects, "
+                                      "and Lightning reads a checkpoint's hyper-parameters as data only even with "
+                                      "--weights_only false; nothing was run. Re-save it as tensors and plain "
+                                      "values") from None
+            raise
+        if vouched:
             return  # the user vouches for this local file
         cfg["weights_only"] = True
-        checkpoint = load_checkpoint_file(ckpt)  # clear errors for a missing, corrupt or unsafe file
         _refuse_slim_checkpoint(ckpt, checkpoint, sub)
+        _check_architecture(ckpt, checkpoint)
         if sub == "fit":
             _resume_log_versions(cfg["trainer"], checkpoint)
 
@@ -182,6 +198,136 @@ def _refuse_slim_checkpoint(path, checkpoint, sub: str) -> None:
         "evaluates a train.py run's Lightning checkpoint"
     raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no training state: a slim "
                           f"weights file); --ckpt_path {what}. {_SLIM_HINT[0].upper()}{_SLIM_HINT[1:]}.")
+
+
+# ----------------------------------------------------------------------------- configs are code
+#: Where a training config's class paths may point without ``--trust-config``: hiseg, torch's
+#: optimisers, schedulers and layers, Lightning's callbacks, loggers and strategies.
+TRUSTED_CLASS_PATHS = ("hiseg.", "torch.optim.", "torch.nn.", "pytorch_lightning.callbacks.",
+                       "pytorch_lightning.loggers.", "pytorch_lightning.strategies.", "lightning.pytorch.callbacks.",
+                       "lightning.pytorch.loggers.", "lightning.pytorch.strategies.")
+#: Lightning callbacks whose arguments are code: refused without ``--trust-config`` whatever their arguments.
+UNTRUSTED_CLASSES = ("pytorch_lightning.callbacks.LambdaCallback", "lightning.pytorch.callbacks.LambdaCallback")
+TRUST_FLAG = "--trust-config"
+_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
+
+
+class UntrustedConfigError(ValueError):
+    """A training config names code outside :data:`TRUSTED_CLASS_PATHS` (without ``--trust-config``)."""
+
+
+def trusted_class_path(path: str) -> bool:
+    """Whether a config may name ``path`` without ``--trust-config``."""
+    return path not in UNTRUSTED_CLASSES and any(path.startswith(p) for p in TRUSTED_CLASS_PATHS)
+
+
+def _untrusted(where: str, what: str) -> UntrustedConfigError:
+    return UntrustedConfigError(
+        f"{where} names {what}, outside the classes a training config may name (hiseg, torch.optim, torch.nn, "
+        f"Lightning's callbacks, loggers and strategies; no callables): a config is code. Give {TRUST_FLAG} to run "
+        "a config you trust (docs/training.md, 'Configs are code')")
+
+
+def _names_module(text: str) -> bool:
+    """Whether ``text`` is a dotted name whose first part is an importable module (found, not imported)."""
+    import importlib.util
+
+    if not _DOTTED.match(text):
+        return False
+    try:
+        return importlib.util.find_spec(text.split(".")[0]) is not None
+    except (ImportError, ValueError):  # pragma: no cover
+        return False
+
+
+def _scan_raw(obj, where: str) -> None:
+    """UntrustedConfigError for a class path or a dotted name of code in a config's raw values
+    (before the parser imports anything)."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _scan_raw(v, f"{where}.{k}" if where else str(k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _scan_raw(v, f"{where}[{i}]")
+    elif isinstance(obj, str) and _names_module(obj) and not trusted_class_path(obj):
+        raise _untrusted(where or "the command line", repr(obj))
+
+
+def check_config_text(argv: Sequence[str]) -> None:
+    """:func:`_scan_raw` over the configs (``--config FILE`` or inline YAML) and option values
+    of a ``train.py`` command line, before it is parsed: the parser imports the classes a config
+    names. UntrustedConfigError naming the first one outside :data:`TRUSTED_CLASS_PATHS`."""
+    import yaml
+
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        a = args[i]
+        opt, eq, val = a.partition("=")
+        if not opt.startswith("-") or opt in ("-h", "--help", "--print_config"):
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(args) or args[i + 1].startswith("--"):
+                i += 1
+                continue
+            val, i = args[i + 1], i + 2
+        else:
+            i += 1
+        if opt in ("-c", "--config") and Path(val).is_file():
+            try:
+                doc = yaml.safe_load(Path(val).read_text())
+            except (OSError, yaml.YAMLError, UnicodeDecodeError):
+                continue  # the parser names it
+            _scan_raw(doc, f"config {val}")
+            continue
+        try:
+            doc = yaml.safe_load(val)
+        except yaml.YAMLError:
+            doc = val
+        _scan_raw(doc, opt.lstrip("-").rstrip("+"))
+
+
+def check_config_objects(cfg, where: str = "") -> None:
+    """The check after parsing, before anything is built: a ``class_path`` outside
+    :data:`TRUSTED_CLASS_PATHS`, or a callable or class the parser resolved from a config
+    (LambdaCallback's ``on_fit_start: os.system``), raise UntrustedConfigError."""
+    import functools
+    import inspect
+
+    items = cfg.__dict__.items() if hasattr(cfg, "__dict__") and type(cfg).__name__ == "Namespace" else \
+        cfg.items() if isinstance(cfg, dict) else enumerate(cfg) if isinstance(cfg, (list, tuple)) else None
+    if items is None:
+        if inspect.isclass(cfg):
+            name = f"{cfg.__module__}.{cfg.__qualname__}"
+            if not trusted_class_path(name):
+                raise _untrusted(where, f"class {name}")
+        elif inspect.isroutine(cfg) or isinstance(cfg, functools.partial):  # a function, builtin, method
+            name = f"{getattr(cfg, '__module__', None) or ''}.{getattr(cfg, '__qualname__', type(cfg).__name__)}"
+            raise _untrusted(where, f"the callable {name.lstrip('.')}")
+        return
+    for k, v in list(items):
+        here = f"{where}.{k}" if where else str(k)
+        if k == "class_path" and isinstance(v, str) and not trusted_class_path(v):
+            raise _untrusted(where or "the config", f"class_path {v}")
+        check_config_objects(v, here)
+
+
+def _check_architecture(path, checkpoint) -> None:
+    """CheckpointError, before anything is built, when the network a training checkpoint's
+    hyper-parameters name (``arch``, ``arch_kwargs``: what Lightning gives the module on resume)
+    does not fit its tensors (:func:`hiseg.models.weights.check_architecture`: bounded cost)."""
+    from ..models.weights import check_architecture, checked_arch_kwargs, checkpoint_of
+
+    ck = checkpoint_of(checkpoint, path)
+    hp = ck.hyper_parameters
+    if not hp:
+        return  # no hyper-parameters: the config's network is built and loaded (strict)
+    arch = hp.get("arch", "compact_boundary_net")  # the module's default
+    if not isinstance(arch, str):
+        raise CheckpointError(f"--ckpt_path {path}: hyper_parameters['arch'] must be a builder's name, got a "
+                              f"{type(arch).__name__}")
+    check_architecture(arch, checked_arch_kwargs(hp, path), ck.state_dict, path, hp)
 
 
 class StartupRefusal(SystemExit):
@@ -434,12 +580,27 @@ def _quiet_lightning() -> None:
     warnings.filterwarnings("ignore", message=r"You have overridden `transfer_batch_to_device`")
 
 
+def _trusted_argv(argv: list) -> list:
+    """``argv`` without ``--trust-config`` (remembered for the run) and with today's class paths;
+    without it, the configs and options it names are checked (:func:`check_config_text`: a
+    refusal in one line)."""
+    global _TRUST_CONFIG
+    _TRUST_CONFIG = TRUST_FLAG in argv
+    argv = _current_class_paths([a for a in argv if a != TRUST_FLAG])
+    if not _TRUST_CONFIG:
+        try:
+            check_config_text(argv)
+        except UntrustedConfigError as e:
+            raise _refuse(e) from e
+    return argv
+
+
 def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):
     """Run the CLI. With no subcommand, ``fit`` is implied. ``default_config`` applies unless
     ``argv`` names a config (``--config``) or a data module (``--data``): then the run uses only
     what it names, and one without data stops with a message saying which to give."""
     from_command_line = argv is None or list(argv) == sys.argv[1:]
-    argv = _current_class_paths(list(sys.argv[1:] if argv is None else argv))
+    argv = _trusted_argv(list(sys.argv[1:] if argv is None else argv))
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
                          "(UCMs) of a trained checkpoint: hiseg predict IMAGES --checkpoint CKPT --out DIR")

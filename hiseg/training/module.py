@@ -33,6 +33,7 @@ from .callbacks import (CSVLogger, FiniteLossGuard, LastCheckpoint, RandomStateC
                         TensorBoardLogger, ValidateAtStart)
 from ..metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_boundary_counts
 from ..models import get_model
+from ..models.weights import check_architecture, checked_arch_kwargs
 from ..segmentation.hostpool import host_pool, resolve_workers
 from .steps import (MODULE_CONSTRAINTS, NO_SUPERPIXELS, PIXEL_BATCH, LossResult, StageClock, batch_consensus,
                        channels_last_agrees, check_finite, merge_head_of, precision_dtype, start_and_pipeline,
@@ -112,9 +113,13 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self.save_hyperparameters()
         # LightningCLI records the parsed config instead of the locals: store the settings used
         self.hparams["pipeline"] = pipeline
-        if start is not None and arch_kwargs is None and start.hyper_parameters.get("arch") == arch \
-                and isinstance(start.hyper_parameters.get("arch_kwargs"), dict):
-            arch_kwargs = self.hparams["arch_kwargs"] = dict(start.hyper_parameters["arch_kwargs"])
+        from_start = start is not None and arch_kwargs is None and start.hyper_parameters.get("arch") == arch \
+            and start.hyper_parameters.get("arch_kwargs") is not None
+        if from_start:
+            arch_kwargs = self.hparams["arch_kwargs"] = checked_arch_kwargs(start.hyper_parameters, start.path)
+        if start is not None:  # refused before it is built when it does not fit the start's tensors
+            check_architecture(arch, arch_kwargs or {}, start.state_dict, start.path, start.hyper_parameters,
+                               bounded=from_start)
         self.model = get_model(arch, **(arch_kwargs or {}))
         if start is not None:
             from ..models.weights import load_weights

@@ -1,0 +1,85 @@
+"""Training configs are code (issue 43, item 7): a config naming a class outside hiseg, torch's
+optimisers and layers and Lightning's callbacks and loggers, or a callable (LambdaCallback's
+``on_fit_start: os.system``), is refused in one line before anything is built or called, unless
+``--trust-config`` is given."""
+from __future__ import annotations
+
+import pytest
+from test_checkpoint_safety import train_py
+
+from hiseg.training.cli import TRUSTED_CLASS_PATHS, check_config_text, trusted_class_path
+
+
+@pytest.fixture(autouse=True)
+def _argv(monkeypatch):
+    monkeypatch.setattr("sys.argv", ["train.py"])
+
+
+LAMBDA = """
+trainer:
+  callbacks:
+    - class_path: pytorch_lightning.callbacks.LambdaCallback
+      init_args:
+        on_fit_start: os.system
+"""
+
+
+def test_a_lambda_callback_calling_os_system_is_refused(tmp_path, monkeypatch):
+    cfg = tmp_path / "evil.yaml"
+    cfg.write_text(LAMBDA)
+    called = []
+    monkeypatch.setattr("os.system", lambda *a: called.append(a))
+    with pytest.raises(SystemExit, match="--trust-config") as e:
+        train_py(["fit", "--config", str(cfg), "--trainer.default_root_dir", str(tmp_path)])
+    msg = str(e.value).strip()
+    assert "\n" not in msg and ("LambdaCallback" in msg or "os.system" in msg)
+    assert not called and not (tmp_path / "lightning_logs").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["--trainer.callbacks+=subprocess.Popen"],
+    ["--trainer.callbacks", '[{"class_path": "os.system"}]'],
+    ["--data", "shutil.rmtree"],
+])
+def test_class_paths_outside_the_allow_list_are_refused_from_the_command_line(tmp_path, argv):
+    with pytest.raises(SystemExit, match="a config is code"):
+        train_py(["fit", *argv, "--trainer.default_root_dir", str(tmp_path)])
+
+
+def test_the_parsed_config_is_checked_too(tmp_path):
+    """A callable the parser resolved (here from a config the text scan cannot read as YAML
+    values: the check after parsing)."""
+    from jsonargparse import Namespace
+
+    from hiseg.training.cli import UntrustedConfigError, check_config_objects
+
+    import os
+
+    with pytest.raises(UntrustedConfigError, match="callable"):
+        check_config_objects(Namespace(trainer=Namespace(callbacks=[Namespace(
+            class_path="pytorch_lightning.callbacks.ModelCheckpoint", init_args=Namespace(f=os.system))])))
+    with pytest.raises(UntrustedConfigError, match="class_path subprocess.Popen"):
+        check_config_objects({"data": {"class_path": "subprocess.Popen"}})
+    check_config_objects(Namespace(data=Namespace(class_path="hiseg.data.SyntheticDataModule", init_args=Namespace(
+        n_train=3, name="last.ckpt"))))
+
+
+def test_the_shipped_configs_and_hiseg_classes_pass():
+    from pathlib import Path
+
+    for cfg in sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml")):
+        check_config_text(["--config", str(cfg)])
+    check_config_text(["--trainer.callbacks+=hiseg.training.callbacks.CompileNetwork", "--trainer.precision",
+                       "bf16-mixed", "--ckpt_path", "last.ckpt"])
+    assert trusted_class_path("torch.optim.AdamW") and trusted_class_path("pytorch_lightning.callbacks.ModelCheckpoint")
+    assert not trusted_class_path("pytorch_lightning.callbacks.LambdaCallback")
+    assert "hiseg." in TRUSTED_CLASS_PATHS
+
+
+def test_trust_config_lets_a_trusted_config_run_its_classes(tmp_path):
+    """With --trust-config the class path is used: here it is then refused by Lightning itself
+    (not a callback), which shows it got past hiseg's check."""
+    with pytest.raises(BaseException) as e:
+        train_py(["fit", "--trust-config", "--trainer.callbacks+=collections.OrderedDict",
+                  "--trainer.default_root_dir", str(tmp_path), "--trainer.max_steps", "0"])
+    assert "a config is code" not in str(e.value)
