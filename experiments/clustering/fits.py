@@ -1,0 +1,52 @@
+"""The fits the clustering findings compare, and how far a fit moved from its start.
+
+* :func:`estimator_fit`: :class:`hiseg.UltrametricClustering` with the given settings (its
+  graph, scaling, descent and cut), timed;
+* :func:`start_of`: the same settings stopped at the start (``max_iter=1``: the best
+  iterate is the start's ultrametric);
+* :func:`shared_clusters`: the share of one hierarchy's clusters that are clusters of
+  another (1: the same hierarchy).
+"""
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+
+from hiseg import UltrametricClustering
+
+__all__ = ["estimator_fit", "start_of", "shared_clusters"]
+
+
+def estimator_fit(X, n_clusters: int, **params):
+    """(fitted estimator, seconds); ``random_state=0`` unless given."""
+    params.setdefault("random_state", 0)
+    est = UltrametricClustering(n_clusters=n_clusters, **params)
+    t = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        est.fit(X)
+    return est, time.perf_counter() - t
+
+
+def start_of(X, n_clusters: int, **params):
+    """The fitted estimator stopped at its start (one iteration: the start is the best iterate)."""
+    return estimator_fit(X, n_clusters, **{**params, "max_iter": 1})[0]
+
+
+def _clusters(parents) -> set:
+    """The leaf sets of the internal nodes of a parent array (leaves first, root last)."""
+    parents = np.asarray(parents)
+    n = (parents.size + 1) // 2
+    members = [frozenset([i]) for i in range(n)] + [frozenset() for _ in range(n - 1)]
+    for child in range(parents.size - 1):
+        p = parents[child]
+        members[p] = members[p] | members[child]
+    return set(members[n:])
+
+
+def shared_clusters(parents_a, parents_b) -> float:
+    """The share of the internal nodes of ``a`` whose leaf set is a node of ``b``. O(n^2)."""
+    a, b = _clusters(parents_a), _clusters(parents_b)
+    return len(a & b) / len(a)
