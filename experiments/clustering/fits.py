@@ -50,3 +50,30 @@ def shared_clusters(parents_a, parents_b) -> float:
     """The share of the internal nodes of ``a`` whose leaf set is a node of ``b``. O(n^2)."""
     a, b = _clusters(parents_a), _clusters(parents_b)
     return len(a & b) / len(a)
+
+
+def descent(X, n_clusters: int, *, record=(), **params):
+    """The estimator's descent rerun with :func:`hiseg.fit_ultrametric`'s own options (``lr_decay``,
+    a callback): ``params`` split into the estimator's (graph, dissimilarity, init, loss
+    settings) and ``fit_ultrametric``'s (``lr``, ``lr_decay``, ``max_iter``, ``patience``,
+    ``optimizer``). Returns (FitResult, {iteration: parents of that iterate's hierarchy} for
+    the iterations in ``record``, seconds)."""
+    import torch
+
+    from hiseg import build_hierarchy, fit_ultrametric
+
+    fit_keys = ("lr", "lr_decay", "max_iter", "patience", "optimizer")
+    fit_kw = {k: params.pop(k) for k in fit_keys if k in params}
+    start = start_of(X, n_clusters, **params)
+    w = torch.as_tensor(start.edge_weights_ / start.weight_scale_)
+    trees = {}
+
+    def keep(it, loss, u):
+        if it in record:
+            trees[it] = np.asarray(build_hierarchy(start.graph_, u).parents)
+
+    t = time.perf_counter()
+    res = fit_ultrametric(start.graph_, w, loss=params.get("loss", "closest+size"), init=start.init_,
+                          size_weight=float(params.get("size_weight", 10.0)), top_nodes=int(params.get("top_nodes", 10)),
+                          callback=keep if record else None, **{"max_iter": 200, "patience": 50, **fit_kw})
+    return res, trees, time.perf_counter() - t
