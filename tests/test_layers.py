@@ -34,7 +34,7 @@ SUB_ORDER = {
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "models": ["weights", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "train", "__main__"],
-    "clustering": ["labels", "auto", "estimator"],
+    "clustering": ["labels", "refine", "auto", "estimator"],
 }
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they
 #: sit just below (see the module docstring for why)
