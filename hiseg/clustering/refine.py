@@ -13,8 +13,8 @@ with similarities :math:`s_{xy} = \exp(-(d_{xy}/\bar d)^2)` on the kNN + MST gra
 (:func:`gaussian_similarities`). So the descent minimises its relaxation (the paper's soft
 cardinals, :func:`hiseg.losses.dasgupta` in similarity mode) from a linkage's ultrametric,
 and the *exact* cost chooses: the iterate kept is the one of lowest exact cost, the start
-included (:func:`refine`), and among several starts the fit of lowest exact cost is kept
-(:func:`refine_from_starts`). No label is read.
+included (:func:`refine`), and among several starts (:data:`REFINE_STARTS`) the estimator
+keeps the fit of lowest exact cost. No label is read.
 """
 from __future__ import annotations
 
@@ -23,8 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["gaussian_similarities", "exact_dasgupta", "start_ultrametric", "refine", "refine_from_starts",
-           "RefinedFit", "REFINE_STARTS", "REFINE_NEIGHBORS", "REFINE_LR", "REFINE_MAX_ITER"]
+__all__ = ["gaussian_similarities", "exact_dasgupta", "start_ultrametric", "refine", "RefinedFit", "REFINE_STARTS", "REFINE_NEIGHBORS", "REFINE_LR", "REFINE_MAX_ITER"]
 
 #: the settings of ``loss="auto"``, chosen on pilot draws of generated sets only (seeds 100-102
 #: of ``experiments/clustering/sets.py``; ``experiments/clustering/refine_settings.py``): the
@@ -94,11 +93,6 @@ class RefinedFit:
     best_iter: int
     history: list
 
-    @property
-    def improved(self) -> bool:
-        """The kept iterate has a lower exact cost than the start."""
-        return self.cost < self.start_cost
-
 
 class _LowestExactCost:
     """The relaxed cost as a loss for :func:`hiseg.fit_ultrametric`, which also measures the
@@ -138,17 +132,9 @@ def refine(graph, similarities, start: np.ndarray, *, start_name: str = "array",
     J = _LowestExactCost(s, sigmoid_slope)
     res = fit_ultrametric(graph, u0, loss=J, init=u0, lr=lr, max_iter=max_iter, patience=patience,
                           optimizer=optimizer, positivity=positivity)
-    h0 = build_hierarchy(graph, u0, check=False)
-    start_cost = exact_dasgupta(h0, s)
-    h = build_hierarchy(graph, J.best_weights, check=False)
-    return RefinedFit(start_name, h.ultrametric(J.best_weights), h, J.best_cost, start_cost, res.n_iter,
-                      J.best_iter, list(res.history))
-
-
-def refine_from_starts(X, graph, lengths, starts=REFINE_STARTS, **kw) -> tuple:
-    """:func:`refine` from each of the ``starts`` linkages; returns (the fit of lowest exact
-    cost, ties: the first start; every fit). ``kw``: :func:`refine`'s settings."""
-    s = gaussian_similarities(lengths)
-    fits = [refine(graph, s, start_ultrametric(name, graph, lengths, X)[0], start_name=name, **kw) for name in starts]
-    best = min(fits, key=lambda f: f.cost)  # min keeps the first of equal costs
-    return best, fits
+    start_cost = exact_dasgupta(build_hierarchy(graph, u0, check=False), s)
+    weights, cost, best_iter = J.best_weights, J.best_cost, J.best_iter
+    if start_cost < cost:  # the first iterate is the start up to the positivity's rounding
+        weights, cost, best_iter = u0, start_cost, 0
+    h = build_hierarchy(graph, weights, check=False)
+    return RefinedFit(start_name, h.ultrametric(weights), h, cost, start_cost, res.n_iter, best_iter, list(res.history))
