@@ -77,3 +77,21 @@ def descent(X, n_clusters: int, *, record=(), **params):
                           size_weight=float(params.get("size_weight", 10.0)), top_nodes=int(params.get("top_nodes", 10)),
                           callback=keep if record else None, **{"max_iter": 200, "patience": 50, **fit_kw})
     return res, trees, time.perf_counter() - t
+
+
+def refined_per_start(X, n_clusters: int, **params) -> dict:
+    """``loss="auto"`` from each of its default starts alone (``dissimilarity="ward"``: Ward's
+    heights; ``"euclidean"``: average linkage), with the other settings ``params``; returns
+    {start: (fitted estimator, CPU seconds)}. The default keeps the lower exact Dasgupta
+    cost (``candidates_[0]["score"]``, minus the cost; ties: Ward's)."""
+    out = {}
+    for start, dissimilarity in (("ward", "ward"), ("average", "euclidean")):
+        c = time.process_time()
+        est, _ = estimator_fit(X, n_clusters, loss="auto", dissimilarity=dissimilarity, **params)
+        out[start] = (est, time.process_time() - c)
+    return out
+
+
+def kept_start(per_start: dict) -> str:
+    """The start the default keeps: the lowest exact Dasgupta cost, Ward's on ties."""
+    return max(per_start, key=lambda s: (per_start[s][0].candidates_[0]["score"][0], s == "ward"))
