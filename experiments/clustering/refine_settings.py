@@ -71,9 +71,10 @@ def main():
                      f"| {np.mean(pur['kept']):.3f} | {g.mean():+.3f} | {(g < -0.005).sum()} | {g.min():+.3f} "
                      f"| {np.mean(cpu):.2f} ({np.max(cpu):.2f}) |")
         print(lines[-1], flush=True)
-    lines += ["", "Reference on the same draws: Ward " + f"{np.mean([measure.purity(measure.linkage_tree(X, 'ward'), y) for X, y in data.values()]):.3f}"
-              + ", average " + f"{np.mean([measure.purity(measure.linkage_tree(X, 'average'), y) for X, y in data.values()]):.3f}"
-              + ", the better of the two per draw " + f"{np.mean(list(best_linkage.values())):.3f}."]
+    linkage_means = {m: np.mean([measure.purity(measure.linkage_tree(X, m), y) for X, y in data.values()])
+                     for m in ("ward", "average")}
+    lines += ["", f"Reference on the same draws: Ward {linkage_means['ward']:.3f}, average "
+              f"{linkage_means['average']:.3f}, the better of the two per draw {np.mean(list(best_linkage.values())):.3f}."]
     measure.write_table(lines, __file__)
 
 

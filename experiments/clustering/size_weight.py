@@ -29,15 +29,17 @@ def main():
     data = benchmark_sets()
     lines = ["# The size term's weight", "", "closest+size; cells: dendrogram purity. *top*: the nodes whose "
              "edges enter the size term.", "",
-             "| set | input | top | " + " | ".join(f"{w:g}" + (" (default)" if w == 10 else "") for w in WEIGHTS) + " |",
+             "| set | input | top | " + " | ".join(f"{w:g}" + (" (default)" if w == 10 else "") for w in WEIGHTS)
+             + " |",
              "|---|---|---|" + "---:|" * len(WEIGHTS)]
     for name in SETS:
         X, y = data[name]
         k = len(np.unique(y))
         for label, inp in INPUTS.items():
             for top in (10, 0):
-                cells = [f"{measure.purity(estimator_fit(X, k, loss='closest+size', size_weight=w, top_nodes=top, **inp)[0], y):.3f}"
-                         for w in WEIGHTS]
+                fits = [estimator_fit(X, k, loss="closest+size", size_weight=w, top_nodes=top, **inp)[0]
+                        for w in WEIGHTS]
+                cells = [f"{measure.purity(est, y):.3f}" for est in fits]
                 lines.append(f"| {name} | {label} | {top or 'all'} | " + " | ".join(cells) + " |")
     measure.write_table(lines, __file__)
 

@@ -262,7 +262,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     most ``max_iter`` iterations of O(E log E) (one canonical BPT, its lcas, the loss,
     one AMSGrad step), plus O(|T|) for the triplet term or O(n K) for Dasgupta (K ~ 20-200
     sigmoid terms; ``loss="auto"``: two such fits of 100 iterations, 1-3 s of CPU on 150-600
-    samples, ``benchmarks/results/clustering_purity.md``); the cut O(n log n). Measured (``benchmarks/results/clustering_scale.md``): 1e5 points in
+    samples, ``benchmarks/results/clustering_purity.md``); the cut O(n log n). Measured
+    (``benchmarks/results/clustering_scale.md``, closest+size): 1e5 points in
     about 15 s and 1.1 GB, 1e6 points in 16-d in minutes and under 3 GB; with
     ``dissimilarity="ward"`` (15 neighbours, then higra's graph Ward linkage, O(E log E))
     1e5 points in about 64 s and 2.1 GB (``clustering_scale_ward.md``).
@@ -362,7 +363,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {self.optimizer!r}")
-        if self.optimizer == "newton" and (self.loss == auto.AUTO_LOSS or "closest" not in losses.parse_loss(self.loss)):
+        closest = self.loss != auto.AUTO_LOSS and "closest" in losses.parse_loss(self.loss)
+        if self.optimizer == "newton" and not closest:
             raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")
 
     def _check_y(self, y, n_samples):

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["gaussian_similarities", "exact_dasgupta", "start_ultrametric", "refine", "RefinedFit", "REFINE_STARTS", "REFINE_NEIGHBORS", "REFINE_LR", "REFINE_MAX_ITER"]
+__all__ = ["gaussian_similarities", "exact_dasgupta", "start_ultrametric", "refine", "RefinedFit", "REFINE_STARTS",
+           "REFINE_NEIGHBORS", "REFINE_LR", "REFINE_MAX_ITER"]
 
 #: the settings of ``loss="auto"``, chosen on pilot draws of generated sets only (seeds 100-102
 #: of ``experiments/clustering/sets.py``; ``experiments/clustering/refine_settings.py``): the
