@@ -1,6 +1,8 @@
 """UltrametricClustering: scikit-learn contract, cuts, partial labels, bad input; plotting."""
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from scipy.optimize import linear_sum_assignment
 from sklearn.base import clone
 from sklearn.datasets import make_blobs
@@ -185,14 +187,21 @@ def test_bad_input_gives_a_clear_error(blobs, make, err, msg):
         UltrametricClustering(max_iter=2, **params).fit(Xb, yb)
 
 
+@pytest.mark.parametrize("loss", ["auto", "closest+size"])
 @pytest.mark.parametrize("factor", [1e300, 1e-300])
-def test_extreme_scales_give_the_same_clustering(blobs, factor):
+def test_extreme_scales_give_the_same_clustering(blobs, factor, loss):
     X, _ = blobs
-    ref = UltrametricClustering(3, max_iter=30).fit(X)
-    est = UltrametricClustering(3, max_iter=30).fit(X * factor)
+    ref = UltrametricClustering(3, loss=loss, max_iter=30).fit(X)
+    est = UltrametricClustering(3, loss=loss, max_iter=30).fit(X * factor)
     np.testing.assert_array_equal(est.labels_, ref.labels_)
-    # the fit sees the same normalised distances (up to rounding: near-ties may flip later)
-    assert est.loss_history_[0] == pytest.approx(ref.loss_history_[0], rel=1e-12)
+    if loss == "auto":
+        # the same starts and hierarchies: the exact Dasgupta costs that chose agree (the
+        # relaxed cost sees how a rounding breaks the ties of Ward's heights)
+        for a, b in zip(est.candidates_, ref.candidates_):
+            assert a["score"][0] == pytest.approx(b["score"][0], rel=1e-9)
+    else:
+        # the fit sees the same normalised distances (up to rounding: near-ties may flip later)
+        assert est.loss_history_[0] == pytest.approx(ref.loss_history_[0], rel=1e-12)
     # altitudes in the data's unit
     assert 0.5 < est.altitudes_[-1] / (ref.altitudes_[-1] * factor) < 2
     np.testing.assert_allclose(est.edge_weights_, ref.edge_weights_ * factor, rtol=1e-12)
@@ -400,8 +409,8 @@ def _unequal_mixture(n, k, seed):
 def test_ward_heights_where_distances_fail():
     # 64-d classes of unequal spreads: the 5-NN graph's distances mix classes, Ward's heights do not
     X, y = _unequal_mixture(300, 6, 4)
-    eu = UltrametricClustering(6, dissimilarity="euclidean").fit(X)
-    wa = UltrametricClustering(6, dissimilarity="ward").fit(X)
+    eu = UltrametricClustering(6, loss="closest+size", dissimilarity="euclidean").fit(X)
+    wa = UltrametricClustering(6, loss="closest+size", dissimilarity="ward").fit(X)
     assert _accuracy(y, wa.labels_) > 0.95
     assert _accuracy(y, wa.labels_) > _accuracy(y, eu.labels_) + 0.1
     assert wa.graph_.num_edges > eu.graph_.num_edges  # 15 neighbours, not 5
@@ -425,16 +434,17 @@ def test_auto_dissimilarity_is_chosen_on_the_labelled_samples(data, expected):
     single = UltrametricClustering(k, loss="closest+triplet", max_iter=60, dissimilarity=expected).fit(X, partial)
     np.testing.assert_array_equal(est.labels_, single.labels_)
     assert _accuracy(y, est.labels_) > 0.95
-    # without labels "auto" chooses by the normalised cut on the 5-NN graph, the same way
-    # here: edge lengths for the rings, Ward's heights for the compact classes
-    auto = UltrametricClustering(k, max_iter=60).fit(X)
+    # without labels the paper's losses choose by the normalised cut on the 5-NN graph, the
+    # same way here: edge lengths for the rings, Ward's heights for the compact classes
+    auto = UltrametricClustering(k, loss="closest+size", max_iter=60).fit(X)
     assert auto.dissimilarity_ == expected
     assert [(c["dissimilarity"], c["n_neighbors"]) for c in auto.candidates_] == [
         ("euclidean", 5), ("euclidean", 10), ("ward", 15)]
     assert max(c["score"] for c in auto.candidates_) == next(
         c["score"] for c in auto.candidates_ if (c["dissimilarity"], c["n_neighbors"]) ==
         (auto.dissimilarity_, auto.n_neighbors_))
-    ref = UltrametricClustering(k, max_iter=60, dissimilarity=expected, n_neighbors=auto.n_neighbors_).fit(X)
+    ref = UltrametricClustering(k, loss="closest+size", max_iter=60, dissimilarity=expected,
+                                n_neighbors=auto.n_neighbors_).fit(X)
     np.testing.assert_array_equal(auto.labels_, ref.labels_)
     assert _accuracy(y, auto.labels_) > 0.95
 
@@ -468,9 +478,9 @@ def test_internal_score_is_the_normalised_cut():
 def test_ward_needs_its_neighbours():
     X, _ = make_blobs(12, centers=2, random_state=0)
     with pytest.raises(ValueError, match=r"n_samples >= n_neighbors \+ 1 = 16, got n_samples = 12"):
-        UltrametricClustering(2, dissimilarity="ward").fit(X)
+        UltrametricClustering(2, loss="closest+size", dissimilarity="ward").fit(X)
     # "auto" with or without labels on so few samples fits the Euclidean distances only
-    assert UltrametricClustering(2, max_iter=5).fit(X).dissimilarity_ == "euclidean"
+    assert UltrametricClustering(2, loss="closest+size", max_iter=5).fit(X).dissimilarity_ == "euclidean"
     partial = np.full(12, -1)
     partial[:4] = [0, 0, 1, 1]
     est = UltrametricClustering(2, loss="closest+triplet", max_iter=5).fit(X, partial)
@@ -504,3 +514,119 @@ def test_missing_labels_nan_none_and_pandas_na_are_unlabelled():
     # infinite values are still refused
     with pytest.raises(ValueError, match="infinite"):
         UltrametricClustering(2, **kw).fit(X, np.where(partial >= 0, partial, np.inf).astype(float))
+
+
+# ----------------------------------------------------------------------------- the default: loss="auto"
+@pytest.fixture(scope="module")
+def moons():
+    from sklearn.datasets import make_moons
+
+    return make_moons(120, noise=0.08, random_state=3)
+
+
+def _start_hierarchies(est, X):
+    """The hierarchies of the default's two starts on its graph, and the graph's similarities."""
+    import torch
+
+    from hiseg.clustering import refine
+    from hiseg.core.ultrametric import build_hierarchy
+
+    sim = refine.gaussian_similarities(est.edge_weights_)
+    return {s: build_hierarchy(est.graph_, torch.as_tensor(refine.start_ultrametric(s, est.graph_, est.edge_weights_,
+                                                                                     X)[0]))
+            for s in ("ward", "average")}, sim
+
+
+def test_default_improves_on_its_starts(moons):
+    """Both starts are refined; the kept fit has the lowest exact Dasgupta cost, no higher than
+    either start's, and here a purity at least its starts' and scipy's Ward and average."""
+    from scipy.cluster.hierarchy import linkage
+
+    from hiseg.clustering import refine
+    from hiseg.metrics import dasgupta_cost, dendrogram_purity
+
+    X, y = moons
+    est = UltrametricClustering(2, random_state=0).fit(X)
+    assert [c["init"] for c in est.candidates_] == ["ward", "average"]
+    assert est.n_neighbors_ == 10 and est.n_iter_ == len(est.loss_history_) <= 100
+    kept = max(est.candidates_, key=lambda c: c["score"])
+    assert est.init_ == kept["init"] and est.dissimilarity_ == kept["dissimilarity"]
+    starts, sim = _start_hierarchies(est, X)
+    cost = dasgupta_cost(est, est.graph_, sim, normalize=True)
+    assert cost == pytest.approx(-kept["score"][0], rel=1e-12)  # the exact cost on the graph
+    for h in starts.values():
+        assert cost <= refine.exact_dasgupta(h, sim) + 1e-12
+    purity = dendrogram_purity(est, y)
+    assert purity >= max(dendrogram_purity(h.parents, y) for h in starts.values())
+    assert purity >= max(dendrogram_purity(linkage(X, m), y) for m in ("ward", "average"))
+    # the fitted ultrametric is the altitude of every edge's lca, in the unit of X
+    lca = est.tree_.lowest_common_ancestor_preprocess().lca(est.graph_.sources, est.graph_.targets)
+    np.testing.assert_allclose(est.altitudes_[lca], est.ultrametric_)
+
+
+def test_default_reads_no_labels(moons):
+    """Labels never choose anything in the default: fitted without y, with y and with y
+    shuffled, the hierarchy, the cut and the candidates' scores are the same."""
+    X, y = moons
+    ref = UltrametricClustering(2, random_state=0).fit(X)
+    shuffled = np.random.default_rng(0).permutation(y)
+    for labels in (y, shuffled, np.where(np.arange(len(y)) % 3 == 0, y, -1)):
+        est = UltrametricClustering(2, random_state=0).fit(X, labels)
+        np.testing.assert_array_equal(est.parents_, ref.parents_)
+        np.testing.assert_array_equal(est.labels_, ref.labels_)
+        assert est.candidates_ == ref.candidates_
+
+
+def test_default_starts_and_options(blobs):
+    X, _ = blobs
+    single = {d: UltrametricClustering(3, dissimilarity=d, max_iter=20).fit(X) for d in ("ward", "euclidean")}
+    assert [c["init"] for c in single["ward"].candidates_] == ["ward"]
+    assert [c["init"] for c in single["euclidean"].candidates_] == ["average"]
+    both = UltrametricClustering(3, max_iter=20).fit(X)
+    kept = "ward" if single["ward"].candidates_[0]["score"] >= single["euclidean"].candidates_[0]["score"] else "euclidean"
+    np.testing.assert_array_equal(both.parents_, single[kept].parents_)
+    # an array start on the default's graph, and its errors
+    start = single["euclidean"].ultrametric_
+    est = UltrametricClustering(3, dissimilarity="euclidean", init=start, max_iter=20).fit(X)
+    assert est.init_ is start or np.array_equal(est.init_, start)
+    with pytest.raises(ValueError, match="init has 3 values but the graph has"):
+        UltrametricClustering(3, dissimilarity="euclidean", init=np.ones(3), max_iter=2).fit(X)
+    with pytest.raises(ValueError, match="init contains negative"):
+        UltrametricClustering(3, dissimilarity="euclidean", init=-start, max_iter=2).fit(X)
+    with pytest.raises(ValueError, match="needs a closest term"):
+        UltrametricClustering(3, optimizer="newton").fit(X)
+    # few samples: the graph joins every sample to every other, down to 5 neighbours
+    assert UltrametricClustering(2, max_iter=3).fit(X[:8]).n_neighbors_ == 7
+    with pytest.raises(ValueError, match=r"n_samples >= n_neighbors \+ 1 = 11, got n_samples = 8"):
+        UltrametricClustering(2, n_neighbors=10, max_iter=3).fit(X[:8])
+
+
+def test_default_above_its_size_limit_fits_closest_size(monkeypatch, blobs):
+    from hiseg.clustering import auto
+
+    X, _ = blobs
+    monkeypatch.setattr(auto, "REFINE_MAX_POINTS", 50)
+    est = UltrametricClustering(3, max_iter=20).fit(X)
+    ref = UltrametricClustering(3, loss="closest+size", max_iter=20).fit(X)
+    np.testing.assert_array_equal(est.parents_, ref.parents_)
+
+
+@settings(max_examples=12, deadline=None)
+@given(seed=st.integers(0, 10 ** 6), n=st.integers(12, 40), d=st.integers(1, 3), k=st.integers(1, 4))
+def test_refinement_never_raises_the_exact_cost_of_its_start(seed, n, d, k):
+    """On any point set: every start's refined hierarchy has an exact Dasgupta cost no higher
+    than the start's, the kept one is the lowest, and the cut has k clusters."""
+    import warnings
+
+    from hiseg.clustering import refine
+
+    X = np.random.default_rng(seed).normal(size=(n, d)).round(1)  # rounding makes duplicates and ties
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # duplicated samples: fewer distinct rows than k
+        est = UltrametricClustering(k, max_iter=15).fit(X)
+    starts, sim = _start_hierarchies(est, X)
+    costs = {c["init"]: -c["score"][0] for c in est.candidates_}
+    for s, h in starts.items():
+        assert costs[s] <= refine.exact_dasgupta(h, sim) + 1e-12
+    assert -max(c["score"] for c in est.candidates_)[0] == min(costs.values())
+    assert np.unique(est.labels_).size == min(k, np.unique(X, axis=0).shape[0])

@@ -29,7 +29,7 @@ ORDER = ["_compat", "_params", "_lazy", "_shipped", "_lifetime", "io", "core", "
 SUB_ORDER = {
     "io": ["errors", "images", "labels", "files"],
     "core": ["_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting"],
-    "clustering": ["labels", "plotting", "auto", "estimator"],
+    "clustering": ["labels", "plotting", "refine", "auto", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "features", "merging", "saliency", "hostpool", "pipeline", "result",
                      "segmenter", "outputs",

@@ -84,10 +84,10 @@ PAPER = {
 #: estimator's unsupervised default now chooses between them and Ward's heights:
 #: experiments/paper/hierarchies.py)
 UNSUP = {
-    "closest+size": dict(dissimilarity="euclidean"),
-    "closest+size, Ward heights": dict(dissimilarity="ward"),
-    "closest+size, plain cut": dict(min_size=0, dissimilarity="euclidean"),
-    "closest+size, from the input": dict(init="input", dissimilarity="euclidean"),
+    "closest+size": dict(loss="closest+size", dissimilarity="euclidean"),
+    "closest+size, Ward heights": dict(loss="closest+size", dissimilarity="ward"),
+    "closest+size, plain cut": dict(loss="closest+size", min_size=0, dissimilarity="euclidean"),
+    "closest+size, from the input": dict(loss="closest+size", init="input", dissimilarity="euclidean"),
     "closest": dict(loss="closest", dissimilarity="euclidean"),
     "dasgupta+size": dict(loss="dasgupta+size", size_weight=1.0, init="input", dissimilarity="euclidean"),
 }
@@ -143,7 +143,7 @@ def start_sensitivity(name, max_iter):
     sub = hiseg.subdominant_ultrametric(g, torch.tensor(w / w.mean())).numpy()
     starts = {"input": "input", "average": "average", "subdominant": sub,
               "softplus(subdominant)": np.log1p(np.exp(sub))}
-    return {s: accuracy(y, UltrametricClustering(k, max_iter=max_iter, init=init,
+    return {s: accuracy(y, UltrametricClustering(k, loss="closest+size", max_iter=max_iter, init=init,
                                                  dissimilarity="euclidean").fit(X).labels_)
             for s, init in starts.items()}
 

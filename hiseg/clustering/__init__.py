@@ -2,9 +2,12 @@ r"""Hierarchical clustering by ultrametric fitting: a scikit-learn style estimat
 
 :class:`UltrametricClustering` builds the paper's graph on the samples (k nearest
 neighbours made connected by spanning edges, :func:`hiseg.core.graph.knn_graph`, without n^2
-memory), fits an ultrametric on its edges with :func:`hiseg.core.fitting.fit_ultrametric`
-(closest, cluster size, triplet or Dasgupta losses), and cuts the resulting hierarchy
-into ``n_clusters`` flat clusters with a size-aware cut (:mod:`hiseg.core.cuts`).
+memory), fits an ultrametric on its edges and cuts the resulting hierarchy into
+``n_clusters`` flat clusters with a size-aware cut (:mod:`hiseg.core.cuts`). The default
+(``loss="auto"``) refines Ward's hierarchy and average linkage by descent on the relaxed
+Dasgupta cost and keeps the lowest exact cost (:mod:`hiseg.clustering.refine`); the
+paper's losses (closest, cluster size, triplet, Dasgupta) go through
+:func:`hiseg.core.fitting.fit_ultrametric`.
 
 Partial labels ``y`` (``-1`` = unlabelled) feed the triplet term of the semi-supervised
 losses ``"closest+triplet"`` and ``"closest+size+triplet"`` and set the cut's minimum
@@ -14,6 +17,7 @@ defined on the fitted samples only.
 The package, in the order of a fit:
 
 * :mod:`hiseg.clustering.labels` -- partial labels (any values) as int64 codes, ``-1`` unlabelled;
+* :mod:`hiseg.clustering.refine` -- the default's refinement (Dasgupta relaxation, exact cost kept);
 * :mod:`hiseg.clustering.auto` -- the automatic choices (which graphs and starts to fit,
   the score that keeps one);
 * :mod:`hiseg.clustering.estimator` -- :class:`UltrametricClustering` itself.

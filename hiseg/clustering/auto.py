@@ -1,7 +1,15 @@
 """The automatic choices of :class:`hiseg.UltrametricClustering`: which fits to make and which to keep.
 
-``dissimilarity="auto"`` and ``init="auto"`` fit several candidates (input dissimilarity,
-neighbour count, start) and keep one:
+``loss="auto"`` (the default) refines linkages by descent on the relaxed Dasgupta cost
+(:mod:`hiseg.clustering.refine`):
+
+* :func:`refine_neighbours`: the neighbour count of its graph;
+* :func:`refine_starts`: the linkages it starts from (the lowest exact Dasgupta cost keeps one);
+* :func:`resolved_loss`: the refinement up to :data:`REFINE_MAX_POINTS` samples, the paper's
+  closest+size above.
+
+For the paper's losses, ``dissimilarity="auto"`` and ``init="auto"`` fit several candidates
+(input dissimilarity, neighbour count, start) and keep one:
 
 * :func:`candidate_graphs`: the (dissimilarity, neighbour count) pairs to fit;
 * :func:`candidate_starts`: the starts of the descent for one of them;
@@ -19,7 +27,8 @@ import numpy as np
 
 from ..metrics.hierarchy import dasgupta_cost
 
-__all__ = ["candidate_graphs", "candidate_starts", "candidate_score", "internal_score", "labelled_accuracy",
+__all__ = ["refine_neighbours", "refine_starts", "resolved_loss", "AUTO_LOSS", "REFINE_MAX_POINTS",
+           "candidate_graphs", "candidate_starts", "candidate_score", "internal_score", "labelled_accuracy",
            "neighbour_count", "DISSIMILARITIES", "DEFAULT_NEIGHBORS", "AUTO_UNSUPERVISED",
            "AUTO_SELECT_MAX_POINTS", "AUTO_AVERAGE_START_MAX_POINTS"]
 
@@ -41,6 +50,54 @@ DEFAULT_NEIGHBORS = {"euclidean": 5, "ward": 15}
 #: (toy seeds 100-104, mixture seeds 11-13; ``experiments/paper/hierarchies.py --pilot``)
 AUTO_UNSUPERVISED = (("euclidean", 5), ("euclidean", 10), ("ward", 15))
 AUTO_SELECT_MAX_POINTS = 20000
+
+#: the default loss: the refinement of :mod:`hiseg.clustering.refine` up to
+#: :data:`REFINE_MAX_POINTS` samples, the paper's closest+size above (its soft cardinals cost
+#: O(N K) per iteration for K ~ 20-200 sigmoid terms, on top of the O(E log E) hierarchy)
+AUTO_LOSS = "auto"
+REFINE_MAX_POINTS = 20000
+#: the fewest neighbours of the refinement's graph (with fewer samples than its
+#: :data:`~hiseg.clustering.refine.REFINE_NEIGHBORS` + 1, every other sample down to this)
+REFINE_MIN_NEIGHBORS = 5
+
+
+def resolved_loss(loss: str, n: int) -> str:
+    """The loss fitted on ``n`` samples: ``loss``, or for ``"auto"`` the refinement (itself
+    ``"auto"``) up to :data:`REFINE_MAX_POINTS` samples and ``"closest+size"`` above."""
+    if loss == AUTO_LOSS and n > REFINE_MAX_POINTS:
+        return "closest+size"
+    return loss
+
+
+def refine_neighbours(n_neighbors, n: int, name: str) -> int:
+    """The refinement graph's neighbour count: ``n_neighbors``, or
+    :data:`~hiseg.clustering.refine.REFINE_NEIGHBORS` (at most ``n - 1``, at least
+    :data:`REFINE_MIN_NEIGHBORS`). ValueError (naming the estimator) when ``n`` is too small
+    for it."""
+    from .refine import REFINE_NEIGHBORS
+
+    k = int(n_neighbors) if n_neighbors is not None else max(REFINE_MIN_NEIGHBORS, min(REFINE_NEIGHBORS, n - 1))
+    if n < k + 1:
+        raise ValueError(f"{name} needs n_samples >= n_neighbors + 1 = {k + 1}, got n_samples = {n}; "
+                         "lower n_neighbors or give more samples")
+    return k
+
+
+def refine_starts(dissimilarity: str, init, n: int) -> list:
+    """The starts of the refinement (``loss="auto"``), each fitted, the lowest exact Dasgupta
+    cost kept: ``dissimilarity="ward"``: Ward's heights; ``"euclidean"``: ``init`` (``"auto"``:
+    average linkage); ``"auto"`` with ``init="auto"``: both Ward's heights and average
+    linkage (:data:`~hiseg.clustering.refine.REFINE_STARTS`; Ward's alone above
+    :data:`AUTO_AVERAGE_START_MAX_POINTS` samples), with another ``init``: that one. O(1)."""
+    from .refine import REFINE_STARTS
+
+    if dissimilarity == "ward":
+        return ["ward"]
+    if isinstance(init, str) and init == "auto":
+        if dissimilarity == "euclidean":
+            return ["average"]
+        return [s for s in REFINE_STARTS if s != "average" or n <= AUTO_AVERAGE_START_MAX_POINTS]
+    return [init]
 
 
 def neighbour_count(dissimilarity: str, n_neighbors) -> int:

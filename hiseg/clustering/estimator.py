@@ -18,10 +18,14 @@ from ..core import losses
 from ..core.cuts import AUTO_MIN_CLUSTER_FRACTION, check_count, cut_hierarchy, resolve_min_size
 from ..core.fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
 from ..metrics.hierarchy import dendrogram_purity
-from . import auto
+from . import auto, refine
 from .labels import label_array, partial_labels
 
 __all__ = ["UltrametricClustering"]
+
+#: ``max_iter=None`` for the paper's losses (``loss="auto"``: :data:`hiseg.clustering.refine.REFINE_MAX_ITER`)
+PAPER_MAX_ITER = 200
+_LOSS_CHOICES = (auto.AUTO_LOSS,) + LOSSES
 
 
 def _keep_duplicates_together(X, labels, n_clusters) -> np.ndarray:
@@ -66,6 +70,17 @@ def _validate_data(est, X, reset: bool = True):
 class UltrametricClustering(ClusterMixin, BaseEstimator):
     r"""Hierarchical clustering by ultrametric fitting (Chierchia & Perret, NeurIPS 2019).
 
+    The default (``loss="auto"``, up to 2e4 samples) refines linkages by gradient descent
+    on the relaxed Dasgupta cost (:mod:`hiseg.clustering.refine`): Ward's hierarchy and
+    average linkage, both constrained to a 10-NN + MST graph, are each the start of a
+    descent on the paper's soft-cardinal relaxation of Dasgupta's cost with similarities
+    ``exp(-(d / mean d)^2)`` on the graph's edges; the iterate of lowest *exact* cost is
+    kept, and the start of lowest cost among the fits (``candidates_``). No label is read:
+    the closest+size default it replaces stayed at Ward's hierarchy where it chose Ward's
+    heights, and its other candidates started from the poor average linkage of a 5-NN
+    graph (``experiments/clustering/``). Above 2e4 samples ``"auto"`` fits the paper's
+    closest+size as described next.
+
     The samples are the vertices of a graph: every sample is joined to its
     ``n_neighbors`` nearest neighbours and spanning edges are added so that the graph is
     connected (:func:`hiseg.core.graph.knn_graph`: the exact Euclidean MST up to 2e4 samples,
@@ -84,12 +99,15 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     ----------
     n_clusters : int, default=2
         Number of flat clusters of ``labels_``.
-    loss : {"closest+size", "closest", "closest+triplet", "closest+size+triplet", "dasgupta", \
-            "dasgupta+size"}, default="closest+size"
-        The cost function: closest ultrametric (mean squared error to the input
-        distances), plus the cluster-size regularisation (``size``), plus the triplet
-        term built from the partial labels ``y`` (``triplet``), or the relaxed Dasgupta
-        cost (with the edge weights as dissimilarities).
+    loss : {"auto", "closest+size", "closest", "closest+triplet", "closest+size+triplet", \
+            "dasgupta", "dasgupta+size"}, default="auto"
+        The cost function. ``"auto"``: the refinement described above (labels ignored;
+        ``sigmoid_slope``, ``lr``, ``max_iter``, ``patience``, ``positivity`` set its descent,
+        ``dissimilarity`` and ``init`` its starts, ``n_neighbors`` its graph). The paper's:
+        closest ultrametric (mean squared error to the input distances), plus the
+        cluster-size regularisation (``size``), plus the triplet term built from the
+        partial labels ``y`` (``triplet``), or the relaxed Dasgupta cost (with the edge
+        weights as dissimilarities).
     size_weight : float, default=10.0
         Weight of the cluster-size term (distances in units of their mean).
     top_nodes : int, default=10
@@ -103,7 +121,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         At most that many triplets, drawn at random (``random_state``) when the labelled
         samples make more (None: all of them, O(L^3) for L labelled samples).
     sigmoid_slope : float, default=5.0
-        Slope :math:`\lambda` of the soft cardinal of the Dasgupta losses.
+        Slope :math:`\lambda` of the soft cardinal of the Dasgupta losses and of
+        ``loss="auto"`` (altitudes in units of the start's mean).
     dissimilarity : {"auto", "euclidean", "ward"}, default="auto"
         What the fit sees on each edge of the graph. ``"euclidean"``: the distance of its
         two samples (the paper). ``"ward"``: the height at which Ward's hierarchy,
@@ -130,10 +149,15 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         (circles, moons) and Ward's heights on compact classes
         (``experiments/paper/results/hierarchies.md``). Above 2e4 samples: edge lengths. An
         array ``init`` is for the Euclidean graph (and disables the choice).
+        With ``loss="auto"`` the dissimilarity is what the refinement starts from (its
+        graph and similarities are always the edge lengths'): ``"ward"``, Ward's heights;
+        ``"euclidean"``, ``init``; ``"auto"``, both Ward's heights and average linkage (the
+        lower exact Dasgupta cost kept).
     n_neighbors : int or None, default=None
         Number of nearest neighbours of the graph; None: 5 for ``"euclidean"`` (the
         paper), 15 for ``"ward"`` (on a sparser graph Ward's constrained hierarchy drifts
-        from the unconstrained one).
+        from the unconstrained one), 10 for ``loss="auto"`` (``n - 1`` for fewer samples,
+        at least 5).
     knn : {"auto", "exact", "approximate"}, default="auto"
         Neighbour search (``method`` of :func:`hiseg.core.graph.knn_graph`): exact up to 2e4
         samples (or in at most 3 dimensions), a random-projection forest with NN-descent
@@ -152,7 +176,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         samples) both starts are fitted and the one whose cut agrees best with the
         labelled samples is kept (``init_``; ties: average linkage), a choice made on the
         labelled samples only (wine, 10% labelled: 0.90 from average linkage, 0.93 from
-        the input, 0.94 chosen; ``experiments/paper/real.py``).
+        the input, 0.94 chosen; ``experiments/paper/real.py``). With ``loss="auto"`` and
+        ``dissimilarity="euclidean"``: the start of the refinement (``"auto"``: average
+        linkage; ``"input"``: single linkage; an array: any nonnegative (E,) values).
     min_size : "auto", float or 0, default="auto"
         Smallest cluster the cut splits off (:func:`hiseg.core.cuts.cut_hierarchy`): a number
         of samples (>= 1), a fraction of the samples (in (0, 1)) or 0 (plain cut: the
@@ -165,10 +191,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         merged last become clusters of their own (closest+triplet stayed at .63 on
         breast cancer, ``experiments/paper/real.py``).
     lr : float or None, default=None
-        Step size; None: 0.1 for AMSGrad/Adam/SGD (the paper's value), 1.0 for
-        ``optimizer="newton"``.
-    max_iter : int, default=200
-        Maximum number of gradient iterations.
+        Step size; None: 0.3 for ``loss="auto"``, otherwise 0.1 for AMSGrad/Adam/SGD (the
+        paper's value), 1.0 for ``optimizer="newton"``.
+    max_iter : int or None, default=None
+        Maximum number of gradient iterations; None: 100 for ``loss="auto"``, 200 for the
+        paper's losses.
     positivity : {"softplus", "relu", "exp"} or None, default="softplus"
         Reparametrisation keeping the fitted weights nonnegative (``"exp"``: steps in
         log space).
@@ -176,7 +203,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         Stop after that many iterations without improvement of the loss.
     optimizer : {"amsgrad", "adam", "sgd", "newton"}, default="amsgrad"
         ``"newton"``: gradient steps preconditioned by the closest term's curvature (see
-        :func:`hiseg.core.fitting.fit_ultrametric`); closest losses only.
+        :func:`hiseg.core.fitting.fit_ultrametric`); closest losses only (not ``"auto"``).
     random_state : int, RandomState instance or None, default=None
         Seeds the approximate neighbour search (seed 0 when None) and the triplet
         sampling.
@@ -193,7 +220,8 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         The input dissimilarity on each edge of ``graph_``: its Euclidean length, or
         Ward's height (``dissimilarity="ward"``).
     weight_scale_ : float
-        Their mean: the fit sees ``edge_weights_ / weight_scale_``.
+        Their mean: the fit sees ``edge_weights_ / weight_scale_`` (``loss="auto"``: the
+        mean of the kept start, which the refinement sees divided by it).
     ultrametric_ : float64 ndarray (n_edges,)
         The fitted ultrametric on the edges of ``graph_`` (in the unit of ``X``).
     parents_ : int64 ndarray (2 n_samples - 1,)
@@ -211,13 +239,14 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     candidates_ : list of dict
         The fits tried (``dissimilarity``, ``n_neighbors``, ``init``) and the score that chose
         between them (labelled accuracy; without labels minus the normalised cut and minus
-        the Dasgupta cost; empty when there was no choice).
+        the Dasgupta cost; empty when there was no choice; ``loss="auto"``: minus the
+        kept iterate's exact normalised Dasgupta cost on ``graph_``, one entry per start).
     init_ : str or array
         The start of the kept fit.
     min_size_ : float
         The minimum cluster size asked of the cut (samples), before any halving.
     loss_history_ : list of float
-        Loss value at every iteration.
+        Loss value at every iteration (``loss="auto"``: the relaxed Dasgupta cost).
     n_iter_ : int
         Number of iterations run.
     timings_ : dict
@@ -231,8 +260,10 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     up to 2e4 samples and about O(n (T L + R k^2) d) above (approximate search, see
     :func:`hiseg.core._neighbors.approximate_knn`), O(n (k + d)) memory in both cases; then at
     most ``max_iter`` iterations of O(E log E) (one canonical BPT, its lcas, the loss,
-    one AMSGrad step), plus O(|T|) for the triplet term or O(n K) for Dasgupta; the cut
-    O(n log n). Measured (``benchmarks/results/clustering_scale.md``): 1e5 points in
+    one AMSGrad step), plus O(|T|) for the triplet term or O(n K) for Dasgupta (K ~ 20-200
+    sigmoid terms; ``loss="auto"``: two such fits of 100 iterations, 1-3 s of CPU on 150-600
+    samples, ``benchmarks/results/clustering_purity.md``); the cut O(n log n). Measured
+    (``benchmarks/results/clustering_scale.md``, closest+size): 1e5 points in
     about 15 s and 1.1 GB, 1e6 points in 16-d in minutes and under 3 GB; with
     ``dissimilarity="ward"`` (15 neighbours, then higra's graph Ward linkage, O(E log E))
     1e5 points in about 64 s and 2.1 GB (``clustering_scale_ward.md``).
@@ -248,11 +279,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     (60,)
     """
 
-    def __init__(self, n_clusters=2, loss="closest+size", *, size_weight=10.0, top_nodes=10,
+    def __init__(self, n_clusters=2, loss="auto", *, size_weight=10.0, top_nodes=10,
                  triplet_weight=1.0, margin=1.0, max_triplets=100000, sigmoid_slope=5.0,
                  dissimilarity="auto", n_neighbors=None, knn="auto", connect="auto", init="auto",
                  min_size="auto",
-                 lr=None, max_iter=200, positivity="softplus", patience=50,
+                 lr=None, max_iter=None, positivity="softplus", patience=50,
                  optimizer="amsgrad", random_state=None):
         self.n_clusters = n_clusters
         self.loss = loss
@@ -296,19 +327,20 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                 raise ValueError(f"{name} must be >= 0, got {v}")
 
         if not isinstance(self.loss, str):
-            raise ValueError(f"loss must be one of {LOSSES} (or a '+' combination of registered terms), "
-                             f"got {self.loss!r}")
-        try:
-            losses.parse_loss(self.loss)
-        except ValueError as e:
-            raise ValueError(f"loss must be one of {LOSSES} (or a '+' combination of registered terms), "
-                             f"got {self.loss!r}: {e}") from None
+            raise ValueError(f"loss must be one of {_LOSS_CHOICES} (or a '+' combination of registered "
+                             f"terms), got {self.loss!r}")
+        if self.loss != auto.AUTO_LOSS:
+            try:
+                losses.parse_loss(self.loss)
+            except ValueError as e:
+                raise ValueError(f"loss must be one of {_LOSS_CHOICES} (or a '+' combination of registered "
+                                 f"terms), got {self.loss!r}: {e}") from None
         check_count(self.n_clusters)
         integer("n_neighbors", 1, allow_none=True)
         if self.dissimilarity not in auto.DISSIMILARITIES:
             raise ValueError(f"dissimilarity must be one of {auto.DISSIMILARITIES}, got {self.dissimilarity!r}")
         integer("top_nodes", 0)
-        integer("max_iter", 1)
+        integer("max_iter", 1, allow_none=True)
         integer("patience", 1, allow_none=True)
         integer("max_triplets", 1, allow_none=True)
         if self.lr is not None:
@@ -331,13 +363,14 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {self.optimizer!r}")
-        if self.optimizer == "newton" and "closest" not in losses.parse_loss(self.loss):
+        closest = self.loss != auto.AUTO_LOSS and "closest" in losses.parse_loss(self.loss)
+        if self.optimizer == "newton" and not closest:
             raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")
 
     def _check_y(self, y, n_samples):
         """Partial labels for the triplet term: (n_samples,) ints (or any labels); unlabelled:
         -1, NaN, None or pandas' NA (see :func:`hiseg.clustering.labels.partial_labels`)."""
-        uses_y = bool({"labels", "triplets"} & losses.Objective(self.loss).needs)
+        uses_y = self.loss != auto.AUTO_LOSS and bool({"labels", "triplets"} & losses.Objective(self.loss).needs)
         if y is None:
             if uses_y:
                 raise ValueError(f"loss {self.loss!r} needs partial labels: call fit(X, y) with y of "
@@ -399,7 +432,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         n = X.shape[0]
         check_count(self.n_clusters, n)
         y = self._check_y(y, n)
-        best, self.candidates_, self.timings_ = self._fit_candidates(X, y)
+        loss = auto.resolved_loss(self.loss, n)
+        if loss == auto.AUTO_LOSS:
+            best, self.candidates_, self.timings_ = self._fit_refined(X)
+        else:
+            best, self.candidates_, self.timings_ = self._fit_candidates(X, y, loss)
         self._set_fitted(X, best)
         return self
 
@@ -410,22 +447,57 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
         return seed
 
-    def _fit_candidates(self, X, y):
-        """Fit every candidate (:mod:`hiseg.clustering.auto`: graphs, then starts) and keep the
-        best score (ties: the first). Returns (the kept fit as a dict, the candidates'
-        records, the seconds spent on graphs, fits and cuts)."""
+    def _fit_refined(self, X):
+        """``loss="auto"``: refine each start (:func:`hiseg.clustering.auto.refine_starts`) on
+        the Euclidean graph and keep the lowest exact Dasgupta cost (ties: the first start).
+        Returns what :meth:`_fit_candidates` returns; reads no label."""
+        n = X.shape[0]
+        seed = self._seed()
+        k = auto.refine_neighbours(self.n_neighbors, n, type(self).__name__)
+        timings = dict(graph=0.0, fit=0.0, cut=0.0)
+        t0 = time.perf_counter()
+        graph, w = self._graph(X, "euclidean", k, seed, {})
+        similarities = refine.gaussian_similarities(w)
+        timings["graph"] += time.perf_counter() - t0
+        min_size = self._min_size(None, n)
+        settings = dict(sigmoid_slope=float(self.sigmoid_slope), patience=self.patience, positivity=self.positivity,
+                        optimizer=self.optimizer,
+                        lr=refine.REFINE_LR if self.lr is None else float(self.lr),
+                        max_iter=refine.REFINE_MAX_ITER if self.max_iter is None else int(self.max_iter))
+        best, candidates = None, []
+        for start in auto.refine_starts(self.dissimilarity, self.init, n):
+            t = time.perf_counter()
+            u0, scale = refine.start_ultrametric(start, graph, w, X)
+            name = start if isinstance(start, str) else "array"
+            fit = refine.refine(graph, similarities, u0, start_name=name, **settings)
+            t2 = time.perf_counter()
+            labels = cut_hierarchy(fit.hierarchy, int(self.n_clusters), min_size)
+            timings["fit"] += t2 - t
+            timings["cut"] += time.perf_counter() - t2
+            dissimilarity = "ward" if name == "ward" else "euclidean"
+            candidates.append(dict(dissimilarity=dissimilarity, n_neighbors=k, init=name, score=(-fit.cost,)))
+            if best is None or fit.cost < best["res"].cost:  # ties: the first start
+                best = dict(dissimilarity=dissimilarity, k=k, init=start, res=fit, labels=labels, graph=graph,
+                            w=w, scale=scale, min_size=min_size)
+        return best, candidates, timings
+
+    def _fit_candidates(self, X, y, loss):
+        """Fit every candidate (:mod:`hiseg.clustering.auto`: graphs, then starts) of one of
+        the paper's ``loss`` and keep the best score (ties: the first). Returns (the kept fit
+        as a dict, the candidates' records, the seconds spent on graphs, fits and cuts)."""
         import torch
 
         n = X.shape[0]
         seed = self._seed()
         # every setting goes to the loss (the registry's terms read theirs); labels where a term needs them
-        needs = losses.Objective(self.loss).needs
+        needs = losses.Objective(loss).needs
         kw = dict(size_weight=float(self.size_weight), top_nodes=int(self.top_nodes),
                   triplet_weight=float(self.triplet_weight), margin=float(self.margin),
                   max_triplets=self.max_triplets, random_state=seed, sigmoid_slope=float(self.sigmoid_slope),
                   labels=y if {"labels", "triplets"} & needs else None)
         min_size = self._min_size(y, n)
         lr = None if self.lr is None else float(self.lr)
+        max_iter = PAPER_MAX_ITER if self.max_iter is None else int(self.max_iter)
         graphs = auto.candidate_graphs(self.dissimilarity, self.n_neighbors, self.init, n, y is not None,
                                        type(self).__name__)
         best, candidates, timings = None, [], dict(graph=0.0, fit=0.0, cut=0.0)
@@ -444,7 +516,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
                 wt = torch.as_tensor(fit_w, dtype=torch.float64)
             for init in auto.candidate_starts(self.init, n, y is not None, dissimilarity):
                 t = time.perf_counter()
-                res = fit_ultrametric(graph, wt, loss=self.loss, lr=lr, max_iter=int(self.max_iter),
+                res = fit_ultrametric(graph, wt, loss=loss, lr=lr, max_iter=max_iter,
                                       positivity=self.positivity, patience=self.patience, init=init,
                                       optimizer=self.optimizer, **kw)
                 t2 = time.perf_counter()

@@ -1,0 +1,73 @@
+"""Measures and baselines shared by the clustering experiments.
+
+* :func:`dasgupta_reference`: Dasgupta's cost of a hierarchy on the set's 10-NN + MST
+  graph with similarities ``exp(-(d / mean d)^2)``, divided by the flat tree's cost (lower
+  is better): the convention of ``experiments/paper/hierarchies.py``, kept so that the numbers
+  compare;
+* :func:`linkage_tree`: scipy's linkages on all pairs, what a user tries first;
+* :func:`write_table`: print a markdown table and write it next to the script.
+"""
+from __future__ import annotations
+
+import os
+import time
+from functools import lru_cache
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+torch.set_num_threads(1)
+
+from hiseg import knn_graph  # noqa: E402
+from hiseg.metrics import dasgupta_cost, dendrogram_purity  # noqa: E402
+
+__all__ = ["dasgupta_reference", "purity", "linkage_tree", "timed", "write_table", "LINKAGES"]
+
+LINKAGES = ("ward", "average", "complete", "single")
+
+
+@lru_cache(maxsize=64)
+def _reference_graph(key):
+    X = np.frombuffer(key[0]).reshape(key[1])
+    g, d = knn_graph(X, 10)
+    return g, np.exp(-(d / d.mean()) ** 2)
+
+
+def dasgupta_reference(tree, X) -> float:
+    """Normalised Dasgupta cost of ``tree`` on the 10-NN + MST graph of ``X``."""
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    g, s = _reference_graph((X.tobytes(), X.shape))
+    return dasgupta_cost(tree, g, s, normalize=True)
+
+
+def purity(tree, y) -> float:
+    """Exact dendrogram purity."""
+    return dendrogram_purity(tree, y)
+
+
+def linkage_tree(X, method: str):
+    """scipy's linkage matrix of ``X`` (all pairs, Euclidean)."""
+    from scipy.cluster.hierarchy import linkage
+
+    return linkage(X, method)
+
+
+def timed(fn, *args, **kw):
+    """(result, seconds)."""
+    t = time.perf_counter()
+    out = fn(*args, **kw)
+    return out, time.perf_counter() - t
+
+
+def write_table(lines, script_file: str, name: str | None = None) -> Path:
+    """Print the markdown ``lines`` and write them to ``<script>.md`` (or ``name``) next to
+    the script."""
+    here = Path(script_file).resolve()
+    out = here.with_name(name) if name else here.with_suffix(".md")
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out.write_text(text)
+    return out

@@ -1,0 +1,94 @@
+"""The data sets of the clustering experiments, every feature scaled to [-1, 1].
+
+Two groups, kept apart so that no setting is chosen on the sets it is judged on:
+
+* :func:`benchmark_sets`: what ``benchmarks/bench_clustering_purity.py`` reports: iris,
+  wine, breast cancer (scikit-learn's copies), a 500-sample draw of scikit-learn's digits,
+  and two generated sets with seed 0 (Gaussian blobs of unequal spreads in 8-d, two
+  noisy moons);
+* :func:`pilot_sets`: generated draws (seeds 100, 101, 102) of tabular-like classification
+  sets, Gaussian mixtures and 2-d toy shapes; the only sets on which a default is chosen.
+
+``MinMaxScaler((-1, 1))`` as in the issue (LIBSVM-style scaling).
+"""
+from __future__ import annotations
+
+import numpy as np
+from sklearn import datasets
+from sklearn.preprocessing import MinMaxScaler
+
+__all__ = ["benchmark_sets", "pilot_sets", "scaled", "BENCHMARK", "PILOT_SEEDS"]
+
+BENCHMARK = ("iris", "wine", "breast cancer", "digits (500)", "blobs (8-d)", "moons")
+PILOT_SEEDS = (100, 101, 102)
+
+
+def scaled(X) -> np.ndarray:
+    """Every feature in [-1, 1]."""
+    return MinMaxScaler(feature_range=(-1, 1)).fit_transform(np.asarray(X, dtype=np.float64))
+
+
+def _digits(n: int, seed: int):
+    X, y = datasets.load_digits(return_X_y=True)
+    idx = np.sort(np.random.default_rng(seed).choice(len(y), n, replace=False))
+    return X[idx], y[idx]
+
+
+def _blobs(n: int, dim: int, k: int, seed: int):
+    std = np.random.default_rng(seed).uniform(0.5, 2.0, k)
+    return datasets.make_blobs(n, n_features=dim, centers=k, cluster_std=std, center_box=(-6, 6),
+                               random_state=seed)
+
+
+def _moons(n: int, seed: int, noise: float = 0.08):
+    return datasets.make_moons(n, noise=noise, random_state=seed)
+
+
+def benchmark_sets() -> dict:
+    """name -> (X scaled to [-1, 1], y): the benchmark's six sets."""
+    raw = {
+        "iris": datasets.load_iris(return_X_y=True),
+        "wine": datasets.load_wine(return_X_y=True),
+        "breast cancer": datasets.load_breast_cancer(return_X_y=True),
+        "digits (500)": _digits(500, 0),
+        "blobs (8-d)": _blobs(300, 8, 5, 0),
+        "moons": _moons(300, 0),
+    }
+    return {name: (scaled(X), np.asarray(y)) for name, (X, y) in raw.items()}
+
+
+def _pilot_draws(seed: int) -> dict:
+    c = datasets.make_classification
+    return {
+        "classif 2 classes": c(300, n_features=10, n_informative=4, n_redundant=2, n_classes=2,
+                               n_clusters_per_class=1, class_sep=1.2, random_state=seed),
+        "classif 3 classes": c(300, n_features=20, n_informative=5, n_redundant=3, n_classes=3,
+                               n_clusters_per_class=1, class_sep=1.5, random_state=seed),
+        "classif 4 classes": c(400, n_features=12, n_informative=6, n_redundant=2, n_classes=4,
+                               n_clusters_per_class=1, class_sep=1.0, random_state=seed),
+        "mixture 10-d": _blobs(300, 10, 4, seed),
+        "mixture 64-d": _blobs(500, 64, 8, seed),
+        "circles": datasets.make_circles(200, factor=0.5, noise=0.05, random_state=seed),
+        "moons x2": _two_pairs_of_moons(200, seed),
+        "varied": datasets.make_blobs(200, cluster_std=[1.0, 2.5, 0.5], random_state=seed),
+        "aniso": _aniso(200, seed),
+    }
+
+
+def _two_pairs_of_moons(n: int, seed: int):
+    X, y = datasets.make_moons(n // 2, noise=0.05, random_state=seed)
+    return np.concatenate([X, X + (2.5, 0)]), np.concatenate([y, y + 2])
+
+
+def _aniso(n: int, seed: int):
+    X, y = datasets.make_blobs(n, random_state=seed)
+    return X @ np.array([[0.6, -0.6], [-0.4, 0.8]]), y
+
+
+def pilot_sets(seeds=PILOT_SEEDS) -> dict:
+    """"name / seed" -> (X scaled to [-1, 1], y): nine generators, one draw per seed."""
+    out = {}
+    for seed in seeds:
+        for name, (X, y) in _pilot_draws(seed).items():
+            out[f"{name} / {seed}"] = (scaled(X), np.asarray(y))
+    return out
