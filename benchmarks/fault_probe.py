@@ -477,23 +477,6 @@ def odd_entries(tmp, n):
     check((tmp / "o" / "a.mat").exists(), "a.png was not done")
 
 
-def _crafted(tmp, name, arch_kwargs, arch="compact_boundary_net", lightning=False):
-    import torch
-
-    from hiseg.models import get_model
-
-    sd = get_model("compact_boundary_net", width=8).state_dict()
-    hp = {"arch": arch, "arch_kwargs": arch_kwargs}
-    path = tmp / f"{name}.ckpt"
-    if lightning:
-        torch.save({"state_dict": {f"model.{k}": v for k, v in sd.items()}, "hyper_parameters": hp, "epoch": 0,
-                    "global_step": 0, "pytorch-lightning_version": "2.0.0", "optimizer_states": [],
-                    "lr_schedulers": [], "loops": {}, "callbacks": {}}, path)
-    else:
-        torch.save({"state_dict": sd, "hyper_parameters": hp, "metadata": {}}, path)
-    return path
-
-
 _HPARAMS = [("blocks=[100000,2,3,3]", {"width": 8, "blocks": [100000, 2, 3, 3]}, "compact_boundary_net"),
             ("width=200000", {"width": 200000}, "compact_boundary_net"),
             ("2000 ensemble members", {"members": [{"arch": "compact_boundary_net", "arch_kwargs": {"width": 8}}] * 2000},
@@ -510,7 +493,7 @@ def bad_hparams(tmp, n):
 
     d = photos(tmp, ["a.png"])
     for i, (label, kw, arch) in enumerate(_HPARAMS):
-        path = _crafted(tmp, f"c{i}", kw, arch)
+        path = _faults().crafted_checkpoint(tmp, f"c{i}", kw, arch)
         t = time.perf_counter()
         try:
             load_model(path)
@@ -526,7 +509,7 @@ def bad_hparams(tmp, n):
 @case("train.py --ckpt_path with bad hyper-parameters, and a pickle payload with --weights_only false")
 def train_bad_ckpt(tmp, n):
     for i, (label, kw, arch) in enumerate(_HPARAMS[:2] + _HPARAMS[3:5]):
-        path = _crafted(tmp, f"l{i}", kw, arch, lightning=True)
+        path = _faults().crafted_checkpoint(tmp, f"l{i}", kw, arch, lightning=True)
         t = time.perf_counter()
         rc, err = train_inline("fit", "--ckpt_path", path, "--trainer.default_root_dir", tmp / "run")
         check(rc != 0 and "Traceback" not in err and str(path) in err, f"{label}: exit {rc}: {err[-300:]}")

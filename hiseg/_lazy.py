@@ -1,4 +1,4 @@
-"""torch imported when first used, for the modules that the onnxruntime path shares with the
+"""Imports on first use. torch, for the modules that the onnxruntime path shares with the
 torch path (:mod:`hiseg.core.ultrametric`, :mod:`hiseg.segmentation.saliency`,
 :mod:`hiseg.segmentation.segmenter`): importing them costs no torch, and a segmentation from an
 exported model (:mod:`hiseg.export.runtime`, numpy arrays throughout) never imports it.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-__all__ = ["lazy_torch", "is_tensor"]
+__all__ = ["lazy_torch", "is_tensor", "lazy_names"]
 
 
 class _LazyModule:
@@ -40,3 +40,20 @@ def is_tensor(x) -> bool:
     """Whether ``x`` is a torch tensor; never imports torch."""
     torch = sys.modules.get("torch")
     return torch is not None and isinstance(x, torch.Tensor)
+
+
+def lazy_names(package: str, where: dict):
+    """``(__getattr__, __dir__)`` of a package whose names are imported on first use: ``where``
+    maps a name to the package's module that defines it (``importlib`` at the first access, then
+    the package's own attribute), so that importing the package costs none of its modules."""
+    def __getattr__(name):
+        if name in where:
+            value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+            setattr(sys.modules[package], name, value)  # once
+            return value
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+
+    def __dir__():
+        return sorted(set(vars(sys.modules[package])) | set(where))
+
+    return __getattr__, __dir__

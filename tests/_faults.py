@@ -1,6 +1,6 @@
 """Helpers shared by the fault tests and ``benchmarks/fault_probe.py`` (issue 43): a tiny PNG that
-declares a huge size, the processes a process started, and a run killed with SIGKILL while its
-workers are busy (``tests/_slow_workers.py``)."""
+declares a huge size, a checkpoint whose hyper-parameters do not fit its tensors, the processes a
+process started, and a run killed with SIGKILL while its workers are busy (``tests/_slow_workers.py``)."""
 from __future__ import annotations
 
 import os
@@ -93,3 +93,23 @@ def kill_busy_run(tmp: Path, argv: list, watch: Path | None = None, wait_s: floa
         for p in descendants(proc.pid):
             if alive(p):
                 os.kill(p, signal.SIGKILL)
+
+
+def crafted_checkpoint(tmp: Path, name: str, arch_kwargs, arch: str = "compact_boundary_net",
+                       lightning: bool = False, width: int = 8) -> Path:
+    """The tensors of a small compact_boundary_net (``width``) saved with other hyper-parameters,
+    slim or as a Lightning checkpoint (``lightning``)."""
+    import torch
+
+    from hiseg.models import get_model
+
+    sd = get_model("compact_boundary_net", width=width).state_dict()
+    hp = {"arch": arch, "arch_kwargs": arch_kwargs}
+    path = Path(tmp) / f"{name}.ckpt"
+    if lightning:
+        torch.save({"state_dict": {f"model.{k}": v for k, v in sd.items()}, "hyper_parameters": hp, "epoch": 0,
+                    "global_step": 0, "pytorch-lightning_version": "2.0.0", "optimizer_states": [],
+                    "lr_schedulers": [], "loops": {}, "callbacks": {}}, path)
+    else:
+        torch.save({"state_dict": sd, "hyper_parameters": hp, "metadata": {}}, path)
+    return path

@@ -13,6 +13,7 @@ import cv2
 import numpy as np
 import pytest
 import torch
+from _faults import crafted_checkpoint
 from test_checkpoint_safety import poisoned, train_py  # noqa: F401 - fixtures
 from test_cli_faults import photos, run
 
@@ -30,17 +31,7 @@ def _argv(monkeypatch):
 
 def crafted(tmp_path, name, arch_kwargs, arch="compact_boundary_net", lightning=False):
     """The tensors of a small compact_boundary_net with other hyper-parameters."""
-    net = get_model("compact_boundary_net", **NET)
-    sd = net.state_dict()
-    path = tmp_path / f"{name}.ckpt"
-    hp = {"arch": arch, "arch_kwargs": arch_kwargs}
-    if lightning:
-        torch.save({"state_dict": {f"model.{k}": v for k, v in sd.items()}, "hyper_parameters": hp, "epoch": 0,
-                    "global_step": 0, "pytorch-lightning_version": "2.0.0", "optimizer_states": [],
-                    "lr_schedulers": [], "loops": {}, "callbacks": {}}, path)
-    else:
-        torch.save({"state_dict": sd, "hyper_parameters": hp, "metadata": {}}, path)
-    return path
+    return crafted_checkpoint(tmp_path, name, arch_kwargs, arch, lightning, width=NET["width"])
 
 
 BAD = {

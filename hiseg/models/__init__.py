@@ -14,7 +14,7 @@ Nothing here ever downloads: ImageNet backbones are read from the local torch hu
 only (see :mod:`hiseg.models.backbone_net`); checkpoints are read with
 ``weights_only=True`` (see :mod:`hiseg.models.weights`).
 """
-import importlib
+from .._lazy import lazy_names
 
 #: name -> the module of this package that defines it, imported when the name is first used:
 #: ``import hiseg.models.weights`` (the shipped models' names) costs no torch
@@ -36,14 +36,4 @@ __all__ = [
     "register_model", "load_checkpoint_file", "read_checkpoint", "load_weights", "save_weights", "load_model",
 ]
 
-
-def __getattr__(name):
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-        globals()[name] = value  # once
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)

@@ -7,7 +7,7 @@ map, and their quality measures) -> the region adjacency graph
 :mod:`~hiseg.segmentation.saliency` (UCM rendering and cuts). :class:`Pipeline`
 (:mod:`~hiseg.segmentation.pipeline`) is the one configurable object of that chain.
 """
-import importlib
+from .._lazy import lazy_names
 
 from .saliency import cut_at_threshold, cut_num_regions, rag_hierarchy, saliency_from_ucm2, ucm2_from_rag
 from .superpixels import (Superpixels, achievable_segmentation_accuracy, all_minima_watershed, boundary_recall,
@@ -23,14 +23,4 @@ __all__ = ["Pipeline", "PipelineError", "frontier_mean", "frontier_pixel_pairs",
            "Superpixels", "superpixels", "watershed_superpixels", "slic_superpixels", "boundary_watershed",
            "all_minima_watershed", "label_boundaries", "boundary_recall", "achievable_segmentation_accuracy"]
 
-
-def __getattr__(name):
-    if name in _WHERE:
-        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
-        globals()[name] = value  # once
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_names(__name__, _WHERE)
