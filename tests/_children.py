@@ -31,9 +31,10 @@ def _popen_in_a_group_of_its_own(self, *args, **kwargs):
         _GROUPS.append(self.pid)
 
 
-def kill_started_groups() -> None:
-    """SIGKILL every process group started so far (what is left of it)."""
-    while _GROUPS:
+def kill_started_groups(since: int = 0) -> None:
+    """SIGKILL every process group started so far (what is left of it), or those started after
+    the first ``since``."""
+    while len(_GROUPS) > since:
         try:
             os.killpg(_GROUPS.pop(), signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -69,6 +70,8 @@ def pytest_unconfigure(config):
 
 @pytest.fixture(autouse=True)
 def _children_die_with_the_test():
-    """What a test started is gone when it ends."""
+    """What a test started is gone when it ends; what a module- or session-scoped fixture started
+    before it (a browser driver shared by a module's tests) stays until the run ends."""
+    before = len(_GROUPS)
     yield
-    kill_started_groups()
+    kill_started_groups(since=before)

@@ -319,3 +319,17 @@ def test_checkpoint_of_other_architecture(tmp_path):
         vgg16_boundary_net(weights=p)
     with pytest.raises(CheckpointError, match="does not name its architecture"):
         load_model(p)
+
+
+def test_a_folded_network_is_not_saved_as_weights(tmp_path):
+    """A Segmenter's network has its BatchNorm folded (issue 41): its state dict no longer fits its
+    architecture, so save_weights refuses it, naming how to save the network as trained, and writes nothing."""
+    from hiseg.models.weights import load_model, save_weights
+    from hiseg.segmentation.segmenter import fold_for_inference
+
+    net = get_model("compact_boundary_net", width=8).eval()
+    save_weights(net, tmp_path / "as_trained.ckpt")
+    assert load_model(tmp_path / "as_trained.ckpt") is not None
+    with pytest.raises(ValueError, match=r"folded .*fold=False"):
+        save_weights(fold_for_inference(net), tmp_path / "folded.ckpt")
+    assert not (tmp_path / "folded.ckpt").exists()

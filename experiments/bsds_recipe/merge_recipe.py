@@ -71,7 +71,7 @@ def main(argv=None):
     from hiseg.segmentation.segmenter import Segmenter
     from hiseg.models.weights import save_weights
 
-    seg = Segmenter.from_checkpoint(last, device="cpu")
+    seg = Segmenter.from_checkpoint(last, device="cpu", fold=False)  # saved again: the network as trained
     meta = {"pipeline": seg.pipeline.to_dict(), "recipe": "experiments/gpu/gpu_run.py recipe (configs/bsds500_merge_head.yaml)",
             "merge_head_data": f"BSDS500 {args.splits}", "merge_recipe": recipe, "network": str(args.checkpoint)}
     p = save_weights(seg.model.float().cpu(), args.out, metadata=meta)

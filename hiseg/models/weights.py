@@ -506,6 +506,10 @@ def save_weights(model: nn.Module, path, *, metadata: Mapping[str, Any] | None =
         if not (obj is None or isinstance(obj, (str, int, float, bool))):
             raise ValueError(f"{where} holds a {type(obj).__name__}; only plain values load with weights_only=True")
     check(dict(metadata or {}), "metadata")
+    if getattr(model, "hiseg_fingerprint", None) is not None:  # hiseg.segmentation.segmenter.fold_for_inference
+        raise ValueError("the network's BatchNorm layers are folded into its convolutions (a Segmenter's, for "
+                         "inference): its state dict no longer fits its architecture; save the network as trained "
+                         "(Segmenter(..., fold=False), or load_model)")
     hp = {"arch": model.arch, "arch_kwargs": dict(getattr(model, "arch_kwargs", {}))} if getattr(model, "arch", None) else {}
     p = Path(path).expanduser()
     p.parent.mkdir(parents=True, exist_ok=True)

@@ -161,7 +161,7 @@ def _check_checkpoint_options(args) -> None:
         refuse_remote_checkpoint(val, opt)
         if opt == "--ckpt_path" and val not in (None, *_CKPT_KEYWORDS) and not str(val).startswith("registry:"):
             load_checkpoint_file(val)
-        elif opt == "--model.init_from" and val and Path(val).expanduser().is_file():
+        elif opt == "--model.init_from" and val and _is_file(Path(val).expanduser()):
             load_checkpoint_file(val)
 
 
@@ -240,6 +240,15 @@ def _names_module(text: str) -> bool:
         return False
 
 
+def _is_file(path: Path) -> bool:
+    """``path.is_file()``, False for a value that cannot be a path at all (a config given as its
+    YAML text: a name too long, a NUL byte) instead of OSError / ValueError."""
+    try:
+        return path.is_file()
+    except (OSError, ValueError):
+        return False
+
+
 def _scan_raw(obj, where: str) -> None:
     """UntrustedConfigError for a class path or a dotted name of code in a config's raw values
     (before the parser imports anything)."""
@@ -274,7 +283,7 @@ def check_config_text(argv: Sequence[str]) -> None:
             val, i = args[i + 1], i + 2
         else:
             i += 1
-        if opt in ("-c", "--config") and Path(val).is_file():
+        if opt in ("-c", "--config") and _is_file(Path(val)):
             try:
                 doc = yaml.safe_load(Path(val).read_text())
             except (OSError, yaml.YAMLError, UnicodeDecodeError):
@@ -546,7 +555,7 @@ def _current_class_paths(argv: list[str]) -> list[str]:
         is_config = config_next or (eq and flag in ("-c", "--config"))
         path = Path(value if eq else arg).expanduser() if is_config else None
         new = arg
-        if path is not None and path.is_file():
+        if path is not None and _is_file(path):
             text = path.read_text(encoding="utf-8", errors="replace")
             if current_path(text) != text:
                 warnings.warn(f"{path} names hiseg classes at their former paths (hiseg.callbacks, "
