@@ -471,7 +471,7 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
 
 def _fake_fit(f_after, best_score, tmp_path, f_before=0.07, init_from=None, monitor="val/boundary_f", mode="max",
               ods_before=0.2, ods_after=0.3, loss_before=0.9, loss_after=0.8):
-    """(trainer, model) stand-ins for :func:`hiseg.training.cli.fit_summary`: the starting model's
+    """(trainer, model) stand-ins for :func:`hiseg.training.summary.fit_summary`: the starting model's
     validation figures (``initial_validation``), the last step's (``callback_metrics``) and the
     best checkpoint's score on ``monitor``."""
     from types import SimpleNamespace
@@ -492,7 +492,7 @@ def _fake_fit(f_after, best_score, tmp_path, f_before=0.07, init_from=None, moni
 
 
 def test_fit_summary_recommends_no_degenerate_checkpoint(tmp_path):
-    from hiseg.training.cli import fit_summary
+    from hiseg.training.summary import fit_summary
 
     good = fit_summary(*_fake_fit(0.4, 0.45, tmp_path))
     assert f"next: hiseg predict IMAGE --checkpoint {tmp_path / 'best.ckpt'} -o predictions/" in good
@@ -512,7 +512,7 @@ def test_fit_summary_recommends_no_degenerate_checkpoint(tmp_path):
 def test_fit_summary_says_when_the_run_made_the_starting_model_worse(tmp_path):
     """Issue 31's own-folder fine-tune: validation F .5646 before, .5309 at best: the summary
     says so, points back at the starting model and recommends no new checkpoint."""
-    from hiseg.training.cli import fit_summary
+    from hiseg.training.summary import fit_summary
 
     worse = fit_summary(*_fake_fit(0.5309, 0.5309, tmp_path, f_before=0.5646, init_from="bsds500"))
     assert "validation boundary F of the starting model (bsds500): 0.5646" in worse
@@ -547,7 +547,7 @@ _MONITORED = {
 def test_fit_summary_compares_the_monitored_figure(case, tmp_path):
     """Issue 42: the summary compares the figure the best checkpoint is chosen on (its monitor,
     in its mode), before and at the best checkpoint, and names the best checkpoint when it improved."""
-    from hiseg.training.cli import fit_summary
+    from hiseg.training.summary import fit_summary
 
     monitor, mode, before, after, score, improved = _MONITORED[case]
     kw = dict(f_before=0.5, ods_before=0.6, loss_before=0.9, f_after=0.5, ods_after=0.6, loss_after=0.9)
@@ -576,7 +576,7 @@ def test_fit_summary_compares_the_monitored_figure(case, tmp_path):
 def test_fit_summary_says_what_a_fine_tune_replaces(start, noted, tmp_path):
     """Issue 42: a fine-tune of a shipped model other than the default (bsds500_ensemble) says
     that its figures compare with that model only and that its checkpoints replace it, not the default."""
-    from hiseg.training.cli import fit_summary
+    from hiseg.training.summary import fit_summary
 
     out = fit_summary(*_fake_fit(0.5, 0.57, tmp_path, f_before=0.56, init_from=start))
     assert ("compared to: the starting model" in out) == noted

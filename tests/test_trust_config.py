@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_checkpoint_safety import train_py
 
-from hiseg.training.cli import TRUSTED_CLASS_PATHS, check_config_text, trusted_class_path
+from hiseg.training.configs import TRUSTED_CLASS_PATHS, check_config_text, trusted_class_path
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +51,7 @@ def test_the_parsed_config_is_checked_too(tmp_path):
     values: the check after parsing)."""
     from jsonargparse import Namespace
 
-    from hiseg.training.cli import UntrustedConfigError, check_config_objects
+    from hiseg.training.configs import UntrustedConfigError, check_config_objects
 
     import os
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import importlib
-import re
 import sys
 import warnings
 from pathlib import Path
@@ -20,10 +19,12 @@ from typing import Optional, Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
-from .._compat import current_path
 from ..io import DataError
 from ..models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
-from .module import VAL_THRESHOLDS, HierarchicalSegmentationModule
+from .configs import (TRUST_FLAG, UntrustedConfigError, check_config_objects, check_config_text, current_class_paths,
+                      is_file_path)
+from .module import HierarchicalSegmentationModule
+from .summary import fit_summary
 
 SUBCOMMANDS = ("fit", "validate", "test")
 
@@ -161,7 +162,7 @@ def _check_checkpoint_options(args) -> None:
         refuse_remote_checkpoint(val, opt)
         if opt == "--ckpt_path" and val not in (None, *_CKPT_KEYWORDS) and not str(val).startswith("registry:"):
             load_checkpoint_file(val)
-        elif opt == "--model.init_from" and val and _is_file(Path(val).expanduser()):
+        elif opt == "--model.init_from" and val and is_file_path(Path(val).expanduser()):
             load_checkpoint_file(val)
 
 
@@ -198,128 +199,6 @@ def _refuse_slim_checkpoint(path, checkpoint, sub: str) -> None:
         "evaluates a train.py run's Lightning checkpoint"
     raise CheckpointError(f"--ckpt_path {path} is not a Lightning training checkpoint (no training state: a slim "
                           f"weights file); --ckpt_path {what}. {_SLIM_HINT[0].upper()}{_SLIM_HINT[1:]}.")
-
-
-# ----------------------------------------------------------------------------- configs are code
-#: Where a training config's class paths may point without ``--trust-config``: hiseg, torch's
-#: optimisers, schedulers and layers, Lightning's callbacks, loggers and strategies.
-TRUSTED_CLASS_PATHS = ("hiseg.", "torch.optim.", "torch.nn.", "pytorch_lightning.callbacks.",
-                       "pytorch_lightning.loggers.", "pytorch_lightning.strategies.", "lightning.pytorch.callbacks.",
-                       "lightning.pytorch.loggers.", "lightning.pytorch.strategies.")
-#: Lightning callbacks whose arguments are code: refused without ``--trust-config`` whatever their arguments.
-UNTRUSTED_CLASSES = ("pytorch_lightning.callbacks.LambdaCallback", "lightning.pytorch.callbacks.LambdaCallback")
-TRUST_FLAG = "--trust-config"
-_DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
-
-
-class UntrustedConfigError(ValueError):
-    """A training config names code outside :data:`TRUSTED_CLASS_PATHS` (without ``--trust-config``)."""
-
-
-def trusted_class_path(path: str) -> bool:
-    """Whether a config may name ``path`` without ``--trust-config``."""
-    return path not in UNTRUSTED_CLASSES and any(path.startswith(p) for p in TRUSTED_CLASS_PATHS)
-
-
-def _untrusted(where: str, what: str) -> UntrustedConfigError:
-    return UntrustedConfigError(
-        f"{where} names {what}, outside the classes a training config may name (hiseg, torch.optim, torch.nn, "
-        f"Lightning's callbacks, loggers and strategies; no callables): a config is code. Give {TRUST_FLAG} to run "
-        "a config you trust (docs/training.md, 'Configs are code')")
-
-
-def _names_module(text: str) -> bool:
-    """Whether ``text`` is a dotted name whose first part is an importable module (found, not imported)."""
-    import importlib.util
-
-    if not _DOTTED.match(text):
-        return False
-    try:
-        return importlib.util.find_spec(text.split(".")[0]) is not None
-    except (ImportError, ValueError):  # pragma: no cover
-        return False
-
-
-def _is_file(path: Path) -> bool:
-    """``path.is_file()``, False for a value that cannot be a path at all (a config given as its
-    YAML text: a name too long, a NUL byte) instead of OSError / ValueError."""
-    try:
-        return path.is_file()
-    except (OSError, ValueError):
-        return False
-
-
-def _scan_raw(obj, where: str) -> None:
-    """UntrustedConfigError for a class path or a dotted name of code in a config's raw values
-    (before the parser imports anything)."""
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _scan_raw(v, f"{where}.{k}" if where else str(k))
-    elif isinstance(obj, list):
-        for i, v in enumerate(obj):
-            _scan_raw(v, f"{where}[{i}]")
-    elif isinstance(obj, str) and _names_module(obj) and not trusted_class_path(obj):
-        raise _untrusted(where or "the command line", repr(obj))
-
-
-def check_config_text(argv: Sequence[str]) -> None:
-    """:func:`_scan_raw` over the configs (``--config FILE`` or inline YAML) and option values
-    of a ``train.py`` command line, before it is parsed: the parser imports the classes a config
-    names. UntrustedConfigError naming the first one outside :data:`TRUSTED_CLASS_PATHS`."""
-    import yaml
-
-    args = list(argv)
-    i = 0
-    while i < len(args):
-        a = args[i]
-        opt, eq, val = a.partition("=")
-        if not opt.startswith("-") or opt in ("-h", "--help", "--print_config"):
-            i += 1
-            continue
-        if not eq:
-            if i + 1 >= len(args) or args[i + 1].startswith("--"):
-                i += 1
-                continue
-            val, i = args[i + 1], i + 2
-        else:
-            i += 1
-        if opt in ("-c", "--config") and _is_file(Path(val)):
-            try:
-                doc = yaml.safe_load(Path(val).read_text())
-            except (OSError, yaml.YAMLError, UnicodeDecodeError):
-                continue  # the parser names it
-            _scan_raw(doc, f"config {val}")
-            continue
-        try:
-            doc = yaml.safe_load(val)
-        except yaml.YAMLError:
-            doc = val
-        _scan_raw(doc, opt.lstrip("-").rstrip("+"))
-
-
-def check_config_objects(cfg, where: str = "") -> None:
-    """The check after parsing, before anything is built: a ``class_path`` outside
-    :data:`TRUSTED_CLASS_PATHS`, or a callable or class the parser resolved from a config
-    (LambdaCallback's ``on_fit_start: os.system``), raise UntrustedConfigError."""
-    import functools
-    import inspect
-
-    items = cfg.__dict__.items() if hasattr(cfg, "__dict__") and type(cfg).__name__ == "Namespace" else \
-        cfg.items() if isinstance(cfg, dict) else enumerate(cfg) if isinstance(cfg, (list, tuple)) else None
-    if items is None:
-        if inspect.isclass(cfg):
-            name = f"{cfg.__module__}.{cfg.__qualname__}"
-            if not trusted_class_path(name):
-                raise _untrusted(where, f"class {name}")
-        elif inspect.isroutine(cfg) or isinstance(cfg, functools.partial):  # a function, builtin, method
-            name = f"{getattr(cfg, '__module__', None) or ''}.{getattr(cfg, '__qualname__', type(cfg).__name__)}"
-            raise _untrusted(where, f"the callable {name.lstrip('.')}")
-        return
-    for k, v in list(items):
-        here = f"{where}.{k}" if where else str(k)
-        if k == "class_path" and isinstance(v, str) and not trusted_class_path(v):
-            raise _untrusted(where or "the config", f"class_path {v}")
-        check_config_objects(v, here)
 
 
 def _check_architecture(path, checkpoint) -> None:
@@ -397,107 +276,6 @@ def _remove_unused_log_dirs() -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def _figure_name(key: str, threshold) -> str:
-    """What a validation figure (``boundary_f``, ``boundary_f_ods``, ``loss``, ...) is, in words."""
-    return {"boundary_f": f"validation boundary F at threshold {threshold:g}",
-            "boundary_f_ods": f"validation boundary F at the best of {len(VAL_THRESHOLDS)} thresholds",
-            "loss": "validation loss"}.get(key, f"validation {key}")
-
-
-def _start_note(start) -> Optional[str]:
-    """What a fine-tune from the shipped model ``start`` is compared to and replaces, when
-    ``start`` is not the default model (``hiseg predict`` without ``--checkpoint``)."""
-    from ..models.weights import DEFAULT_PRETRAINED, Weights
-
-    if not start or str(start).lower() not in Weights.names() or str(start).lower() == DEFAULT_PRETRAINED:
-        return None
-    ods = {n: Weights.from_name(n).value.meta.get("bsds500_val", {}).get("ods") for n in (start, DEFAULT_PRETRAINED)}
-    return (f"  compared to: the starting model {start} only. hiseg predict's default model is {DEFAULT_PRETRAINED} "
-            f"(BSDS500 val ODS {ods[DEFAULT_PRETRAINED]}, against {ods[start]} for {start}), which this run did not "
-            f"start from: its checkpoints replace {start}, not the default; compare them with {DEFAULT_PRETRAINED} "
-            "on your own images (hiseg predict, hiseg evaluate) before using them instead of it.")
-
-
-def fit_summary(trainer, model) -> str:
-    """The closing summary of a fit (see :meth:`HisegCLI.after_fit`): the validation figures of
-    the starting model (measured before the first step, logged as ``val_start/...``), of the best
-    checkpoint and of the last step, as ``metrics.csv`` holds them; whether the run improved on
-    the starting model, judged on the figure the best checkpoint is chosen on (the checkpoint
-    callback's ``monitor``, in its ``mode``; without one, the last step's boundary F at the best
-    threshold); the checkpoints, and the next command. When it did not improve, it says so
-    plainly and recommends no new checkpoint; a fine-tune of a shipped model other than the
-    default says what it is compared to and what it replaces (:func:`_start_note`)."""
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
-    threshold = getattr(getattr(model, "hparams", None), "val_threshold", 0.5)
-    before = getattr(model, "initial_validation", None) or {}
-    after = {k[len("val/"):]: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    best = last = None
-    for cb in trainer.callbacks:
-        if isinstance(cb, ModelCheckpoint) and cb.monitor and cb.best_model_path:
-            best = best or cb
-        if getattr(cb, "last_model_path", None):
-            last = last or cb.last_model_path
-    if best is not None:
-        key = best.monitor[len("val/"):] if best.monitor.startswith("val/") else best.monitor
-        score = None if best.best_model_score is None else float(best.best_model_score)
-        higher = getattr(best, "mode", "max") != "min"
-    else:
-        key = "boundary_f_ods" if "boundary_f_ods" in after else "boundary_f"
-        score, higher = after.get(key), True
-    name = _figure_name(key, threshold)
-
-    def fs(d):
-        if "boundary_f" not in d:
-            return "not measured"
-        return (f"{d['boundary_f']:.4f} at threshold {threshold:g}, {d.get('boundary_f_ods', float('nan')):.4f} at the "
-                f"best of {len(VAL_THRESHOLDS)} thresholds")
-    start = getattr(getattr(model, "hparams", None), "init_from", None)
-    where = f"the best checkpoint ({best.monitor}, {'highest' if higher else 'lowest'})" if best else "the last step"
-    lines = ["", f"[hiseg] training finished: {trainer.current_epoch} epoch(s), {trainer.global_step} step(s); "
-                 f"compared on the {name}, at {where}",
-             f"  validation boundary F of the starting model{f' ({start})' if start else ''}: {fs(before)}"]
-    if best is not None:
-        lines.append(f"  {name} of the best checkpoint: " + ("not measured" if score is None else f"{score:.4f}"))
-    lines.append(f"  validation boundary F at the last step:         {fs(after)}")
-    degenerate = best is not None and higher and (score is None or not score > 0)
-    worse = key in before and score is not None and not (score > before[key] if higher else score < before[key])
-    if best is not None:
-        note = "  (F 0: not worth using)" if degenerate else ""
-        shown = "not measured" if score is None else f"{score:.4f}"
-        lines.append(f"  best checkpoint ({best.monitor} = {shown}): {best.best_model_path}{note}")
-    if last:
-        lines.append(f"  last checkpoint (resume with --ckpt_path): {last}")
-    zero = "boundary_f" in after and not after["boundary_f"] > 0
-    if zero:
-        ods = after.get("boundary_f_ods", 0.0)
-        lines += [
-            f"  WARNING: validation boundary F ended at 0 (threshold {threshold:g}): the hierarchy's "
-            "boundaries match none of the annotations" + (f" at that threshold (best of {len(VAL_THRESHOLDS)} "
-                                                          f"thresholds: {ods:.4f})" if ods > 0 else "") + ". Try:",
-            "    - fine-tuning the shipped model instead of training from scratch: --config configs/folder_finetune.yaml"
-            " (or --model.init_from bsds500 with its architecture);",
-            "    - a lower learning rate (--model.lr), or more steps (--trainer.max_steps) on more images;",
-            "    - checking the labels: one integer label per region, the same size as each image "
-            "(datasets/README.md); a label image of one region has no boundary to learn."]
-    elif worse:
-        keep = f"hiseg predict IMAGE --checkpoint {start}" if start else "the starting model"
-        lines += [f"  NOT IMPROVED: this run did not improve on the starting model ({name} "
-                  f"{before[key]:.4f} before, {score:.4f} at {'best' if best else 'the last step'}): keep using it "
-                  f"({keep}); for a better run try a lower learning rate (--model.lr), more steps "
-                  "(--trainer.max_steps) or more images."]
-    elif key in before and score is not None:
-        lines.append(f"  IMPROVED on the starting model: {name} {before[key]:.4f} before, {score:.4f} at "
-                     f"{'the best checkpoint' if best else 'the last step'}")
-    note = _start_note(start)
-    if note:
-        lines.append(note)
-    ck = None if degenerate or worse else (best.best_model_path if best else last)
-    if ck and not zero:
-        lines.append(f"  next: hiseg predict IMAGE --checkpoint {ck} -o predictions/")
-    return "\n".join(lines)
-
-
 def _appends_on_resume(class_path: str) -> bool:
     """Loggers that keep what a folder holds: TensorBoard (a new events file) and
     :class:`hiseg.training.module.CSVLogger`; Lightning's own CSVLogger deletes ``metrics.csv``."""
@@ -544,33 +322,6 @@ def _logs_follow_root_dir(trainer_cfg) -> None:
             init_args["save_dir"] = trainer_cfg.get("default_root_dir") or "."
 
 
-def _current_class_paths(argv: list[str]) -> list[str]:
-    """``argv`` with the class paths of renamed modules (``hiseg.callbacks.LastCheckpoint``, in an
-    option or in a ``--config`` file) replaced by today's (:data:`hiseg._compat.RENAMED_MODULES`),
-    each file named in a warning; a config that needs it is passed as its YAML text, the file
-    left as it is."""
-    out, config_next = [], False
-    for arg in argv:
-        flag, eq, value = arg.partition("=")
-        is_config = config_next or (eq and flag in ("-c", "--config"))
-        path = Path(value if eq else arg).expanduser() if is_config else None
-        new = arg
-        if path is not None and _is_file(path):
-            text = path.read_text(encoding="utf-8", errors="replace")
-            if current_path(text) != text:
-                warnings.warn(f"{path} names hiseg classes at their former paths (hiseg.callbacks, "
-                              "hiseg.lightning, ...): read with today's (hiseg.training.callbacks, ...); "
-                              "update the file", FutureWarning, stacklevel=3)
-                new = (f"{flag}=" if eq else "") + current_path(text)
-        elif current_path(arg) != arg:
-            warnings.warn(f"{arg} names a hiseg class at its former path: read as {current_path(arg)}",
-                          FutureWarning, stacklevel=3)
-            new = current_path(arg)
-        out.append(new)
-        config_next = not eq and arg in ("-c", "--config")
-    return out
-
-
 def _quiet_lightning() -> None:
     """Silence, at their source, the start-up messages that are not the user's business:
     Lightning's promotional tip and its internal or by-design notices."""
@@ -595,7 +346,7 @@ def _trusted_argv(argv: list) -> list:
     refusal in one line)."""
     global _TRUST_CONFIG
     _TRUST_CONFIG = TRUST_FLAG in argv
-    argv = _current_class_paths([a for a in argv if a != TRUST_FLAG])
+    argv = current_class_paths([a for a in argv if a != TRUST_FLAG])
     if not _TRUST_CONFIG:
         try:
             check_config_text(argv)
