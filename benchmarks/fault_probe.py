@@ -392,6 +392,19 @@ def _faults():
     return _faults
 
 
+def _two_region_ground_truth(tmp, shape, n: int):
+    """``tmp/gt`` with ``n`` ground truths of two regions (top and bottom halves of ``shape``) and an
+    empty ``tmp/pred``."""
+    gt, pred = tmp / "gt", tmp / "pred"
+    gt.mkdir()
+    pred.mkdir()
+    seg = np.ones(shape, np.uint16)
+    seg[shape[0] // 2:] = 2
+    for k in range(n):
+        _ground_truth(gt / f"im{k}.mat", seg)
+    return gt, pred
+
+
 def _ground_truth(path, seg) -> None:
     """A BSDS ground-truth .mat of one annotation, ``seg``."""
     from scipy.io import savemat
@@ -418,13 +431,8 @@ def killed_predict(tmp, n):
 def killed_evaluate(tmp, n):
     from scipy.io import savemat
 
-    gt, pred = tmp / "gt", tmp / "pred"
-    gt.mkdir()
-    pred.mkdir()
-    seg = np.ones((20, 24), np.uint16)
-    seg[10:] = 2
+    gt, pred = _two_region_ground_truth(tmp, (20, 24), 3)
     for k in range(3):
-        _ground_truth(gt / f"im{k}.mat", seg)
         ucm = np.zeros((41, 49))
         ucm[20, :] = 0.6
         savemat(str(pred / f"im{k}.mat"), {"ucm2": ucm})
@@ -450,13 +458,7 @@ def declared_bomb(tmp, n):
         check(any(p.name.startswith("a") for p in (tmp / cmd).iterdir()), f"{cmd}: the good images were not done")
     import cv2
 
-    gt, pred = tmp / "gt", tmp / "pred"
-    gt.mkdir()
-    pred.mkdir()
-    seg = np.ones((48, 64), np.uint16)
-    seg[24:] = 2
-    for k in range(2):
-        _ground_truth(gt / f"im{k}.mat", seg)
+    gt, pred = _two_region_ground_truth(tmp, (48, 64), 2)
     b = np.zeros((48, 64), np.uint8)
     b[24] = 255
     cv2.imwrite(str(pred / "im0.png"), b)

@@ -113,3 +113,17 @@ def crafted_checkpoint(tmp: Path, name: str, arch_kwargs, arch: str = "compact_b
     else:
         torch.save({"state_dict": sd, "hyper_parameters": hp, "metadata": {}}, path)
     return path
+
+
+def block_ground_truth(tmp: Path, n: int, height: int, width: int):
+    """``tmp/gt`` with ``n`` ground truths of 2 x 2 blocks (``im0.mat``...) and an empty ``tmp/pred``:
+    ``(gt, pred, seg)``, ``seg`` the blocks' label image."""
+    from test_metrics_bsds import blocks, write_gt
+
+    gt, pred = Path(tmp) / "gt", Path(tmp) / "pred"
+    gt.mkdir()
+    pred.mkdir()
+    seg = blocks(height, width, 2, 2)
+    for k in range(n):
+        write_gt(gt / f"im{k}.mat", [seg])
+    return gt, pred, seg

@@ -10,10 +10,10 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from _faults import declared_png
+from _faults import block_ground_truth, declared_png
 from scipy.io import savemat
 from test_cli_faults import photos, run
-from test_metrics_bsds import blocks, write_gt
+from test_metrics_bsds import blocks
 
 from hiseg.io import DataError, PIXEL_LIMIT, decode_image, image_header, pixel_limit
 
@@ -77,12 +77,8 @@ def test_the_limit_is_raised_or_lowered_by_option_and_environment(tmp_path, caps
 
 
 def test_evaluate_reports_an_oversized_prediction_and_scores_the_others(tmp_path, capsys):
-    gt, pred = tmp_path / "gt", tmp_path / "pred"
-    gt.mkdir()
-    pred.mkdir()
+    gt, pred, _ = block_ground_truth(tmp_path, 3, 40, 50)
     for k in range(3):
-        seg = blocks(40, 50, 2, 2)
-        write_gt(gt / f"im{k}.mat", [seg])
         b = np.zeros((40, 50), np.uint8)
         b[20, :] = b[:, 25] = 255
         cv2.imwrite(str(pred / f"im{k}.png"), b)
@@ -151,12 +147,7 @@ def test_a_plain_rerun_into_a_folder_with_files_mentions_resume(tmp_path, capsys
 def test_a_folder_mixing_mat_and_png_predictions_says_so(tmp_path, capsys):
     from test_metrics_bsds import seg_to_ucm2
 
-    gt, pred = tmp_path / "gt", tmp_path / "pred"
-    gt.mkdir()
-    pred.mkdir()
-    for k in range(2):
-        seg = blocks(20, 24, 2, 2)
-        write_gt(gt / f"im{k}.mat", [seg])
+    gt, pred, seg = block_ground_truth(tmp_path, 2, 20, 24)
     savemat(str(pred / "im0.mat"), {"ucm2": seg_to_ucm2(blocks(20, 24, 2, 2), 0.6)})
     cv2.imwrite(str(pred / "im1.png"), np.zeros((20, 24), np.uint8))
     rc, err = run(capsys, ["evaluate", str(pred), "--gt", str(gt), "--workers", "1", "-q"])

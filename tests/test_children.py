@@ -30,6 +30,10 @@ def test_run_times_out_on_the_chain():
         pass  # subprocess.run killed bash, not its sleep
 '''
 
+#: the tests list a process's children from /proc, which only Linux has
+NEEDS_PROC = pytest.mark.skipif(not Path("/proc").is_dir() or sys.platform != "linux",
+                                reason="lists a process's children from /proc, which only Linux has")
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -57,7 +61,7 @@ def _inner(tmp_path, linger: float, *args):
     return pidfile, subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir() or sys.platform != "linux", reason="reads /proc")
+@NEEDS_PROC
 def test_what_a_test_started_dies_when_it_ends(tmp_path):
     pidfile, p = _inner(tmp_path, 0.0)
     out = p.communicate(timeout=300)[0].decode()
@@ -67,7 +71,7 @@ def test_what_a_test_started_dies_when_it_ends(tmp_path):
         assert _wait_gone(pid), f"{f.name}: sleep {pid} outlived its test"
 
 
-@pytest.mark.skipif(not Path("/proc").is_dir() or sys.platform != "linux", reason="reads /proc")
+@NEEDS_PROC
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_what_a_test_started_dies_when_the_run_is_stopped(tmp_path, sig):
     pidfile, p = _inner(tmp_path, 300.0, "-k", "starts_a_chain")

@@ -15,12 +15,12 @@ import numpy as np
 import pytest
 from _faults import alive as _alive
 from _faults import descendants as _descendants
-from _faults import kill_busy_run
+from _faults import block_ground_truth, kill_busy_run
 
 from hiseg import _lifetime
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="lists a process's children from /proc, which only Linux has")
 
 
 def _kill_and_check(tmp_path: Path, argv: list[str], watch: Path | None = None) -> None:
@@ -50,14 +50,10 @@ def test_predict_workers_end_with_a_killed_main_process(tmp_path):
 def test_evaluate_workers_end_with_a_killed_main_process(tmp_path):
     from scipy.io import savemat
 
-    from test_metrics_bsds import blocks, seg_to_ucm2, write_gt
+    from test_metrics_bsds import seg_to_ucm2
 
-    gt, pred = tmp_path / "gt", tmp_path / "pred"
-    gt.mkdir()
-    pred.mkdir()
+    gt, pred, seg = block_ground_truth(tmp_path, 3, 20, 24)
     for k in range(3):
-        seg = blocks(20, 24, 2, 2)
-        write_gt(gt / f"im{k}.mat", [seg])
         savemat(str(pred / f"im{k}.mat"), {"ucm2": seg_to_ucm2(seg, 0.6)})
     _kill_and_check(tmp_path, ["evaluate", str(pred), "--gt", str(gt), "--workers", "2", "-q", "--no-fop",
                                "--thresholds", "3", "-o", str(tmp_path / "res")], watch=tmp_path / "res")

@@ -30,16 +30,26 @@ def default_text(value) -> str:
     return f" (default: {value})"
 
 
+def _argument_error(e: Exception, text: str) -> argparse.ArgumentTypeError:
+    return argparse.ArgumentTypeError(str(e) if "got" in str(e) else f"{e}, got {text!r}")
+
+
 def option_type(convert, check=None):
     """An argparse ``type``: ``convert(text)`` then ``check(value)``; their ValueError becomes
-    argparse's error, which names the option ("argument --tile: ...")."""
+    argparse's error, which names the option ("argument --tile: ..."); text that ``int`` or
+    ``float`` cannot read is "expected an integer / a number, got 'TEXT'" (not int()'s wording)."""
+    expected = {"int": "an integer", "float": "a number"}.get(getattr(convert, "__name__", ""))
+
     def parse(text):
         try:
             v = convert(text)
+        except (ValueError, TypeError) as e:
+            raise _argument_error(ValueError(f"expected {expected}") if expected else e, text) from None
+        try:
             if check is not None:
                 check(v)
         except (ValueError, TypeError) as e:
-            raise argparse.ArgumentTypeError(str(e) if "got" in str(e) else f"{e}, got {text!r}") from None
+            raise _argument_error(e, text) from None
         return v
     parse.__name__ = getattr(convert, "__name__", "value")
     return parse
@@ -61,14 +71,9 @@ def image_command(p: argparse.ArgumentParser, description: str, out: str) -> Non
     add_pixel_limit(p)
 
 
-def _pixel_limit(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0 (0: no limit), got {text!r}") from None
+def _at_least_zero_pixels(v: int) -> None:
     if v < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0 (0: no limit), got {text!r}")
-    return v
+        raise ValueError("must be an integer >= 0 (0: no limit)")
 
 
 def add_pixel_limit(p: argparse.ArgumentParser) -> None:
@@ -76,7 +81,7 @@ def add_pixel_limit(p: argparse.ArgumentParser) -> None:
     checked from its header before decoding; sets ``HISEG_PIXEL_LIMIT`` for the run and its workers)."""
     from ..io.images import PIXEL_LIMIT, PIXEL_LIMIT_ENV
 
-    p.add_argument("--pixel-limit", type=_pixel_limit, default=None, metavar="N",
+    p.add_argument("--pixel-limit", type=option_type(int, _at_least_zero_pixels), default=None, metavar="N",
                    help="an image file declaring more than N pixels (height x width, read from its header before "
                         "decoding) is refused, the others processed; 0: no limit"
                         + default_text(f"${PIXEL_LIMIT_ENV}, else {PIXEL_LIMIT}"))
