@@ -219,6 +219,27 @@ print(res.saliency.shape, 'torch' in sys.modules)
     assert len(list((tmp_path / "out").iterdir())) == 5
 
 
+def test_cli_predict_of_an_exported_model_imports_no_torch(exported, tmp_path):
+    """``hiseg predict --checkpoint DIR`` (``--device auto``, the default) runs without torch:
+    importing it would add its 1.5 s to every start-up of the exported path."""
+    import cv2
+
+    cv2.imwrite(str(tmp_path / "a.png"), (_synthetic(90, 110, seed=3) * 255).astype(np.uint8))
+    code = f"""
+import sys
+from hiseg.cli import main
+rc = main(["predict", {str(tmp_path / 'a.png')!r}, "--checkpoint", {str(exported[0])!r},
+           "-o", {str(tmp_path / 'out')!r}, "-q", "--workers", "1"])
+print(rc, 'torch' in sys.modules)
+"""
+    r = _run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-2:] == ["0", "False"], r.stdout + r.stderr
+    r = _run_python(code.replace('"-q"', '"-q", "--device", "cuda"').replace("/out'", "/out2'"))
+    assert "an exported model runs on the CPU (onnxruntime); --device cpu or auto" in r.stderr, r.stderr
+    assert not (tmp_path / "out2").exists()
+
+
 def test_cli_export_and_predict(exported, tmp_path):
     import cv2
 

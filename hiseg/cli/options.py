@@ -365,10 +365,21 @@ def make_segmenter(args):
     :class:`~hiseg.export.runtime.ExportedSegmenter`, onnxruntime on the CPU; ``--classical``: the classical path) on ``--device``, its pipeline overridden
     by ``--scales``/``--flip``/``--linkage``/``--max-pixels``. Raises ValueError (a bad device, or
     a network option on the classical path), FileNotFoundError, CheckpointError."""
+    scales, flip, linkage = getattr(args, "scales", None), getattr(args, "flip", None), getattr(args, "linkage", None)
+    if exported_folder(args) is not None and not _classical(args):
+        from ..export.runtime import ExportedSegmenter
+
+        # no torch here: resolving a torch device would import it, 1.5 s of the exported path's start-up
+        if str(args.device).strip().lower() not in ("auto", "cpu"):
+            raise ValueError(f"--checkpoint {args.checkpoint}: an exported model runs on the CPU (onnxruntime); "
+                             "--device cpu or auto")
+        seg = ExportedSegmenter.from_exported(args.checkpoint)
+        seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage,
+                                                   max_pixels=args.max_pixels)
+        return seg
     from ..segmentation.segmenter import Segmenter, resolve_device
 
     device = resolve_device(args.device, "--device")  # before any checkpoint is read
-    scales, flip, linkage = getattr(args, "scales", None), getattr(args, "flip", None), getattr(args, "linkage", None)
     if _classical(args):
         given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
                                 ("--linkage", linkage)) if v is not None]
@@ -378,15 +389,7 @@ def make_segmenter(args):
         seg = Segmenter.classical(device=device)
         seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
         return seg
-    if exported_folder(args) is not None:
-        from ..export.runtime import ExportedSegmenter
-
-        if device.type != "cpu":
-            raise ValueError(f"--checkpoint {args.checkpoint}: an exported model runs on the CPU (onnxruntime); "
-                             "--device cpu or auto")
-        seg = ExportedSegmenter.from_exported(args.checkpoint)
-    else:
-        seg = Segmenter(model_name(args), device=device)
+    seg = Segmenter(model_name(args), device=device)
     seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage, max_pixels=args.max_pixels)
     return seg
 
