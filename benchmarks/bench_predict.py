@@ -85,7 +85,7 @@ def throughput(args):
         src.mkdir()
         if folder is not None:
             for f in sorted(folder.glob("*.jpg"))[: args.n]:
-                (src / f.name).symlink_to(f)
+                (src / f.name).symlink_to(f.resolve())
         else:
             for name, im in images(args):
                 cv2.imwrite(str(src / f"{name}.png"), (im[..., ::-1] * 255 + 0.5).astype("uint8"))
@@ -289,7 +289,7 @@ def deploy(args):
         src = Path(tmp) / "images"
         src.mkdir()
         for f in files:
-            (src / f.name).symlink_to(f)
+            (src / f.name).symlink_to(f.resolve())
         cli["eager torch"] = None  # not selectable from the command line any more (always folded)
         cli["folded torch"] = _cli_wall([str(src), "-o", str(out / "t")])
         cli["onnxruntime"] = _cli_wall([str(src), "-c", args.deploy, "-o", str(out / "o")])

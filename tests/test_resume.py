@@ -260,3 +260,15 @@ def test_wall_clock_deadline_stops_at_a_step_end(monkeypatch):
     monkeypatch.setenv("HISEG_STOP_AT", "soon")
     with pytest.raises(ValueError, match="HISEG_STOP_AT must be a time in Unix seconds, got 'soon'"):
         WallClockDeadline()
+
+    # the slot's rate, from the fit's first step to the stop: what sizes the next GPU session
+    said, callback = [], WallClockDeadline(time.time() + 0.2)
+    pl_module = SimpleNamespace(print=said.append)
+    trainer = SimpleNamespace(should_stop=False, global_step=100)
+    callback.on_train_batch_start(trainer, pl_module, None, 0)
+    time.sleep(0.3)
+    trainer.global_step = 130
+    callback.on_train_batch_end(trainer, pl_module, None, None, 0)
+    assert trainer.should_stop and said[0].startswith("[hiseg] first step (100) at ")
+    rate = float(said[1].split(" since the first, ")[1].split(" steps/s")[0])
+    assert "30 steps in 0 s" in said[1] and 30 / 0.5 < rate <= 30 / 0.3, said

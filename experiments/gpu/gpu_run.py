@@ -14,7 +14,7 @@
   (b) pdc_boundary_net's pixel stage (configs/bsds500_pdc_pixel.yaml, bf16-mixed, augmentation on the
       device) on ``--split`` train, resumed from the committed experiments/state/pdc_pixel_last.ckpt or
       this warm machine's last command (``--keep`` runs/gpu_session), whichever has more steps, for the time
-      the command has left: it ends itself ``--end-seconds`` (60) before the command's end at a step's end
+      the command has left: it ends itself ``--end-seconds`` (30) before the command's end at a step's end
       with its final checkpoint (hiseg.training.callbacks.WallClockDeadline through $HISEG_STOP_AT,
       whatever its start-up took; Lightning's max_time bounds the fit's own time), a LastCheckpoint every
       500 steps; train.py runs under a hard timeout (its process group is killed).
@@ -101,7 +101,7 @@ def parse(argv):
         p.add_argument("--keep", default="runs/gpu_session", help="what a warm machine keeps between commands")
         p.add_argument("--budget-seconds", type=int, default=570, help="the whole command")
         p.add_argument("--reserve-seconds", type=int, default=80, help="the stage's start and end")
-        p.add_argument("--end-seconds", type=int, default=60, help="the stage stops this long before the end")
+        p.add_argument("--end-seconds", type=int, default=30, help="the stage stops this long before the end")
         p.add_argument("--bench", default="auto", choices=("auto", "all", "none"))
         p.add_argument("--bench-seconds", type=int, default=120)
         p.add_argument("--measure-seconds", type=int, default=8)

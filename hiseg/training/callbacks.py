@@ -142,11 +142,21 @@ class WallClockDeadline(pl.Callback):
             except ValueError:
                 raise ValueError(f"HISEG_STOP_AT must be a time in Unix seconds, got {text!r}") from None
         self.deadline = deadline
+        self._first = None  # (time, step) at the fit's first step: the slot's rate is measured from it
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        if self.deadline is not None and self._first is None:
+            self._first = (time.time(), trainer.global_step)
+            pl_module.print(f"[hiseg] first step ({trainer.global_step}) at {time.strftime('%H:%M:%S')}, "
+                            f"{self.deadline - self._first[0]:.0f} s before the deadline")
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         if self.deadline is not None and time.time() >= self.deadline and not trainer.should_stop:
             trainer.should_stop = True
-            pl_module.print(f"[hiseg] wall-clock deadline reached at step {trainer.global_step}: stopping")
+            t0, s0 = self._first or (time.time(), trainer.global_step)
+            spent, steps = time.time() - t0, trainer.global_step - s0
+            pl_module.print(f"[hiseg] wall-clock deadline reached at step {trainer.global_step}: stopping "
+                            f"({steps} steps in {spent:.0f} s since the first, {steps / max(spent, 1e-9):.2f} steps/s)")
 
 
 class AtomicCheckpointIO(pl.plugins.io.TorchCheckpointIO):
