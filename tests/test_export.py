@@ -240,6 +240,41 @@ print(rc, 'torch' in sys.modules)
     assert not (tmp_path / "out2").exists()
 
 
+#: what an inference-only install leaves out (README, "Deploy": numpy, scipy, higra, scikit-image,
+#: OpenCV, onnxruntime and tqdm only)
+NOT_IN_A_RUNTIME_INSTALL = ("torch", "torchvision", "pytorch_lightning", "lightning", "lightning_fabric", "torchmetrics",
+                            "jsonargparse", "sklearn", "numba", "matplotlib", "tensorboard", "onnx", "pandas")
+
+
+def test_predict_view_and_evaluate_run_without_torch_and_the_training_stack(exported, tmp_path):
+    """The README's inference-only install: with torch, Lightning, scikit-learn, numba, matplotlib
+    and onnx unimportable, ``hiseg predict``, ``view`` and ``evaluate`` run an exported model."""
+    import cv2
+
+    cv2.imwrite(str(tmp_path / "a.png"), (_synthetic(90, 110, seed=5) * 255).astype(np.uint8))
+    gt = (_synthetic(90, 110, seed=5)[..., 0] > 0.5).astype(np.uint16) + 1
+    import scipy.io
+
+    (tmp_path / "gt").mkdir()
+    scipy.io.savemat(tmp_path / "gt" / "a.mat",
+                     {"groundTruth": np.array([[{"Segmentation": gt, "Boundaries": np.zeros_like(gt, bool)}]],
+                                              dtype=object)})
+    code = f"""
+import sys
+for name in {NOT_IN_A_RUNTIME_INSTALL!r}:
+    sys.modules[name] = None  # not installed: any import of it fails
+from hiseg.cli import main
+t, ex = {str(tmp_path)!r}, {str(exported[0])!r}
+print(main(["predict", t + "/a.png", "--checkpoint", ex, "-o", t + "/out", "-q", "--workers", "1"]),
+      main(["view", t + "/a.png", "--checkpoint", ex, "-o", t + "/pages", "-q"]),
+      main(["evaluate", t + "/out", "--gt", t + "/gt", "-q", "--workers", "1"]))
+"""
+    r = _run_python(code)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[-3:] == ["0", "0", "0"], r.stdout + r.stderr
+    assert (tmp_path / "out" / "a_ucm16.png").is_file() and (tmp_path / "pages" / "a.html").is_file()
+
+
 def test_cli_export_and_predict(exported, tmp_path):
     import cv2
 
