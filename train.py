@@ -11,9 +11,13 @@ options apply (``python train.py fit --help``).
 import sys
 from pathlib import Path
 
-from hiseg.training.cli import main
+from hiseg.training.help_texts import print_stored_help
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "synthetic.yaml"
 
 if __name__ == "__main__":
-    main(sys.argv[1:], default_config=DEFAULT_CONFIG)
+    # a bare help request: the live parser's stored text (no torch); anything else builds the parser
+    if not print_stored_help(sys.argv[1:], Path(sys.argv[0]).name, DEFAULT_CONFIG):
+        from hiseg.training.cli import main
+
+        main(sys.argv[1:], default_config=DEFAULT_CONFIG)

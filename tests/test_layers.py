@@ -37,7 +37,7 @@ SUB_ORDER = {
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
-    "training": ["callbacks", "steps", "module", "configs", "summary", "cli"],
+    "training": ["callbacks", "steps", "module", "configs", "summary", "help_texts", "cli", "help_render"],
     "explorer": ["page"],
     "export": ["manifest", "onnx", "runtime"],
     "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "export", "train", "__main__"],

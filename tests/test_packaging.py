@@ -47,7 +47,8 @@ def test_sdist_and_wheel_carry_tests_configs_licence_and_weights(tmp_path):
     for need in ("LICENSE", "train.py", "tests/conftest.py", "tests/_graphs.py", "tests/_train.py",
                  "tests/_interrupt.py", "tests/_children.py", "tests/_page_node.js", "configs/synthetic.yaml",
                  "configs/folder_finetune.yaml",
-                 "models/hiseg_bsds500.ckpt", "models/README.md", "hiseg/explorer/view_page.html"):
+                 "models/hiseg_bsds500.ckpt", "models/README.md", "hiseg/explorer/view_page.html",
+                 "hiseg/training/help_texts.json.xz"):
         assert need in names, need
     # the wheel, built from the source archive (as `python -m build` does)
     (unpacked,) = (tmp_path / "unpacked").iterdir()
@@ -60,6 +61,7 @@ def test_sdist_and_wheel_carry_tests_configs_licence_and_weights(tmp_path):
         for ck in (ROOT / "models").glob("*.ckpt"):
             assert z.read(f"hiseg/weights/{ck.name}") == ck.read_bytes()
         assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
+        assert "hiseg/training/help_texts.json.xz" in names  # hiseg train's help without torch
         assert "BSD-3-Clause" in z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
         z.extractall(tmp_path / "site")
     # installed (here: the wheel's files first on the path), from another folder, no repository

@@ -535,6 +535,51 @@ def test_browser_page_opens_at_the_requested_cut(browser, classical, tmp_path):
     assert d.execute_script("return hisegView.level()") == t
 
 
+def panel_rects(d, width, height):
+    """The viewport's (width, height), the page's scroll size and the two canvases' rects
+    (left, top, right, bottom) of the page open in ``d`` shown in a ``width`` x ``height`` window."""
+    d.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {"width": width, "height": height,
+                                                             "deviceScaleFactor": 1, "mobile": False})
+    try:
+        open_page(d, Path(d.current_url.removeprefix("file://")))
+        return d.execute_script(
+            "var r = function (id) { var b = document.getElementById(id).getBoundingClientRect();"
+            "  return [b.left, b.top, b.right, b.bottom]; };"
+            "var e = document.documentElement;"
+            "return {view: [innerWidth, innerHeight], scroll: [e.scrollWidth, e.scrollHeight], cut: r('cut'), ucm: r('ucm')};")
+    finally:
+        d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_browser_panels_fit_the_window(browser, tmp_path):
+    """Issue 42: a page of ``hiseg view`` for a 600x400 image (and a 400x600 one) shows both
+    panels, the cut and the saliency map, whole in a 1200x800 window, side by side (the saliency
+    map is not pushed below the fold); in a 700-px window still side by side, shrunk; in a
+    480-px one, one above the other; never wider than the window."""
+    d = browser
+    rng = np.random.default_rng(3)
+    src = tmp_path / "images"
+    src.mkdir()
+    for name, (h, w) in (("landscape", (400, 600)), ("portrait", (600, 400))):
+        img = cv2.resize(rng.random((8, 12, 3)).astype(np.float32), (w, h), interpolation=cv2.INTER_CUBIC)
+        save_png(src / f"{name}.png", np.clip(img, 0, 1))
+    assert cli_main(["view", "--classical", "-q", str(src), "-o", str(tmp_path / "pages")]) == 0
+    for name in ("landscape", "portrait"):
+        open_page(d, tmp_path / "pages" / f"{name}.html")
+        for width, height, side_by_side in ((1200, 800, True), (700, 800, True), (480, 800, False)):
+            r = panel_rects(d, width, height)
+            what = (name, width, height, r)
+            assert r["view"] == [width, height] and r["scroll"][0] <= width, what  # no horizontal scrolling
+            for left, top, right, bottom in (r["cut"], r["ucm"]):
+                assert 0 <= left < right <= width and 0 <= top < bottom, what
+                assert right - left >= min(400 if name == "portrait" else 600, width / 2 - 40), what  # not shrunk more
+            cut, ucm = r["cut"], r["ucm"]
+            if side_by_side:  # and both whole in the window, without scrolling
+                assert ucm[0] >= cut[2] and ucm[1] == cut[1] and max(cut[3], ucm[3]) <= height, what
+            else:
+                assert ucm[1] >= cut[3] and ucm[0] == cut[0], what  # stacked
+
+
 def test_view_opens_at_regions_or_level_as_predict_html(tmp_path, capsys):
     """``hiseg view --regions K`` / ``--level T`` (issue 42): the pages open at that cut, as
     ``hiseg predict --html --regions K`` does (default 12 regions); both at once are refused; the

@@ -37,7 +37,8 @@ table is ``docs/cli.md``):
 ``hiseg train`` is ``python train.py`` (LightningCLI's own conventions: ``-c/--config``,
 ``--trainer.X``, ``fit`` when no subcommand is given). Help, ``--version`` and option errors
 import no torch (:func:`build_parser` adds only the running command's options; commands import
-torch and Lightning when they run).
+torch and Lightning when they run); ``hiseg train``'s help is the LightningCLI parser's text,
+stored (:mod:`hiseg.training.help_texts`), while its option errors need that parser (seconds).
 
 ``hiseg --version`` prints the version.
 """

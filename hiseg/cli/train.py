@@ -2,7 +2,9 @@
 :mod:`hiseg.training.cli`; ``hiseg train fit --help`` lists every option).
 
 In a folder holding ``configs/synthetic.yaml`` (the repository's root), ``hiseg train`` with
-no arguments is ``python train.py``'s default run; elsewhere, name a config.
+no arguments is ``python train.py``'s default run; elsewhere, name a config. A bare help request
+prints the live parser's stored text (:mod:`hiseg.training.help_texts`: no torch, well under a
+second); any other command line builds the parser (seconds), option errors included.
 """
 from __future__ import annotations
 
@@ -18,12 +20,18 @@ def run(argv: Sequence[str]) -> int:
     """Run ``python train.py ARGV``'s CLI; its exit status (LightningCLI exits itself on errors)."""
     import sys
 
-    from ..training.cli import main
+    from ..training.help_texts import print_stored_help
 
     default = Path.cwd() / "configs" / "synthetic.yaml"
-    saved, sys.argv = sys.argv, [f"{Path(sys.argv[0]).name} train", *argv]  # LightningCLI reads sys.argv itself
+    default = default if default.is_file() else None
+    prog = f"{Path(sys.argv[0]).name} train"
+    if print_stored_help(argv, prog, default):
+        return 0
+    from ..training.cli import main
+
+    saved, sys.argv = sys.argv, [prog, *argv]  # LightningCLI reads sys.argv itself
     try:
-        main(list(argv), default_config=default if default.is_file() else None)
+        main(list(argv), default_config=default)
     finally:
         sys.argv = saved
     return 0

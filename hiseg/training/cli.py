@@ -23,6 +23,7 @@ from ..io import DataError
 from ..models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
 from .configs import (TRUST_FLAG, UntrustedConfigError, check_config_objects, check_config_text, current_class_paths,
                       is_file_path)
+from .help_texts import shown_config
 from .module import HierarchicalSegmentationModule
 from .summary import fit_summary
 
@@ -360,6 +361,7 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     ``argv`` names a config (``--config``) or a data module (``--data``): then the run uses only
     what it names, and one without data stops with a message saying which to give."""
     from_command_line = argv is None or list(argv) == sys.argv[1:]
+    default_config = shown_config(default_config)  # as the stored help texts name it (hiseg.training.help_texts)
     argv = _trusted_argv(list(sys.argv[1:] if argv is None else argv))
     if argv and argv[0] == "predict":
         raise SystemExit("train.py: error: predict is not a train.py subcommand; per-image hierarchies "
@@ -371,7 +373,7 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     if run and (not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help", "--print_config")):
         argv = ["fit"] + argv  # (run=False: no subcommand, the classes are only built)
     parser_kwargs = {sub: {"description": SUBCOMMAND_HELP[sub]} for sub in SUBCOMMANDS}
-    if default_config is not None and Path(default_config).is_file():
+    if default_config is not None:
         if not names_config:  # the default run, with the command's overrides
             for sub in SUBCOMMANDS:
                 parser_kwargs[sub]["default_config_files"] = [str(default_config)]
