@@ -122,7 +122,7 @@ class TorchEdgeFeatures:
         self.shape, self.batch_size, self.dtype, self.device = (int(h), int(w)), len(rags), dtype, device
         if any(s[0] > h or s[1] > w for s in sizes):
             raise MergeHeadError(f"TorchEdgeFeatures: superpixels {sizes} do not fit maps of {self.shape}")
-        self.graph = batch_graphs([r.graph for r in rags])
+        self.graph = batch_graphs(rags)  # each RAG's graph as built (valid by construction: not checked again)
         self.num_edges = int(self.graph.num_edges)
         specs = {n: getattr(FEATURES[n], "torch_spec", None) for n in self.names}  # None: a constant
         t: dict = {}  # the index tensors (host numpy here, moved by ``to``)

@@ -378,5 +378,5 @@ class Pipeline:
         if rag.graph.num_vertices == 1:
             return rag, np.zeros(0), None
         w = self.edge_weights(rag, boundary, image)
-        u, h = self.ultrametric(rag.graph, w, rag.frontier_lengths().astype(np.float64))
+        u, h = self.ultrametric(rag, w, rag.frontier_lengths().astype(np.float64))
         return rag, u.numpy(), h
