@@ -349,9 +349,11 @@ class Pipeline:
         either way."""
         if self.linkage == "closest":  # single linkage of the fitted ultrametric
             weights = weights / weights.max().clamp_min(1e-12)
-            if self.fit_iterations > 0:
-                weights = fit_ultrametric(graph, weights, max_iter=self.fit_iterations).ultrametric
-            return subdominant_ultrametric(graph, weights, return_hierarchy=True)
+            check = self.fit_iterations == 0
+            if not check:  # the fit checks the graph and the weights; its output needs no second check
+                fit = fit_ultrametric(graph, weights, max_iter=self.fit_iterations)
+                graph, weights = fit.hierarchy.graph, fit.ultrametric
+            return subdominant_ultrametric(graph, weights, return_hierarchy=True, check=check)
         w = weights if host_weights is None else host_weights
         if self.linkage == "single":
             h = build_hierarchy(graph, w)
