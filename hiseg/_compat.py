@@ -37,7 +37,7 @@ PRIVATE_MEMBERS = (
      "the subcommands' parsers, to give --ckpt_path a help saying what hiseg accepts (no public accessor)"),
     ("argparse", "ArgumentParser", "_actions", "hiseg/training/cli.py",
      "argparse has no public list of a parser's actions; used to reword generated help texts"),
-    ("sklearn.base", "BaseEstimator", "_validate_data", "hiseg/clustering/estimator.py",
+    ("sklearn.base", "BaseEstimator", "_validate_data", "hiseg/clustering/params.py",
      "scikit-learn < 1.6 only (validate_data is public from 1.6 and used there): n_features_in_ bookkeeping"),
 )
 #: Not attributes but formats: the loop-state layout that ``hiseg.training.callbacks._epoch_end_loops``

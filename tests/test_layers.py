@@ -28,12 +28,11 @@ ORDER = ["_compat", "_params", "_lazy", "_shipped", "_lifetime", "io", "core", "
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "io": ["errors", "images", "labels", "files"],
-    "core": ["_neighbors", "graph", "ultrametric", "cuts", "losses", "fitting"],
-    "clustering": ["labels", "plotting", "refine", "auto", "estimator"],
+    "core": ["_neighbors", "graph", "ultrametric", "cuts", "soft_cardinal", "triplets", "losses", "fitting"],
+    "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
-    "segmentation": ["superpixels", "pooling", "features", "merging", "saliency", "hostpool", "pipeline", "result",
-                     "segmenter", "outputs",
-                     "predict_ddp"],
+    "segmentation": ["superpixels", "pooling", "features", "torch_features", "merging", "saliency", "hostpool",
+                     "pipeline", "result", "segmenter", "outputs", "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],

@@ -7,6 +7,7 @@ from scipy.special import expit
 
 from hiseg.core import losses
 from hiseg.core.graph import grid_graph
+from hiseg.core.soft_cardinal import _soft_cardinal_core
 from hiseg.core.ultrametric import build_hierarchy, subdominant_ultrametric
 
 from test_ultrametric import random_connected_graph
@@ -226,8 +227,8 @@ def test_soft_cardinal_chunks_of_frequencies_agree(rng):
     h = build_hierarchy(g, rng.random(g.num_edges) * 5)
     alt = rng.random(h.num_nodes - h.num_leaves) * 5
     gc = rng.standard_normal(alt.size)
-    one = losses._soft_cardinal_core(h, alt, 30.0, 1e-10, gc)
-    chunked = losses._soft_cardinal_core(h, alt, 30.0, 1e-10, gc, chunk_elems=3 * h.num_nodes)
+    one = _soft_cardinal_core(h, alt, 30.0, 1e-10, gc)
+    chunked = _soft_cardinal_core(h, alt, 30.0, 1e-10, gc, chunk_elems=3 * h.num_nodes)
     for x, y in zip(one, chunked):
         np.testing.assert_allclose(x, y, rtol=1e-12, atol=1e-12)
 

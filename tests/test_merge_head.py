@@ -14,8 +14,8 @@ from hiseg.segmentation.segmenter import Segmenter
 from hiseg.models import get_model
 from hiseg.models.weights import save_weights
 from hiseg.segmentation import Pipeline, PipelineError
-from hiseg.segmentation.merging import (FEATURES, MergeHead, MergeHeadError, TorchEdgeFeatures, edge_features,
-                                       edge_features_torch, network_fingerprint)
+from hiseg.segmentation.merging import FEATURES, MergeHead, MergeHeadError, network_fingerprint
+from hiseg.segmentation.torch_features import TorchEdgeFeatures, edge_features, edge_features_torch
 from hiseg.segmentation.pooling import rag_frontier_mean
 from hiseg.core.ultrametric import average_linkage_ultrametric
 

@@ -20,7 +20,10 @@ The package, in the order of a fit:
 * :mod:`hiseg.clustering.refine` -- the default's refinement (Dasgupta relaxation, exact cost kept);
 * :mod:`hiseg.clustering.auto` -- the automatic choices (which graphs and starts to fit,
   the score that keeps one);
-* :mod:`hiseg.clustering.estimator` -- :class:`UltrametricClustering` itself.
+* :mod:`hiseg.clustering.params` -- the estimator's parameter and partial-label checks;
+* :mod:`hiseg.clustering.candidates` -- its graphs and the fits it tries and keeps;
+* :mod:`hiseg.clustering.estimator` -- :class:`UltrametricClustering` itself (parameters,
+  ``fit``, the fitted attributes).
 
 The measures of a whole hierarchy, :func:`dendrogram_purity` and :func:`dasgupta_cost`
 (for any hiseg hierarchy, fitted estimator, scipy linkage matrix or higra tree), are

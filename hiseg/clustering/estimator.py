@@ -1,31 +1,25 @@
-"""The scikit-learn estimator :class:`UltrametricClustering` (see :mod:`hiseg.clustering`).
+"""The scikit-learn estimator :class:`UltrametricClustering` (see :mod:`hiseg.clustering`): its
+parameters, ``fit`` and the fitted attributes.
 
-Its automatic choices (which fits, which to keep) are :mod:`hiseg.clustering.auto`, the
-reading of partial labels :mod:`hiseg.clustering.labels`, the measures of its hierarchy
+What ``fit`` does is elsewhere, one module per concern: the parameter checks
+:mod:`hiseg.clustering.params`, the fits tried and kept :mod:`hiseg.clustering.candidates`,
+its automatic choices (which fits, which to keep) :mod:`hiseg.clustering.auto`, the reading
+of partial labels :mod:`hiseg.clustering.labels`, the measures of its hierarchy
 :mod:`hiseg.metrics.hierarchy`.
 """
 from __future__ import annotations
 
-import numbers
-import time
-
 import numpy as np
 from sklearn.base import BaseEstimator, ClusterMixin
-from sklearn.utils import check_random_state
 from sklearn.utils.validation import check_is_fitted
 
-from ..core import losses
-from ..core.cuts import AUTO_MIN_CLUSTER_FRACTION, check_count, cut_hierarchy, resolve_min_size
-from ..core.fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY, fit_ultrametric
+from ..core.cuts import check_count
 from ..metrics.hierarchy import dendrogram_purity
-from . import auto, refine
-from .labels import label_array, partial_labels
+from . import auto
+from .candidates import fit_candidates, fit_refined
+from .params import check_params, check_partial_labels, validate_data
 
 __all__ = ["UltrametricClustering"]
-
-#: ``max_iter=None`` for the paper's losses (``loss="auto"``: :data:`hiseg.clustering.refine.REFINE_MAX_ITER`)
-PAPER_MAX_ITER = 200
-_LOSS_CHOICES = (auto.AUTO_LOSS,) + LOSSES
 
 
 def _keep_duplicates_together(X, labels, n_clusters) -> np.ndarray:
@@ -55,16 +49,6 @@ def _digest(X) -> str:
 
     X = np.ascontiguousarray(X, dtype=np.float64)
     return hashlib.blake2b(X.tobytes(), digest_size=16).hexdigest() + str(X.shape)
-
-
-def _validate_data(est, X, reset: bool = True):
-    """``sklearn.utils.validation.validate_data`` (>= 1.6) or the estimator method before."""
-    kw = dict(accept_sparse=False, dtype=np.float64, ensure_min_samples=1, ensure_min_features=1)
-    try:
-        from sklearn.utils.validation import validate_data
-    except ImportError:  # scikit-learn < 1.6
-        return est._validate_data(X, reset=reset, **kw)
-    return validate_data(est, X, reset=reset, **kw)
 
 
 class UltrametricClustering(ClusterMixin, BaseEstimator):
@@ -306,93 +290,6 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.optimizer = optimizer
         self.random_state = random_state
 
-    # ------------------------------------------------------------------ validation
-    def _check_params(self):
-        def integer(name, low, allow_none=False):
-            v = getattr(self, name)
-            if v is None and allow_none:
-                return
-            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
-                raise TypeError(f"{name} must be an integer, got {v!r} ({type(v).__name__})")
-            if v < low:
-                raise ValueError(f"{name} must be >= {low}, got {v}")
-
-        def real(name, positive=False):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not np.isfinite(v):
-                raise TypeError(f"{name} must be a finite real number, got {v!r}")
-            if positive and not v > 0:
-                raise ValueError(f"{name} must be > 0, got {v}")
-            if not positive and v < 0:
-                raise ValueError(f"{name} must be >= 0, got {v}")
-
-        if not isinstance(self.loss, str):
-            raise ValueError(f"loss must be one of {_LOSS_CHOICES} (or a '+' combination of registered "
-                             f"terms), got {self.loss!r}")
-        if self.loss != auto.AUTO_LOSS:
-            try:
-                losses.parse_loss(self.loss)
-            except ValueError as e:
-                raise ValueError(f"loss must be one of {_LOSS_CHOICES} (or a '+' combination of registered "
-                                 f"terms), got {self.loss!r}: {e}") from None
-        check_count(self.n_clusters)
-        integer("n_neighbors", 1, allow_none=True)
-        if self.dissimilarity not in auto.DISSIMILARITIES:
-            raise ValueError(f"dissimilarity must be one of {auto.DISSIMILARITIES}, got {self.dissimilarity!r}")
-        integer("top_nodes", 0)
-        integer("max_iter", 1, allow_none=True)
-        integer("patience", 1, allow_none=True)
-        integer("max_triplets", 1, allow_none=True)
-        if self.lr is not None:
-            real("lr", positive=True)
-        real("sigmoid_slope", positive=True)
-        for name in ("size_weight", "triplet_weight", "margin"):
-            real(name)
-        if self.knn not in ("auto", "exact", "approximate"):
-            raise ValueError(f"knn must be 'auto', 'exact' or 'approximate', got {self.knn!r}")
-        if self.connect not in ("auto", "mst", "components", True):
-            raise ValueError(f"connect must be 'auto', 'mst' or 'components', got {self.connect!r}")
-        if isinstance(self.init, str) and self.init not in INITS + ("auto",):
-            raise ValueError(f"init must be 'auto', 'input' or 'average', got {self.init!r}")
-        m = self.min_size
-        if not (m == "auto" if isinstance(m, str) else isinstance(m, numbers.Real) and not isinstance(m, bool)
-                and np.isfinite(m) and m >= 0):
-            raise ValueError(f"min_size must be 'auto', a number of samples >= 1, a fraction of "
-                             f"the samples in [0, 1) or 0, got {m!r}")
-        if self.positivity not in POSITIVITY:
-            raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {self.positivity!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {self.optimizer!r}")
-        closest = self.loss != auto.AUTO_LOSS and "closest" in losses.parse_loss(self.loss)
-        if self.optimizer == "newton" and not closest:
-            raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")
-
-    def _check_y(self, y, n_samples):
-        """Partial labels for the triplet term: (n_samples,) ints (or any labels); unlabelled:
-        -1, NaN, None or pandas' NA (see :func:`hiseg.clustering.labels.partial_labels`)."""
-        uses_y = self.loss != auto.AUTO_LOSS and bool({"labels", "triplets"} & losses.Objective(self.loss).needs)
-        if y is None:
-            if uses_y:
-                raise ValueError(f"loss {self.loss!r} needs partial labels: call fit(X, y) with y of "
-                                 "length n_samples and -1 (or NaN / None) for the unlabelled samples")
-            return None
-        y = label_array(y)
-        if y.shape[0] != n_samples:
-            raise ValueError(f"y has {y.shape[0]} labels but X has {n_samples} samples "
-                             "(give -1 for the unlabelled samples)")
-        if not uses_y:
-            return None  # accepted for API compatibility (pipelines, cross-validation), unused
-        y = partial_labels(y)
-        lab = y[y >= 0]
-        classes, counts = np.unique(lab, return_counts=True)
-        if classes.size < 2:
-            raise ValueError(f"loss {self.loss!r} needs labelled samples of at least two classes; the "
-                             f"labelled part of y has {classes.size} class"
-                             + ("" if classes.size == 1 else "es"))
-        if counts.max() < 2:
-            raise ValueError(f"loss {self.loss!r} needs a class with at least two labelled samples")
-        return y
-
     # ------------------------------------------------------------------ fit
     def fit(self, X, y=None):
         """Fit the hierarchy and its ``n_clusters`` cut on the samples ``X``.
@@ -427,109 +324,18 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             scikit-learn's ``KMeans`` warns): ``labels_`` then has one cluster per distinct
             sample, identical samples together (fewer than ``n_clusters`` clusters).
         """
-        self._check_params()
-        X = _validate_data(self, X, reset=True)
+        check_params(self)
+        X = validate_data(self, X, reset=True)
         n = X.shape[0]
         check_count(self.n_clusters, n)
-        y = self._check_y(y, n)
+        y = check_partial_labels(self, y, n)
         loss = auto.resolved_loss(self.loss, n)
         if loss == auto.AUTO_LOSS:
-            best, self.candidates_, self.timings_ = self._fit_refined(X)
+            best, self.candidates_, self.timings_ = fit_refined(self, X)
         else:
-            best, self.candidates_, self.timings_ = self._fit_candidates(X, y, loss)
+            best, self.candidates_, self.timings_ = fit_candidates(self, X, y, loss)
         self._set_fitted(X, best)
         return self
-
-    def _seed(self):
-        """``random_state`` as an int or None (a RandomState instance draws one)."""
-        seed = self.random_state
-        if seed is not None and not isinstance(seed, numbers.Integral):
-            seed = int(check_random_state(seed).randint(np.iinfo(np.int32).max))
-        return seed
-
-    def _fit_refined(self, X):
-        """``loss="auto"``: refine each start (:func:`hiseg.clustering.auto.refine_starts`) on
-        the Euclidean graph and keep the lowest exact Dasgupta cost (ties: the first start).
-        Returns what :meth:`_fit_candidates` returns; reads no label."""
-        n = X.shape[0]
-        seed = self._seed()
-        k = auto.refine_neighbours(self.n_neighbors, n, type(self).__name__)
-        timings = dict(graph=0.0, fit=0.0, cut=0.0)
-        t0 = time.perf_counter()
-        graph, w = self._graph(X, "euclidean", k, seed, {})
-        similarities = refine.gaussian_similarities(w)
-        timings["graph"] += time.perf_counter() - t0
-        min_size = self._min_size(None, n)
-        settings = dict(sigmoid_slope=float(self.sigmoid_slope), patience=self.patience, positivity=self.positivity,
-                        optimizer=self.optimizer,
-                        lr=refine.REFINE_LR if self.lr is None else float(self.lr),
-                        max_iter=refine.REFINE_MAX_ITER if self.max_iter is None else int(self.max_iter))
-        best, candidates = None, []
-        for start in auto.refine_starts(self.dissimilarity, self.init, n):
-            t = time.perf_counter()
-            u0, scale = refine.start_ultrametric(start, graph, w, X)
-            name = start if isinstance(start, str) else "array"
-            fit = refine.refine(graph, similarities, u0, start_name=name, **settings)
-            t2 = time.perf_counter()
-            labels = cut_hierarchy(fit.hierarchy, int(self.n_clusters), min_size)
-            timings["fit"] += t2 - t
-            timings["cut"] += time.perf_counter() - t2
-            dissimilarity = "ward" if name == "ward" else "euclidean"
-            candidates.append(dict(dissimilarity=dissimilarity, n_neighbors=k, init=name, score=(-fit.cost,)))
-            if best is None or fit.cost < best["res"].cost:  # ties: the first start
-                best = dict(dissimilarity=dissimilarity, k=k, init=start, res=fit, labels=labels, graph=graph,
-                            w=w, scale=scale, min_size=min_size)
-        return best, candidates, timings
-
-    def _fit_candidates(self, X, y, loss):
-        """Fit every candidate (:mod:`hiseg.clustering.auto`: graphs, then starts) of one of
-        the paper's ``loss`` and keep the best score (ties: the first). Returns (the kept fit
-        as a dict, the candidates' records, the seconds spent on graphs, fits and cuts)."""
-        import torch
-
-        n = X.shape[0]
-        seed = self._seed()
-        # every setting goes to the loss (the registry's terms read theirs); labels where a term needs them
-        needs = losses.Objective(loss).needs
-        kw = dict(size_weight=float(self.size_weight), top_nodes=int(self.top_nodes),
-                  triplet_weight=float(self.triplet_weight), margin=float(self.margin),
-                  max_triplets=self.max_triplets, random_state=seed, sigmoid_slope=float(self.sigmoid_slope),
-                  labels=y if {"labels", "triplets"} & needs else None)
-        min_size = self._min_size(y, n)
-        lr = None if self.lr is None else float(self.lr)
-        max_iter = PAPER_MAX_ITER if self.max_iter is None else int(self.max_iter)
-        graphs = auto.candidate_graphs(self.dissimilarity, self.n_neighbors, self.init, n, y is not None,
-                                       type(self).__name__)
-        best, candidates, timings = None, [], dict(graph=0.0, fit=0.0, cut=0.0)
-        knn = {}  # neighbour count -> (graph, edge lengths): built once when both fits share it
-        for dissimilarity, k in graphs:
-            t0 = time.perf_counter()
-            graph, w = self._graph(X, dissimilarity, k, seed, knn)
-            timings["graph"] += time.perf_counter() - t0
-            # the fit sees distances in units of their mean: scale-free losses and settings
-            scale = float(w.mean()) if w.size and w.max() > 0 else 1.0
-            fit_w = w / scale
-            if "graph_weights" in needs:
-                # duplicated samples give zero distances, which the dissimilarity mode divides by
-                fit_w = np.maximum(fit_w, 1e-9 * fit_w.max()) if fit_w.max() > 0 else np.ones_like(fit_w)
-            with torch.no_grad():
-                wt = torch.as_tensor(fit_w, dtype=torch.float64)
-            for init in auto.candidate_starts(self.init, n, y is not None, dissimilarity):
-                t = time.perf_counter()
-                res = fit_ultrametric(graph, wt, loss=loss, lr=lr, max_iter=max_iter,
-                                      positivity=self.positivity, patience=self.patience, init=init,
-                                      optimizer=self.optimizer, **kw)
-                t2 = time.perf_counter()
-                labels = cut_hierarchy(res.hierarchy, int(self.n_clusters), min_size)
-                timings["fit"] += t2 - t
-                timings["cut"] += time.perf_counter() - t2
-                score = auto.candidate_score(labels, res.hierarchy, y, knn.get(graphs[0][1]), len(graphs))
-                candidates.append(dict(dissimilarity=dissimilarity, n_neighbors=k,
-                                       init=init if isinstance(init, str) else "array", score=score))
-                if best is None or score > best["score"]:  # ties: the first candidate
-                    best = dict(score=score, dissimilarity=dissimilarity, k=k, init=init, res=res, labels=labels,
-                                graph=graph, w=w, scale=scale, min_size=min_size)
-        return best, candidates, timings
 
     def _set_fitted(self, X, best):
         """The fitted attributes of the kept fit."""
@@ -550,32 +356,6 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         self.n_iter_ = int(res.n_iter)
         self.min_size_ = best["min_size"]
         self._X_digest = _digest(X)
-
-    def _graph(self, X, dissimilarity, k, seed, knn: dict):
-        """The kNN + spanning-edges graph (``k`` neighbours) and the input dissimilarity on
-        its edges; ``knn`` caches the graphs by neighbour count."""
-        from ..core.graph import knn_graph
-
-        if k not in knn:
-            knn[k] = knn_graph(X, k, connect=self.connect, method=self.knn,
-                               random_state=0 if seed is None else seed)
-        graph, w = knn[k]
-        if dissimilarity == "ward":
-            from ..core.ultrametric import ward_linkage_ultrametric
-
-            w = ward_linkage_ultrametric(graph, X)
-        return graph, w
-
-    def _min_size(self, y, n):
-        """The minimum cluster size of the cut (samples)."""
-        m = self.min_size
-        if isinstance(m, str) and y is not None and (y >= 0).any():  # "auto" with partial labels
-            # half the smallest labelled class share, in samples
-            counts = np.bincount(y[y >= 0])
-            share = counts[counts > 0].min() / counts.sum()
-            return max(1.0, 0.5 * share * n)
-        v = resolve_min_size(m, int(self.n_clusters), n, AUTO_MIN_CLUSTER_FRACTION)
-        return max(1.0, v) if isinstance(m, str) else v
 
     def fit_predict(self, X, y=None):
         """Fit and return ``labels_`` (see :meth:`fit`)."""
@@ -625,7 +405,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
             ``X`` is not the fitted data, ``y`` of the wrong length or with NaN.
         """
         check_is_fitted(self, "parents_")
-        X = _validate_data(self, X, reset=False)
+        X = validate_data(self, X, reset=False)
         if _digest(X) != getattr(self, "_X_digest", None):
             raise ValueError("score_hierarchy needs the samples the hierarchy was fitted on (it is "
                              "defined on them only); call fit(X) first")

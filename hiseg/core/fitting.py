@@ -16,7 +16,7 @@ import torch
 
 from . import losses
 from .graph import as_edge_list
-from .ultrametric import Hierarchy, build_hierarchy, check_weights
+from .ultrametric import Hierarchy, _average_linkage, _check_values, _host_weights, _single_linkage
 
 __all__ = ["fit_ultrametric", "FitResult", "LOSSES", "OPTIMIZERS", "POSITIVITY", "INITS", "make_loss"]
 
@@ -168,15 +168,17 @@ def fit_ultrametric(graph, weights, loss: Union[str, Callable] = "closest", *, l
 
 # ----------------------------------------------------------------------------- validation
 def _check_graph_and_weights(graph, weights, loss, positivity, dtype):
+    """``(edge list, detached weights tensor)``: the one validation of a fit's graph and weights
+    (the loop then builds its hierarchies from them unchecked)."""
     el = as_edge_list(graph)
     if not isinstance(weights, torch.Tensor):
         weights = torch.as_tensor(np.asarray(weights))
-    check_weights(weights, el.num_edges)
+    _check_values(weights, True, el.num_edges)
     if dtype is not None:
         weights = weights.to(dtype)
     w = weights.detach()
-    if isinstance(loss, str) and "dasgupta" in loss.split("+"):
-        check_weights(w, el.num_edges, nonnegative=True)
+    if isinstance(loss, str) and "dasgupta" in loss.split("+"):  # in the fit's dtype
+        _check_values(w, True, el.num_edges, nonnegative=True)
     if positivity is not None and bool((w < 0).any()):
         raise ValueError("weights contain negative values but positivity is enforced "
                          f"({positivity!r}); pass positivity=None for signed weights")
@@ -215,13 +217,11 @@ def _start(init, el, w: torch.Tensor) -> torch.Tensor:
     if isinstance(init, str):
         if init not in INITS:
             raise ValueError(f"init must be 'input', 'average' or a (E,) array/tensor, got {init!r}")
-        if init == "average":
-            from .ultrametric import average_linkage_ultrametric
-
-            return average_linkage_ultrametric(el, w, check=False).detach()
+        if init == "average":  # el and w are checked: the private builder
+            return _average_linkage(el, _host_weights(w))._device_ultrametric(w).detach()
         return w.clone()
     start = torch.as_tensor(init, dtype=w.dtype, device=w.device).detach().clone()
-    check_weights(start, el.num_edges, name="init")
+    _check_values(start, True, el.num_edges, name="init")
     return start
 
 
@@ -348,8 +348,8 @@ def _descend(el, w, J, theta, param, step, max_iter: int, stopper: _EarlyStoppin
     for it in range(max_iter):
         theta.grad = None
         wt = param(theta)
-        h = build_hierarchy(el, wt, check=False)
-        u = h.ultrametric(wt)
+        h = _single_linkage(el, _host_weights(wt))
+        u = h._device_ultrametric(wt)
         val = J(h, u, wt, w)
         if not torch.isfinite(val):
             raise FloatingPointError(f"loss {name!r} became {val.item()} at iteration {it}")
@@ -363,5 +363,5 @@ def _descend(el, w, J, theta, param, step, max_iter: int, stopper: _EarlyStoppin
         val.backward()
         step(h)
     # the final iterate has not been evaluated after its last step: keep the best seen
-    h = build_hierarchy(el, stopper.best_weights, check=False)
-    return FitResult(h.ultrametric(stopper.best_weights), h, stopper.best_loss, it + 1, stopper.best_iter, history)
+    h = _single_linkage(el, _host_weights(stopper.best_weights))
+    return FitResult(h._device_ultrametric(stopper.best_weights), h, stopper.best_loss, it + 1, stopper.best_iter, history)

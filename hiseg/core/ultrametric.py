@@ -71,7 +71,13 @@ def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative
         Not 1-D, length differs from ``num_edges``, NaN or infinite values, or (with
         ``nonnegative``) negative values.
     """
-    if is_tensor(weights):
+    _check_values(weights, is_tensor(weights), num_edges, name=name, nonnegative=nonnegative)
+    return weights
+
+
+def _check_values(weights, tensor: bool, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
+    """:func:`check_weights` once the caller has told a tensor (``tensor``) from an array."""
+    if tensor:
         if weights.dtype in (torch.bool,) or not torch.is_floating_point(weights):
             raise TypeError(f"{name} must be a floating point tensor, got dtype {weights.dtype}")
         shape = tuple(weights.shape)
@@ -92,7 +98,30 @@ def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative
         raise ValueError(f"{name} contains NaN or infinite values")
     if neg:
         raise ValueError(f"{name} contains negative values; this loss needs dissimilarities >= 0")
-    return weights
+
+
+def _checked_input(graph, weights, check: bool, tensor: Optional[bool] = None):
+    """``(edge list, weights on the host, batch or None)`` of a public builder's arguments: the
+    graph normalised and, with ``check``, the graph and the weights validated, here and only
+    here; the host weights are numpy (a tensor detached and copied to the CPU, float32 or
+    float64). The private builders (:func:`_single_linkage`, :func:`_average_linkage`) take
+    them as they are. ``tensor``: whether ``weights`` is a tensor, when the caller knows."""
+    batch = graph if isinstance(graph, BatchedGraph) else None
+    el = as_edge_list(graph, check=check)
+    tensor = is_tensor(weights) if tensor is None else tensor
+    if check:
+        _check_values(weights, tensor, el.num_edges)
+    return el, _host_weights(weights) if tensor else np.asarray(weights), batch
+
+
+def _host_weights(weights: torch.Tensor) -> np.ndarray:
+    """A weight tensor as the builders read it: detached, on the host, float32 or float64."""
+    w = weights.detach()
+    if w.device.type != "cpu":
+        w = w.cpu()
+    if w.dtype not in (torch.float32, torch.float64):
+        w = w.float()
+    return w.numpy()
 
 
 # ----------------------------------------------------------------------------- workspace
@@ -319,6 +348,10 @@ class Hierarchy:
         array for numpy weights, no torch)."""
         if not is_tensor(weights):
             return np.asarray(weights)[self.pass_edge]
+        return self._device_ultrametric(weights)
+
+    def _device_ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
+        """:meth:`ultrametric` of a tensor, on its device (the caller knows it is one)."""
         return weights[self._index("pass_edge", self.pass_edge, weights.device)]
 
     def _extended(self, weights: torch.Tensor) -> torch.Tensor:
@@ -383,20 +416,13 @@ def build_hierarchy(graph: GraphLike, weights, *, check: bool = True) -> Hierarc
     TypeError
         Non-float weights, non-integer vertex ids.
     """
-    batch = graph if isinstance(graph, BatchedGraph) else None
-    el = as_edge_list(graph, check=check)
+    return _single_linkage(*_checked_input(graph, weights, check))
+
+
+def _single_linkage(el: EdgeList, w: np.ndarray, batch: Optional[BatchedGraph] = None) -> Hierarchy:
+    """:func:`build_hierarchy` of a checked edge list and host weights (``batch``: the
+    :class:`BatchedGraph` ``el`` is the edge list of, or None); nothing is checked again."""
     E, N = el.num_edges, el.num_vertices
-    if check:
-        check_weights(weights, E)
-    if is_tensor(weights):
-        w = weights.detach()
-        if w.device.type != "cpu":
-            w = w.cpu()
-        if w.dtype not in (torch.float32, torch.float64):
-            w = w.float()
-        w = w.numpy()
-    else:
-        w = np.asarray(weights)
     s, t = el.sources, el.targets
     if batch is not None and batch.num_graphs > 1:
         vs, vt = _connect_batch(batch)
@@ -447,10 +473,10 @@ def _canonical_bpt(sources: np.ndarray, targets: np.ndarray, order: np.ndarray, 
 
 
 def _disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
-    from .graph import connected_components
+    from ._neighbors import components
 
     n = el.num_vertices
-    ncomp, lab = connected_components(el)
+    ncomp, lab = components(el.sources, el.targets, n)  # el is checked: no second normalisation
     if batch is not None:
         gi = batch.vertex_graph_index()
         bad = sorted({int(gi[v]) for v in range(n) if lab[v] != lab[batch.vertex_ptr[gi[v]]]})
@@ -489,8 +515,8 @@ def subdominant_ultrametric(graph: GraphLike, weights: torch.Tensor, *, return_h
     """
     if not is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
-    h = build_hierarchy(graph, weights, check=check)
-    u = h.ultrametric(weights)
+    h = _single_linkage(*_checked_input(graph, weights, check, tensor=True))
+    u = h._device_ultrametric(weights)
     return (u, h) if return_hierarchy else u
 
 
@@ -526,29 +552,32 @@ class AverageLinkageHierarchy(Hierarchy):
         super().__init__(graph, parents, mst_edge_map, pass_edge, edge_lca, batch)
         self.lengths = lengths
 
-    def _lengths(self, weights: torch.Tensor) -> torch.Tensor:
-        if self.lengths is None:
-            return weights.new_ones(self.num_edges)
-        return self._index("lengths", self.lengths, weights.device).to(weights.dtype)
-
     def node_altitudes(self, weights: torch.Tensor) -> torch.Tensor:
         """Altitudes of all nodes: leaves 0, internal nodes the length-weighted mean of the
         edges joining their children (differentiable); virtual top nodes of a batch get
         ``max(weights) + 1`` (constant). Numpy weights: a float64 numpy array (no torch;
         the same sums, :func:`numpy.bincount` for ``index_add``)."""
+        return self._device_altitudes(weights) if is_tensor(weights) else self._host_altitudes(weights)
+
+    def _host_altitudes(self, weights) -> np.ndarray:
+        """:meth:`node_altitudes` of numpy weights, in numpy."""
         n_int = self.num_nodes - self.num_leaves
-        if not is_tensor(weights):
-            w = np.asarray(weights, np.float64)
-            ln = np.ones(self.num_edges) if self.lengths is None else self.lengths
-            lca = self.edge_lca - self.num_leaves
-            num = np.bincount(lca, weights=ln * w, minlength=n_int)
-            den = np.bincount(lca, weights=ln, minlength=n_int)
-            if self.batch is not None and self.batch.num_graphs > 1:
-                virt = self.mst_edge_map >= self.num_edges
-                den[virt], num[virt] = 1.0, (w.max() + 1 if w.size else 1.0)
-            return np.concatenate([np.zeros(self.num_leaves), num / den])
+        w = np.asarray(weights, np.float64)
+        ln = np.ones(self.num_edges) if self.lengths is None else self.lengths
+        lca = self.edge_lca - self.num_leaves
+        num = np.bincount(lca, weights=ln * w, minlength=n_int)
+        den = np.bincount(lca, weights=ln, minlength=n_int)
+        if self.batch is not None and self.batch.num_graphs > 1:
+            virt = self.mst_edge_map >= self.num_edges
+            den[virt], num[virt] = 1.0, (w.max() + 1 if w.size else 1.0)
+        return np.concatenate([np.zeros(self.num_leaves), num / den])
+
+    def _device_altitudes(self, weights: torch.Tensor) -> torch.Tensor:
+        """:meth:`node_altitudes` of a tensor, on its device, differentiable."""
+        n_int = self.num_nodes - self.num_leaves
         lca = self._index("edge_lca_int", self.edge_lca - self.num_leaves, weights.device)
-        ln = self._lengths(weights)
+        ln = (weights.new_ones(self.num_edges) if self.lengths is None
+              else self._index("lengths", self.lengths, weights.device).to(weights.dtype))
         num = weights.new_zeros(n_int).index_add(0, lca, ln * weights)
         den = weights.new_zeros(n_int).index_add(0, lca, ln)
         if self.batch is not None and self.batch.num_graphs > 1:  # virtual top nodes (known on the CPU)
@@ -562,8 +591,11 @@ class AverageLinkageHierarchy(Hierarchy):
         """The average-linkage ultrametric on the graph edges: ``altitude(lca(e))`` (a numpy
         array for numpy weights, no torch)."""
         if not is_tensor(weights):
-            return self.node_altitudes(weights)[self.edge_lca]
-        return self.node_altitudes(weights)[self._index("edge_lca", self.edge_lca, weights.device)]
+            return self._host_altitudes(weights)[self.edge_lca]
+        return self._device_ultrametric(weights)
+
+    def _device_ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
+        return self._device_altitudes(weights)[self._index("edge_lca", self.edge_lca, weights.device)]
 
 
 def _check_lengths(lengths, num_edges: int):
@@ -604,16 +636,22 @@ def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
     ValueError / TypeError
         As :func:`build_hierarchy`; lengths of the wrong shape, not finite, or <= 0.
     """
-    batch = graph if isinstance(graph, BatchedGraph) else None
-    el = as_edge_list(graph, check=check)
+    return _average_linkage(*_checked_average_input(graph, weights, lengths, check))
+
+
+def _checked_average_input(graph, weights, lengths, check: bool, tensor: Optional[bool] = None):
+    """:func:`_checked_input` with the lengths checked too: ``(edge list, host weights, float64
+    lengths or None, batch or None)``, what :func:`_average_linkage` takes."""
+    el, w, batch = _checked_input(graph, weights, check, tensor)
+    return el, w, _check_lengths(lengths, el.num_edges), batch
+
+
+def _average_linkage(el: EdgeList, w: np.ndarray, ln: Optional[np.ndarray] = None,
+                     batch: Optional[BatchedGraph] = None) -> "AverageLinkageHierarchy":
+    """:func:`build_average_linkage_hierarchy` of a checked edge list, host weights and
+    checked lengths (float64 or None); nothing is checked again."""
     E, N = el.num_edges, el.num_vertices
-    if check:
-        check_weights(weights, E)
-    ln = _check_lengths(lengths, E)
-    if is_tensor(weights):
-        w = weights.detach().to("cpu", torch.float64).numpy()
-    else:
-        w = np.asarray(weights, dtype=np.float64)
+    w = np.asarray(w, dtype=np.float64)
     s, t = el.sources, el.targets
     if batch is not None and batch.num_graphs > 1:
         vs, vt = _connect_batch(batch)
@@ -681,8 +719,8 @@ def average_linkage_ultrametric(graph: GraphLike, weights: torch.Tensor, lengths
     """
     if not is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
-    h = build_average_linkage_hierarchy(graph, weights, lengths, check=check)
-    u = h.ultrametric(weights)
+    h = _average_linkage(*_checked_average_input(graph, weights, lengths, check, tensor=True))
+    u = h._device_ultrametric(weights)
     return (u, h) if return_hierarchy else u
 
 

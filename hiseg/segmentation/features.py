@@ -2,13 +2,13 @@
 computation for one RAG (:func:`numpy_edge_features`).
 
 A feature is a statistic of the boundary map along a RAG edge's frontier (a
-:class:`_MapFeature`: :class:`hiseg.segmentation.merging.TorchEdgeFeatures` computes those in
+:class:`_MapFeature`: :class:`hiseg.segmentation.torch_features.TorchEdgeFeatures` computes those in
 torch, differentiably, for training and the torch path) or a function of the RAG and the image
 alone (length, region sizes, colour and texture differences: numpy, computed once per RAG
 by both paths). :func:`numpy_edge_features` is the same computation in numpy (float64,
 the same smoothing kernel and border, the same ranks) for the onnxruntime path, which
 imports no torch (:mod:`hiseg.export.runtime`); ``tests/test_export.py`` checks it equals
-:class:`~hiseg.segmentation.merging.TorchEdgeFeatures` to 1e-12 on real maps.
+:class:`~hiseg.segmentation.torch_features.TorchEdgeFeatures` to 1e-12 on real maps.
 """
 from __future__ import annotations
 
@@ -162,7 +162,7 @@ def _gaussian_taps(sigma: float) -> np.ndarray:
 def numpy_edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)
                         ) -> np.ndarray:
     """(E, len(names)) float64 features of one RAG's edges (:data:`FEATURES`) from its (H, W)
-    boundary map, in numpy: what :class:`~hiseg.segmentation.merging.TorchEdgeFeatures`
+    boundary map, in numpy: what :class:`~hiseg.segmentation.torch_features.TorchEdgeFeatures`
     computes (the same sums in the same order, to float64 rounding). ``image``: the (H, W, 3)
     float RGB image (colour and texture features). Cost O(H W k + P log P) for P frontier
     pixel pairs and smoothing kernels of k taps. MergeHeadError for an unknown name or a map

@@ -47,9 +47,9 @@ from typing import Optional
 import numpy as np
 
 from .._lifetime import process_pool
-from ..core.graph import BatchedGraph, as_edge_list
-from ..core.ultrametric import (AverageLinkageHierarchy, _check_lengths, _disconnected_message, _LeafLCA,
-                           build_average_linkage_hierarchy, check_weights)
+from ..core.graph import BatchedGraph, EdgeList
+from ..core.ultrametric import (AverageLinkageHierarchy, _average_linkage, _checked_average_input,
+                                _disconnected_message, _LeafLCA)
 
 __all__ = ["HostPool", "host_pool", "resolve_workers", "available_cores", "average_linkage_batch",
            "thread_pool", "MIN_POOL_EDGES", "MIN_POOL_PIXELS"]
@@ -200,7 +200,7 @@ def average_linkage_job(sources: np.ndarray, targets: np.ndarray, num_vertices: 
     int64 arrays ``parents``, ``mst_edge_map`` and ``edge_lca``, with ``lca`` also the leaves'
     depth-first ranks and the split nodes between consecutive leaves (the level 0 of the leaf-lca
     table). ValueError for a disconnected graph."""
-    h = build_average_linkage_hierarchy((sources, targets, int(num_vertices)), weights, lengths, check=False)
+    h = _average_linkage(EdgeList(sources, targets, int(num_vertices)), weights, lengths)
     if not lca or h.num_leaves < 2:
         return h.parents, h.mst_edge_map, h.edge_lca, np.zeros(h.num_leaves, np.int64), np.zeros(0, np.int64)
     order = _LeafLCA(h.tree, h.parents, h.num_leaves, h.sizes, h.children(), transient=True)
@@ -256,14 +256,8 @@ def average_linkage_batch(graph: BatchedGraph, weights, lengths=None, pool: Opti
     :func:`~hiseg.core.ultrametric.build_average_linkage_hierarchy` (a disconnected graph names its
     index in the batch).
     """
-    el = as_edge_list(graph, check=check)
+    el, w, ln, _ = _checked_average_input(graph, weights, lengths, check)
     E, N, B = el.num_edges, el.num_vertices, graph.num_graphs
-    if check:
-        check_weights(weights, E)
-    ln = _check_lengths(lengths, E)
-    if hasattr(weights, "detach"):
-        weights = weights.detach().cpu().numpy()
-    w = np.asarray(weights)
     vptr, eptr = np.asarray(graph.vertex_ptr, np.int64), np.asarray(graph.edge_ptr, np.int64)
     jobs = [(el.sources[eptr[b]:eptr[b + 1]] - vptr[b], el.targets[eptr[b]:eptr[b + 1]] - vptr[b],
              int(vptr[b + 1] - vptr[b]), w[eptr[b]:eptr[b + 1]], None if ln is None else ln[eptr[b]:eptr[b + 1]], lca)

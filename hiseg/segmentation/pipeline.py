@@ -67,9 +67,10 @@ from ..core.fitting import fit_ultrametric
 from ..core.graph import BatchedGraph, region_adjacency_graph
 from ..core.ultrametric import build_average_linkage_hierarchy, build_hierarchy, subdominant_ultrametric, upload_indices
 from .hostpool import average_linkage_batch
-from .merging import MergeHead, MergeHeadError, TorchEdgeFeatures
+from .merging import MergeHead, MergeHeadError
 from .pooling import batch_frontier_pixels, frontier_mean
 from .superpixels import color_gradient, make_superpixels
+from .torch_features import TorchEdgeFeatures
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
 
@@ -301,7 +302,7 @@ class Pipeline:
     def graph_weights(self, rags, maps: torch.Tensor, images=None, frontier=None, head=None) -> torch.Tensor:
         """(E_total,) weights of the edges of B RAGs (in batch order) from their maps (B, H, W),
         differentiable in the maps (and in the head), on the maps' device, in their dtype: the
-        merging head's output on its features (:class:`~hiseg.segmentation.merging.TorchEdgeFeatures`,
+        merging head's output on its features (:class:`~hiseg.segmentation.torch_features.TorchEdgeFeatures`,
         ``images``: the B (H, W, 3) float images on the host, or a (B, 3, H, W) tensor, for the
         colour and texture features) or the mean boundary along each frontier
         (:func:`~hiseg.segmentation.pooling.frontier_mean`). ``frontier``: the batch's
@@ -348,9 +349,11 @@ class Pipeline:
         either way."""
         if self.linkage == "closest":  # single linkage of the fitted ultrametric
             weights = weights / weights.max().clamp_min(1e-12)
-            if self.fit_iterations > 0:
-                weights = fit_ultrametric(graph, weights, max_iter=self.fit_iterations).ultrametric
-            return subdominant_ultrametric(graph, weights, return_hierarchy=True)
+            check = self.fit_iterations == 0
+            if not check:  # the fit checks the graph and the weights; its output needs no second check
+                fit = fit_ultrametric(graph, weights, max_iter=self.fit_iterations)
+                graph, weights = fit.hierarchy.graph, fit.ultrametric
+            return subdominant_ultrametric(graph, weights, return_hierarchy=True, check=check)
         w = weights if host_weights is None else host_weights
         if self.linkage == "single":
             h = build_hierarchy(graph, w)
@@ -378,5 +381,5 @@ class Pipeline:
         if rag.graph.num_vertices == 1:
             return rag, np.zeros(0), None
         w = self.edge_weights(rag, boundary, image)
-        u, h = self.ultrametric(rag.graph, w, rag.frontier_lengths().astype(np.float64))
+        u, h = self.ultrametric(rag, w, rag.frontier_lengths().astype(np.float64))
         return rag, u.numpy(), h
