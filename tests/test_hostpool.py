@@ -93,7 +93,7 @@ def test_pool_equals_in_process_bitwise(pool, always_pool):
 
 
 def test_losses_equal_with_the_pool_float64(pool, always_pool):
-    """closest + triplet through Pipeline.ultrametric in float64: the pool's equal the in-process
+    """closest + triplet through Pipeline.batch_ultrametric in float64: the pool's equal the in-process
     ones to 1e-12 (in fact bitwise), value and gradient."""
     g, w, ln = _batch([(10, 8), (7, 9), (1, 3), (8, 8)], 5)
     target = torch.from_numpy(np.random.default_rng(1).random(g.num_edges))
@@ -103,7 +103,7 @@ def test_losses_equal_with_the_pool_float64(pool, always_pool):
     out = []
     for p in (None, pool):
         wt = torch.tensor(w, requires_grad=True)
-        u, h = pipe.ultrametric(g, wt, ln, lca=True, pool=p)
+        u, h = pipe.batch_ultrametric(g, wt, ln, lca=True, pool=p)
         loss = closest(u, target) + triplet(h, wt, trip, margin=0.2)
         loss.backward()
         out.append((loss.detach(), wt.grad))

@@ -335,18 +335,14 @@ class Pipeline:
         except ValueError as e:
             raise PipelineError(str(e)) from None
 
-    def ultrametric(self, graph, weights: torch.Tensor, lengths=None, *, host_weights=None, lca: bool = False,
-                    pool=None):
-        """(u, hierarchy) of the configured linkage (a graph or a batch of graphs); ``u``
-        differentiable in ``weights`` (except ``closest``, a fit), on their device. The tree
-        is built on the host from ``host_weights`` (the weights already copied there, the
-        training step's one device-to-host copy) or from a copy of ``weights``; its gather
-        indices (with ``lca`` the leaf-lca tables the triplet term queries) go to the weights'
-        device in one copy (:func:`hiseg.core.ultrametric.upload_indices`). ``lengths``: the
-        frontier lengths (average linkage). A batch's average linkage is one tree per graph
-        (:func:`hiseg.segmentation.hostpool.average_linkage_batch`), built by ``pool`` (a
-        :class:`~hiseg.segmentation.hostpool.HostPool`; None: in process), the same arrays
-        either way."""
+    def ultrametric(self, graph, weights: torch.Tensor, lengths=None, *, host_weights=None, lca: bool = False):
+        """(u, hierarchy) of one graph's configured linkage; ``u`` differentiable in ``weights``
+        (except ``closest``, a fit), on their device. The tree is built on the host from
+        ``host_weights`` (the weights already copied there) or from a copy of ``weights``; its
+        gather indices (with ``lca`` the leaf-lca tables the triplet term queries) go to the
+        weights' device in one copy (:func:`hiseg.core.ultrametric.upload_indices`).
+        ``lengths``: the frontier lengths (average linkage). A training batch goes through
+        :meth:`batch_ultrametric`."""
         if self.linkage == "closest":  # single linkage of the fitted ultrametric
             weights = weights / weights.max().clamp_min(1e-12)
             check = self.fit_iterations == 0
@@ -355,12 +351,19 @@ class Pipeline:
                 graph, weights = fit.hierarchy.graph, fit.ultrametric
             return subdominant_ultrametric(graph, weights, return_hierarchy=True, check=check)
         w = weights if host_weights is None else host_weights
-        if self.linkage == "single":
-            h = build_hierarchy(graph, w)
-        elif isinstance(graph, BatchedGraph):
-            h = average_linkage_batch(graph, w, lengths, pool, lca=lca)
-        else:
-            h = build_average_linkage_hierarchy(graph, w, lengths)
+        h = build_hierarchy(graph, w) if self.linkage == "single" else build_average_linkage_hierarchy(graph, w, lengths)
+        upload_indices(h, weights.device, lca=lca)
+        return h.ultrametric(weights), h
+
+    def batch_ultrametric(self, graph, weights: torch.Tensor, lengths=None, *, host_weights=None, lca: bool = False,
+                          pool=None):
+        """:meth:`ultrametric` of a training step's batch of graphs: its average linkage is one
+        tree per graph (:func:`hiseg.segmentation.hostpool.average_linkage_batch`), built by
+        ``pool`` (a :class:`~hiseg.segmentation.hostpool.HostPool`; None: in process), the same
+        arrays either way. Kept apart from the one image's path, which never needs a pool."""
+        if self.linkage != "average" or not isinstance(graph, BatchedGraph):
+            return self.ultrametric(graph, weights, lengths, host_weights=host_weights, lca=lca)
+        h = average_linkage_batch(graph, weights if host_weights is None else host_weights, lengths, pool, lca=lca)
         upload_indices(h, weights.device, lca=lca)
         return h.ultrametric(weights), h
 

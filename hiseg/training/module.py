@@ -6,7 +6,7 @@ One training step on a :class:`~hiseg.data.collate.GraphBatch` (the walk of
 and flip, differentiable), the superpixels when it builds them from the prediction
 (:meth:`Pipeline.batch_superpixels`, then the batch's graphs and targets rebuilt), the edge
 weights (:meth:`Pipeline.graph_weights`: frontier mean or the merging head) and the ultrametric
-(:meth:`Pipeline.ultrametric`, the tree built on the host); the loss is the registry's
+(:meth:`Pipeline.batch_ultrametric`, the trees built on the host); the loss is the registry's
 :class:`~hiseg.core.losses.Objective` of the configured terms; AdamW with a warm-up and a cosine
 decay steps. Validation sums losses and boundary counts in a torchmetrics metric
 (:class:`hiseg.metrics.validation.SegmentationMetrics`). Host synchronisation per step: one
@@ -288,8 +288,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         check_finite(host, w.numel(), early, self.global_step)
         lengths = (np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
                    if pipe.linkage == "average" else None)
-        u, h = pipe.ultrametric(batch.graph, w, lengths, host_weights=host[:w.numel()], lca="triplets" in obj.needs,
-                                pool=self.host_pool)
+        u, h = pipe.batch_ultrametric(batch.graph, w, lengths, host_weights=host[:w.numel()],
+                                      lca="triplets" in obj.needs, pool=self.host_pool)
         clock("tree")
         x.update(ultrametric=u, hierarchy=h)
         parts.update(obj.parts(x, [n for n in obj.active if n not in parts]))
