@@ -32,7 +32,7 @@ SUB_ORDER = {
     "clustering": ["labels", "plotting", "refine", "auto", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "features", "merging", "saliency", "hostpool", "pipeline", "result",
-                     "segmenter", "outputs",
+                     "segmenter", "record", "outputs",
                      "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
