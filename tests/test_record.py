@@ -119,3 +119,13 @@ def test_predict_files_resume_refuses_other_settings(tmp_path):
         warnings.simplefilter("error", UserWarning)  # every image is named in the record: no warning
         assert predict_files(seg, files, out, n_regions=3, resume=True, **kw) == []
     assert image_done(out, "b", True) and (out / "a.mat").read_bytes() == before["a.mat"]
+
+
+def test_a_refused_write_leaves_the_record_naming_the_files_there(tmp_path):
+    d, out = photos(tmp_path, "a.png"), tmp_path / "out"
+    predict_file(classical(), d / "a.png", out, n_regions=3)
+    with pytest.raises(FileExistsError):
+        predict_file(classical(), d / "a.png", out, n_regions=4, overwrite=False)
+    assert predict_file(classical(), d / "a.png", out, n_regions=3, resume=True) is None
+    with pytest.raises(ValueError, match="written with n_regions=3, this call asks for n_regions=4"):
+        predict_file(classical(), d / "a.png", out, n_regions=4, resume=True)

@@ -245,12 +245,17 @@ class _Entry:
                             self.record.check_resume(self.wanted, [self.stem], self.out, call="predict_file"))
 
     def begin(self, overwrite: bool) -> None:
+        self.before = self.record.entry(self.stem)
         self.record.assign(self.wanted, [self.stem], self.present, overwrite)
         self.record.save(clean=self.resume)
 
     def end(self, written: bool) -> None:
-        if not written and not self.record.found and not self.present:
+        """After the write: the image is this call's, or (it failed: its files untouched) as before."""
+        if written:
+            self.record.finish([self.stem], {self.stem})
+        elif not self.record.found and not self.present:
             self.record.discard()  # nothing written into a folder without a record: none left
             return
-        self.record.finish([self.stem], {self.stem} if written else set())
+        else:
+            self.record.put_entry(self.stem, self.before)
         self.record.save(clean=False)

@@ -215,6 +215,21 @@ class RunRecord:
         self.options.append(options)
         return len(self.options) - 1
 
+    def entry(self, stem: str):
+        """Image ``stem``'s entry by option set: None, an option set, or [earlier, later] (what
+        :meth:`put_entry` puts back; the indices change when :meth:`save` renumbers them)."""
+        v = self.images.get(stem)
+        return [None if i is None else self.options[i] for i in v] if isinstance(v, list) else \
+            None if v is None else self.options[v]
+
+    def put_entry(self, stem: str, entry) -> None:
+        """Set image ``stem``'s entry back to ``entry`` (:meth:`entry`)."""
+        if entry is None:
+            self.images.pop(stem, None)
+        else:
+            self.images[stem] = [None if o is None else self._index(o) for o in entry] if isinstance(entry, list) \
+                else self._index(entry)
+
     def check_resume(self, options: dict, present: list, out, call: str = None) -> list:
         """For ``--resume`` with ``options``, over the stems ``present`` (the images with files
         in ``out``): ValueError when one was made with other options (the message names each
