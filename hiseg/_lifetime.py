@@ -17,6 +17,7 @@ included): the one mechanism of every hiseg pool (``hiseg predict --workers N``,
 
 :func:`exit_if_orphaned` is the last check before a file gets its final name
 (:mod:`hiseg.io.files`): a worker never renames a file into place after the main process ended.
+:func:`first_process` tells which process of a DDP run writes what is written once.
 Importing this module costs nothing (no numpy, no torch).
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ import sys
 import threading
 import time
 
-__all__ = ["process_pool", "start_worker", "orphaned", "exit_if_orphaned", "at_orphan", "POLL_S"]
+__all__ = ["first_process", "process_pool", "start_worker", "orphaned", "exit_if_orphaned", "at_orphan", "POLL_S"]
 
 #: Seconds between two checks of the main process where no pidfd is available.
 POLL_S = 0.5
@@ -131,3 +132,11 @@ def process_pool(workers: int, mp_context=None, initializer=None, initargs=()):
 
     return ProcessPoolExecutor(workers, mp_context=mp_context, initializer=start_worker,
                                initargs=(os.getpid(), initializer, tuple(initargs)))
+
+
+def first_process() -> bool:
+    """Whether this process is the first of a DDP run (``RANK``, ``LOCAL_RANK`` and ``NODE_RANK``
+    unset or 0: Lightning's launcher sets them in the processes it starts from this one, other
+    launchers in each process), or of no DDP run: the one that prints and writes what is
+    written once. Read it before the run starts (launchers may set them in this process)."""
+    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))

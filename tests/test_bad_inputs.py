@@ -204,3 +204,35 @@ def test_view_ucm_of_another_size_is_refused_from_the_headers(tmp_path, capsys, 
     assert rc == 1, err
     _one_error_line(err, "b.mat", "belongs to another image (not read)")
     assert (tmp_path / "o" / "a.html").exists()
+
+
+def test_view_ucm_over_the_pixel_limit_is_refused_from_its_header(tmp_path, capsys, monkeypatch):
+    """Issue 43, item 10: the ucm2 that ``hiseg view --ucm`` reads ((2H+1) x (2W+1) float64 values)
+    is held to the pixel limit from the .mat file's header: over it, the file is named in one line
+    with its size and how to raise the limit, and it is not read; the limit raised, it is."""
+    import scipy.io
+
+    d = photos(tmp_path, "a.png", "b.png")
+    h, w = cv2.imread(str(d / "a.png")).shape[:2]
+    ucm = tmp_path / "ucm"
+    ucm.mkdir()
+    for n in "ab":
+        savemat(str(ucm / f"{n}.mat"), {"ucm2": np.zeros((2 * h + 1, 2 * w + 1))})
+    real, read = scipy.io.loadmat, []
+
+    def loadmat(path, *a, **k):
+        read.append(os.path.basename(str(path)))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(scipy.io, "loadmat", loadmat)
+    limit = (2 * h + 1) * (2 * w + 1) - 1  # the images are within it, their ucm2 one value over
+    rc, err = run(capsys, ["view", str(d), "--ucm", str(ucm), "--out", str(tmp_path / "o"), "-q",
+                           "--pixel-limit", str(limit)])
+    assert rc == 1 and read == [], err
+    _one_error_line(err, "a.mat", f"cannot read ucm2 {ucm / 'a.mat'} (for {d / 'a.png'}): it declares "
+                                  f"{2 * w + 1} x {2 * h + 1} pixels ({limit + 1:,}), over the limit of {limit:,} "
+                                  "(raise it with --pixel-limit N")
+    assert not (tmp_path / "o").exists() or not list((tmp_path / "o").glob("*.html"))
+    rc, err = run(capsys, ["view", str(d), "--ucm", str(ucm), "--out", str(tmp_path / "o"), "-q",
+                           "--pixel-limit", str(limit + 1)])
+    assert rc == 0 and sorted(read) == ["a.mat", "b.mat"], err

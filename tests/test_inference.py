@@ -59,7 +59,7 @@ def test_predict_cli_writes_all_files(tmp_path, ckpt):
     names = sorted(p.name for p in out.iterdir())
     assert names == sorted([f"im{i}{s}" for i in range(2) for s in
                             ["_ucm.png", "_ucm16.png", ".mat", "_labels.png", "_overlay.png"]]
-                           + [".hiseg-predict.json"])  # and the run record (hiseg.cli.record.RECORD)
+                           + [".hiseg-predict.json"])  # and the run record (hiseg.segmentation.record.RECORD)
     ucm2 = loadmat(out / "im0.mat")["ucm2"]
     assert ucm2.shape == (97, 129) and ucm2.dtype == np.float64
     u16 = cv2.imread(str(out / "im0_ucm16.png"), cv2.IMREAD_UNCHANGED)

@@ -32,7 +32,7 @@ SUB_ORDER = {
     "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "features", "torch_features", "merging", "saliency", "hostpool",
-                     "pipeline", "result", "segmenter", "outputs", "predict_ddp"],
+                     "pipeline", "result", "segmenter", "record", "outputs", "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],

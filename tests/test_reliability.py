@@ -2,6 +2,7 @@
 valid UTF-8, an interrupted predict resumed, training data checked at start-up, checkpoints
 written atomically, degenerate clustering inputs, HISEG_WEIGHTS_DIR, unreadable images, a
 very large photograph's memory. Each test failed on the code before the fix."""
+import json
 import os
 import signal
 import subprocess
@@ -119,8 +120,9 @@ def test_a_file_name_that_is_not_utf8_is_read_and_written_and_the_others_too(tmp
     so, se = p.communicate(timeout=300)
     assert p.returncode == 0 and "done" in so, se
     stems = [b"a", b"b", b"bad\xff\xfename", b"c"]
-    assert listing(out) == sorted(s + k for s in stems for k in (b".mat", b"_labels.png", b"_overlay.png",
-                                                                 b"_ucm.png", b"_ucm16.png"))
+    assert listing(out) == sorted([b".hiseg-predict.json"] +  # and the run record (hiseg.segmentation.record)
+                                  [s + k for s in stems for k in (b".mat", b"_labels.png", b"_overlay.png",
+                                                                  b"_ucm.png", b"_ucm16.png")])
     assert stray_temps(out) == []
 
 
@@ -237,7 +239,8 @@ def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path)
 
     d = photo_folder(tmp_path, [f"{c}.png" for c in "abcd"])
     out = tmp_path / "out"
-    p = python(RUN_KILLED, d, out, 5 * 2 + 3)  # image c: 2 of its 5 files in place
+    # each image: its entry in the run record, then its 5 files; image c: 2 of its 5 files in place
+    p = python(RUN_KILLED, d, out, 6 * 2 + 1 + 3)
     p.communicate(timeout=300)
     assert p.returncode == -signal.SIGKILL
     assert [image_done(out, s, True) for s in "abcd"] == [True, True, False, False]
@@ -248,7 +251,8 @@ def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path)
     assert p.returncode == 0, err
     assert all(image_done(out, s, True) for s in "abcd") and stray_temps(out) == []
     assert {q.name: q.stat().st_mtime_ns for q in out.iterdir() if q.name[0] in "ab"} == before  # skipped
-    assert len(list(out.iterdir())) == 4 * 5
+    assert len(list(out.iterdir())) == 4 * 5 + 1  # and the run record, which names every image
+    assert json.loads((out / ".hiseg-predict.json").read_text())["images"] == {s: 0 for s in "abcd"}
 
 
 # ----------------------------------------------------------------------------- the same through `hiseg predict`

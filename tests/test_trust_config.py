@@ -83,3 +83,39 @@ def test_trust_config_lets_a_trusted_config_run_its_classes(tmp_path):
         train_py(["fit", "--trust-config", "--trainer.callbacks+=collections.OrderedDict",
                   "--trainer.default_root_dir", str(tmp_path), "--trainer.max_steps", "0"])
     assert "a config is code" not in str(e.value)
+
+
+DTYPES = ["torch.float32", "torch.float16", "torch.bfloat16", "torch.float64", "torch.int64", "torch.uint8",
+          "torch.bool"]
+
+
+@pytest.mark.parametrize("value", DTYPES)
+def test_a_torch_dtype_is_data_and_passes_without_trust_config(tmp_path, value):
+    import torch
+
+    from hiseg.training.configs import check_config_objects
+
+    assert isinstance(getattr(torch, value.split(".")[1]), torch.dtype)  # the truth: a dtype, not code
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"model:\n  init_args:\n    dtype: {value}\n")
+    check_config_text(["--config", str(cfg)])
+    check_config_text(["--model.init_args.dtype", value])
+    check_config_objects({"model": {"init_args": {"dtype": getattr(torch, value.split(".")[1])}}})  # as parsed
+
+
+@pytest.mark.parametrize("value", ["os.system", "subprocess.run", "builtins.eval", "builtins.exec", "torch.load",
+                                   "torch.Tensor", "torch.device", "torch.finfo", "torch.hub.load",
+                                   "torch.float32.to", "torch.onnx", "torch._dynamo", "numpy.float32"])
+def test_code_next_to_the_dtypes_is_still_refused(tmp_path, value):
+    import sys
+
+    from hiseg.training.configs import UntrustedConfigError
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(f"model:\n  init_args:\n    dtype: {value}\n")
+    before = set(sys.modules)
+    with pytest.raises(UntrustedConfigError, match=rf"config {cfg}\.model\.init_args\.dtype names '{value}'"):
+        check_config_text(["--config", str(cfg)])
+    with pytest.raises(UntrustedConfigError, match="a config is code"):
+        check_config_text(["--model.init_args.dtype", value])
+    assert set(sys.modules) - before == set()  # nothing imported to tell

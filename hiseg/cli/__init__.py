@@ -20,8 +20,8 @@ table is ``docs/cli.md``):
 * ``--workers N``: processes working on the images in parallel, ``auto`` by default (one per
   usable CPU, at most 8; none when there are too few images to pay for starting them);
 * ``-q/--quiet``: no progress bar (and, in predict and view, no line naming the model);
-* ``--pixel-limit N`` (predict, view, evaluate): an image file declaring more than ``N`` pixels is
-  refused from its header, in one line, and the others processed (``HISEG_PIXEL_LIMIT``;
+* ``--pixel-limit N`` (predict, view, evaluate): an image file declaring more than ``N`` pixels (a
+  ``view --ucm`` ucm2: ``N`` values) is refused from its header, in one line, and the others processed (``HISEG_PIXEL_LIMIT``;
   :data:`hiseg.io.PIXEL_LIMIT` by default);
 * cuts in the names of :mod:`hiseg.core.cuts`' vocabulary: ``--regions K`` (``n_regions``),
   ``--min-region-size SIZE`` (``min_size``); ``--level T``: the segmentation at level ``T`` of

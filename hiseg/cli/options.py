@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from .._lifetime import first_process
+
 __all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_pixel_limit", "pixel_limit_of", "add_workers",
            "add_quiet", "add_overwrite", "add_model", "add_deprecated", "image_command", "add_regions", "add_level",
            "add_min_region_size", "EXIT_STATUS", "collect_images", "default_workers", "resolve_workers", "make_segmenter",
@@ -83,7 +85,8 @@ def add_pixel_limit(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--pixel-limit", type=option_type(int, _at_least_zero_pixels), default=None, metavar="N",
                    help="an image file declaring more than N pixels (height x width, read from its header before "
-                        "decoding) is refused, the others processed; 0: no limit"
+                        "decoding), or a ucm2 of `hiseg view --ucm` more than N values, is refused, the others "
+                        "processed; 0: no limit"
                         + default_text(f"${PIXEL_LIMIT_ENV}, else {PIXEL_LIMIT}"))
 
 
@@ -392,14 +395,6 @@ def make_segmenter(args):
     seg = Segmenter(model_name(args), device=device)
     seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage, max_pixels=args.max_pixels)
     return seg
-
-
-def first_process() -> bool:
-    """Whether this process is the first of a DDP run (``RANK``, ``LOCAL_RANK`` and ``NODE_RANK``
-    unset or 0: Lightning's launcher sets them in the processes it starts from this one, other
-    launchers in each process), or of no DDP run: the one that prints and writes what is
-    written once. Read it before the run starts (launchers may set them in this process)."""
-    return all(os.environ.get(v, "0") == "0" for v in ("RANK", "LOCAL_RANK", "NODE_RANK"))
 
 
 def announce(command: str, seg, args) -> None:

@@ -12,7 +12,7 @@ byte for byte whichever runs (all go through :func:`hiseg.segmentation.outputs.p
   devices per node (:mod:`hiseg.segmentation.predict_ddp`; no ``--html``).
 
 The driver does the rest once: collect the inputs, refuse existing outputs before anything is
-loaded or written, check ``--resume`` against the run record and write it (:mod:`hiseg.cli.record`),
+loaded or written, check ``--resume`` against the run record and write it (:mod:`hiseg.segmentation.record`),
 build and name the model, report warnings and failed images in input order, write the index
 page, exit 0 / 1 / 2 (:data:`hiseg.cli.options.EXIT_STATUS`).
 """
@@ -273,7 +273,7 @@ def _predict_ddp(seg, files: list, opts: dict, args, failures: list) -> bool:
     accelerator = {"cpu": "cpu", "cuda": "gpu", "mps": "mps"}.get(seg.device.type, "auto")
     failures += predict_files(seg, files, opts["out"], n_regions=opts["regions"], threshold=opts["threshold"],
                               min_size=opts["min_size"], tile=opts["tile"], overwrite=opts["overwrite"],
-                              resume=opts["resume"], lock=False,  # run() holds it
+                              resume=opts["resume"], lock=False, record=False,  # run() holds both
                               trainer_kwargs=dict(accelerator=accelerator, devices=args.devices,
                                                   num_nodes=args.num_nodes, strategy="ddp"))
     return rank_zero_only.rank == 0
@@ -288,6 +288,7 @@ def _predict_one(seg, f: Path, opts: dict, pmap=None):
 
     done = predict_file(seg, f, opts["out"], opts["tile"], opts["regions"], opts["threshold"], opts["min_size"],
                         boundary=pmap, overwrite=opts.get("overwrite", True), resume=opts.get("resume", False),
+                        record=False,  # run() keeps it, once
                         also=[view.page_outputs(opts["out"], [f.stem])[f"{f.stem}.html"]] if opts["html"] else ())
     if done is None:  # --resume: complete already
         return None, []

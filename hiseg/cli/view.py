@@ -115,11 +115,13 @@ def _write(args, files: list, mats: list, inputs: list, out: Path) -> int:
 def _check_ucm2_header(image, mat) -> None:
     """ValueError when the ucm2 in ``mat`` is not the (2H+1) x (2W+1) map of ``image``, both
     sizes read from the files' headers (the image's within the pixel limit,
-    :func:`hiseg.io.image_header`): a ucm2 of another, larger image is refused before it is read.
+    :func:`hiseg.io.image_header`): a ucm2 of another, larger image is refused before it is read,
+    and so is one that declares more entries than the pixel limit (DataError,
+    :func:`hiseg.io.check_pixels`: (2H+1) x (2W+1) float64 values, 32 bytes per pixel of the image).
     Files whose header does not tell (not a MATLAB 5 file, no ``ucm2``) are left to the reader."""
     from scipy.io import whosmat
 
-    from ..io import image_header
+    from ..io import check_pixels, image_header
 
     h, w = image_header(image)[:2]
     try:
@@ -127,6 +129,8 @@ def _check_ucm2_header(image, mat) -> None:
     except Exception:  # noqa: BLE001 - not a file whosmat reads: load_prediction names the problem
         return
     shape = shapes.get("ucm2")
+    if shape is not None and len(shape) == 2:
+        check_pixels(*shape, f"{mat} (for {image})", what="ucm2")
     if shape is not None and tuple(shape) != (2 * h + 1, 2 * w + 1):
         raise ValueError(f"{mat} (for {image}) holds a ucm2 of shape {tuple(shape)}, the map of a "
                          f"{(shape[0] - 1) // 2}x{(shape[1] - 1) // 2} (HxW) image, but the image is {h}x{w}: "

@@ -21,7 +21,7 @@ from typing import Optional
 import numpy as np
 
 from ..segmentation.segmenter import Segmenter
-from .manifest import ExportError, read_manifest
+from .manifest import MANIFEST, ExportError, read_manifest
 
 __all__ = ["ExportedModel", "ExportedSegmenter", "onnxruntime_module", "INSTALL_HINT"]
 
@@ -180,6 +180,8 @@ class ExportedSegmenter(Segmenter):
         self.pipeline = self.exported
         self.model, self.device = None, "cpu"
         self.name = f"{self.exported.name} (exported, {self.exported.folder})"
+        # what a run record names it by (hiseg.segmentation.record): the folder, its manifest's digest
+        self.checkpoint, self.checkpoint_file = str(self.exported.folder), self.exported.folder / MANIFEST
 
     @classmethod
     def from_exported(cls, folder, threads: Optional[int] = None, **kwargs) -> "ExportedSegmenter":

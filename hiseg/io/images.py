@@ -45,11 +45,12 @@ def pixel_limit() -> int:
     return v
 
 
-def check_pixels(height: int, width: int, path) -> None:
-    """DataError naming ``path`` when a ``height`` x ``width`` image is over :func:`pixel_limit`."""
+def check_pixels(height: int, width: int, path, what: str = "image") -> None:
+    """DataError naming ``path`` when a ``height`` x ``width`` image is over :func:`pixel_limit`;
+    ``what``: the kind of file, as the message names it (a ``ucm2`` is held to the same limit)."""
     limit = pixel_limit()
     if limit and int(height) * int(width) > limit:
-        raise DataError(f"cannot read image {display_path(path)}: it declares {int(width)} x {int(height)} pixels "
+        raise DataError(f"cannot read {what} {display_path(path)}: it declares {int(width)} x {int(height)} pixels "
                         f"({int(height) * int(width):,}), over the limit of {limit:,} (raise it with --pixel-limit N "
                         f"or {PIXEL_LIMIT_ENV}=N; 0: no limit)")
 

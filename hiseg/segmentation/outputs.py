@@ -162,15 +162,14 @@ def image_done(out_dir, stem: str, cut: bool, also=()) -> bool:
     """Whether every file of image ``stem`` (:func:`image_outputs`, plus the paths ``also``,
     e.g. its ``--html`` page) is present and complete (:func:`hiseg.io.file_complete`: a few
     small reads per file): what ``hiseg predict --resume`` skips. It does not tell which
-    options wrote them: ``hiseg predict`` checks that against its run record in the folder
-    (:class:`hiseg.cli.record.RunRecord`) before it skips anything; a caller of this function
-    (or of :func:`predict_file` with ``resume=True``) answers for that itself."""
+    options wrote them: ``hiseg predict`` and :func:`predict_file` check that against the
+    folder's run record (:class:`hiseg.segmentation.record.RunRecord`) before they skip anything."""
     return all(file_complete(p) for p in [*image_outputs(out_dir, stem, cut), *also])
 
 
 def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Optional[int] = None,
                  threshold: Optional[float] = None, min_size="auto", boundary: Optional[np.ndarray] = None,
-                 overwrite: bool = True, resume: bool = False, also=()):
+                 overwrite: bool = True, resume: bool = False, also=(), record: bool = True):
     """``hiseg predict``'s work on one image file: read it, segment it with ``seg`` and
     :func:`write_outputs` its files into ``out_dir``. ``boundary``: its boundary map at the
     working resolution, when the network ran elsewhere (``--workers``, :mod:`hiseg.segmentation.predict_ddp`);
@@ -184,6 +183,15 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
     interrupted run) is done again, its files replaced and the interrupted run's temporary
     files removed.
 
+    ``record``: keep the folder's run record (:class:`hiseg.segmentation.record.RunRecord`, the
+    one ``hiseg predict`` keeps): the image is entered with this call's settings and model
+    (:func:`~hiseg.segmentation.record.call_options`), and ``resume=True`` refuses (ValueError
+    naming each setting that differs) an image whose files were made with others, as ``hiseg
+    predict --resume`` does; one the record does not name is skipped with a warning. Calls into
+    one folder from several processes at once may lose each other's entries (a resume then
+    skips those images with that warning): use :func:`~hiseg.segmentation.predict_ddp.predict_files`
+    or ``hiseg predict --workers``. False: the caller keeps the record (``hiseg predict``).
+
     Returns (image, result, the warnings' messages), or None for a skipped image; the image
     as :meth:`Segmenter.read` gives it (a large one: its decoded integer array, RGB order).
     """
@@ -191,17 +199,63 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
 
     path = Path(path)
     cut = n_regions is not None or threshold is not None
+    run = _Entry(seg, path, out_dir, n_regions, threshold, min_size, resume) if record else None
     if resume:
         mine = image_outputs(out_dir, path.stem, cut)
         if image_done(out_dir, path.stem, cut, also):
+            if run is not None and run.unknown:
+                warnings.warn(f"predict_file(resume=True): {display_path(out_dir)} has files of "
+                              f"{display_path(path.name)} that its run record does not name: their settings cannot be "
+                              "checked; skipped as they are (resume=False does it again)", stacklevel=2)
             return None
         for p in [*mine, *also]:
             remove_stray_temps(p)
         overwrite = overwrite or any(os.path.lexists(p) for p in mine)
     work, out_shape, img = seg.read(path)
     res = seg.finish(work, seg.network_map(work, tile) if boundary is None else boundary, out_shape)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        write_outputs(out_dir, path.stem, res, img, n_regions=n_regions, threshold=threshold, min_size=min_size,
-                      overwrite=overwrite)
+    if run is not None:
+        run.begin(overwrite)
+    written = False
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            write_outputs(out_dir, path.stem, res, img, n_regions=n_regions, threshold=threshold, min_size=min_size,
+                          overwrite=overwrite)
+        written = True
+    finally:
+        if run is not None:
+            run.end(written)
     return img, res, [str(w.message) for w in caught]
+
+
+class _Entry:
+    """One image's entry in its folder's run record, as :func:`predict_file` keeps it: checked
+    when made (``resume``: ValueError when the image's files there were made otherwise;
+    ``unknown``: the record does not name them), :meth:`begin` before its files are written,
+    :meth:`end` after."""
+
+    def __init__(self, seg, path: Path, out_dir, n_regions, threshold, min_size, resume: bool):
+        from .record import RunRecord, call_options
+
+        self.out, self.stem, self.resume = Path(out_dir), path.stem, resume
+        self.record, self.wanted = RunRecord(out_dir), call_options(seg, n_regions, threshold, min_size)
+        self.present = {self.stem} if any(os.path.lexists(p) for p in output_paths(out_dir, self.stem).values()) \
+            else set()
+        self.unknown = bool(resume and self.present and
+                            self.record.check_resume(self.wanted, [self.stem], self.out, call="predict_file"))
+
+    def begin(self, overwrite: bool) -> None:
+        self.before = self.record.entry(self.stem)
+        self.record.assign(self.wanted, [self.stem], self.present, overwrite)
+        self.record.save(clean=self.resume)
+
+    def end(self, written: bool) -> None:
+        """After the write: the image is this call's, or (it failed: its files untouched) as before."""
+        if written:
+            self.record.finish([self.stem], {self.stem})
+        elif not self.record.found and not self.present:
+            self.record.discard()  # nothing written into a folder without a record: none left
+            return
+        else:
+            self.record.put_entry(self.stem, self.before)
+        self.record.save(clean=False)

@@ -35,7 +35,7 @@ import torch
 from pytorch_lightning.callbacks import BasePredictionWriter
 from torch.utils.data import DataLoader, Dataset
 
-from ..io import folder_lock, refuse_overwrite
+from ..io import display_path, folder_lock, refuse_overwrite
 from .outputs import image_done, output_paths, predict_file
 from .segmenter import Segmenter
 
@@ -103,7 +103,8 @@ class PredictionFilesWriter(BasePredictionWriter):
         f = self.files[i]
         if prediction["error"] is None:
             try:
-                done = predict_file(self.seg, f, self.out, boundary=prediction["pmap"], **self.cut)
+                done = predict_file(self.seg, f, self.out, boundary=prediction["pmap"], record=False,  # predict_files'
+                                    **self.cut)
                 caught = [] if done is None else done[2]
             except IMAGE_ERRORS as e:
                 prediction = dict(prediction, error=str(e))
@@ -130,7 +131,7 @@ class PredictionFilesWriter(BasePredictionWriter):
 def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Optional[int] = None,
                   threshold: Optional[float] = None, min_size="auto", tile: int = 512, overwrite: bool = False,
                   trainer_kwargs: Optional[dict] = None, num_workers: int = 0, resume: bool = False,
-                  lock: bool = True) -> list:
+                  lock: bool = True, record: bool = True) -> list:
     """Write ``hiseg predict``'s files of the image ``files`` into ``out`` with
     ``pl.Trainer(**trainer_kwargs).predict`` (e.g. ``devices=4, strategy="ddp"``; default:
     Lightning's ``auto``). ``num_workers``: the DataLoader's image-decoding processes per
@@ -138,12 +139,13 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     refused before anything runs, one made meanwhile by another run stops this one with
     FileExistsError naming it);
     ``resume``: the images whose files are all present and complete are skipped
-    (:func:`hiseg.segmentation.outputs.image_done`), the others done again; whether the files there were
-    made with the same options is the caller's to check (``hiseg predict --devices N`` checks
-    its run record, :class:`hiseg.cli.record.RunRecord`, before it calls this, and writes it in
-    the first process only). ``lock``: hold :func:`hiseg.io.folder_lock` on ``out`` in the launching
-    process (False: the caller holds it). Returns the failed images, ``(file, message)`` (see the module
-    docstring)."""
+    (:func:`hiseg.segmentation.outputs.image_done`), the others done again. ``record``: keep the
+    folder's run record (:class:`hiseg.segmentation.record.RunRecord`, in the first process), and
+    with ``resume`` refuse (ValueError naming each setting that differs) images whose files were made
+    with other settings or another model, as ``hiseg predict --resume`` does (False: the caller
+    keeps it, as ``hiseg predict --devices N`` does). ``lock``: hold :func:`hiseg.io.folder_lock`
+    on ``out`` in the launching process (False: the caller holds it). Returns the failed images,
+    ``(file, message)`` (see the module docstring)."""
     if segmenter.model is None:
         raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
                          "runs on the CPU: use `hiseg predict --workers N`")
@@ -159,18 +161,76 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     nodes = int((trainer_kwargs or {}).get("num_nodes", 1) or 1)
     launcher = lock and nodes == 1 and os.environ.get("LOCAL_RANK", "0") == "0"
     with (folder_lock(out, "hiseg predict") if launcher else contextlib.nullcontext()):
-        return _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite, trainer_kwargs,
-                              num_workers, resume)
+        book = _Book(segmenter, files, out, n_regions, threshold, min_size, overwrite, resume) if record else None
+        if resume:
+            cut = n_regions is not None or threshold is not None
+            files = [f for f in files if not image_done(out, f.stem, cut)]
+            if book is not None:
+                book.skipped({f.stem for f in files})
+            if not files:
+                return []
+        if book is None:
+            return _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite,
+                                  trainer_kwargs, num_workers, resume)
+        book.begin(files)
+        try:
+            failures = _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite,
+                                      trainer_kwargs, num_workers, resume)
+        except BaseException:
+            book.stopped(files)
+            raise
+        book.end(files, failures)
+        return failures
+
+
+class _Book:
+    """The run record of :func:`predict_files`' folder (:class:`hiseg.segmentation.record.RunRecord`):
+    checked before the run (``resume``: ValueError for images made otherwise), written in the first
+    process only (:func:`hiseg._lifetime.first_process`, read before the run starts)."""
+
+    def __init__(self, segmenter, files, out, n_regions, threshold, min_size, overwrite, resume):
+        from .._lifetime import first_process
+        from .record import RunRecord, call_options
+
+        self.out, self.overwrite, self.first = Path(out), overwrite or resume, first_process()
+        self.record, self.wanted = RunRecord(out), call_options(segmenter, n_regions, threshold, min_size)
+        self.present = {f.stem for f in files if any(os.path.lexists(p) for p in output_paths(out, f.stem).values())}
+        self.unknown = (self.record.check_resume(self.wanted, [f.stem for f in files if f.stem in self.present], out,
+                                                 call="predict_files") if resume else [])
+
+    def skipped(self, todo: set) -> None:
+        """Warn of the complete images that a resume skips unchecked (the record does not name them)."""
+        unchecked = [s for s in self.unknown if s not in todo]
+        if unchecked and self.first:
+            import warnings
+
+            warnings.warn(f"predict_files(resume=True): {display_path(self.out)} has the files of {len(unchecked)} "
+                          f"image(s), e.g. {display_path(unchecked[0])}, that its run record does not name: their "
+                          "settings cannot be checked; skipped as they are (resume=False does them again)",
+                          stacklevel=3)
+
+    def begin(self, files) -> None:
+        if self.first:
+            self.record.assign(self.wanted, [f.stem for f in files], self.present, self.overwrite)
+            self.record.save()
+
+    def stopped(self, files) -> None:
+        """The run stopped: a record it made for a folder it wrote nothing into goes (the others
+        stay as they are: an --overwrite's images are between the two runs, :class:`RunRecord`)."""
+        if self.first and not self.record.found and not any(
+                os.path.lexists(p) for f in files for p in output_paths(self.out, f.stem).values()):
+            self.record.discard()
+
+    def end(self, files, failures) -> None:
+        if self.first:
+            failed = {Path(name).stem for name, _ in failures}
+            self.record.finish([f.stem for f in files], {f.stem for f in files} - failed)
+            self.record.save()
 
 
 def _predict_files(segmenter, files, out, n_regions, threshold, min_size, tile, overwrite, trainer_kwargs,
                    num_workers, resume) -> list:
-    """:func:`predict_files` once its folder is this run's."""
-    if resume:
-        cut = n_regions is not None or threshold is not None
-        files = [f for f in files if not image_done(out, f.stem, cut)]
-        if not files:
-            return []
+    """:func:`predict_files` once its folder is this run's and the images to do are known."""
     writer = PredictionFilesWriter(segmenter.pipeline, files, out, tile, n_regions, threshold, min_size, overwrite,
                                    resume)
     kw = dict(logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)

@@ -182,8 +182,9 @@ class Segmenter:
         their convolutions (:func:`fold_for_inference`: the same maps to float32 rounding,
         faster); a network passed as a module is used as given. Default True.
 
-    Attributes: ``model``, ``device``, ``pipeline`` and ``name`` (the shipped model's registered
-    name, the checkpoint's path, ``"classical"`` without a network, else the network's class).
+    Attributes: ``model``, ``device``, ``pipeline``, ``name`` (the shipped model's registered
+    name, the checkpoint's path, ``"classical"`` without a network, else the network's class) and
+    ``checkpoint`` (that name or path when this Segmenter loaded it, else None).
     Loading a checkpoint raises FileNotFoundError, CheckpointError, ArchitectureMismatchError,
     PipelineError (see :meth:`from_checkpoint`).
     """
@@ -194,8 +195,12 @@ class Segmenter:
 
         self.device = resolve_device(device)
         name = None
+        #: the shipped model's name or the checkpoint file it was loaded from (None: a network given as a
+        #: module, or none): what the run record of a folder of its files names (hiseg.segmentation.record)
+        self.checkpoint = None
         if isinstance(model, (str, os.PathLike)):
             name, model, pipeline = _load_named(model, pipeline)
+            self.checkpoint = name
             if fold:
                 model = fold_for_inference(model, channels_last=self.device.type == "cpu")
         self.model = model.to(self.device).eval() if model is not None else None

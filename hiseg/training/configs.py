@@ -1,7 +1,8 @@
 """What a training config may name, checked before the parser imports anything: configs are
 code (a class path outside :data:`TRUSTED_CLASS_PATHS`, a callable, LambdaCallback's arguments
-are refused unless ``--trust-config``), and the class paths of renamed modules are read as
-today's (:data:`hiseg._compat.RENAMED_MODULES`)."""
+are refused unless ``--trust-config``; a dotted value that is data, a torch dtype such as
+``torch.bfloat16``, is not code), and the class paths of renamed modules are read as today's
+(:data:`hiseg._compat.RENAMED_MODULES`)."""
 from __future__ import annotations
 
 import re
@@ -41,6 +42,18 @@ def _untrusted(where: str, what: str) -> UntrustedConfigError:
         "a config you trust (docs/training.md, 'Configs are code')")
 
 
+def _is_data(text: str) -> bool:
+    """Whether the dotted ``text`` names a value that is plain data, not code: one of torch's
+    dtypes (``torch.float32``, ``torch.bfloat16``; looked up in torch's own namespace, which
+    training imports anyway: no other module is imported, no lazy submodule loaded)."""
+    head, _, name = text.partition(".")
+    if head != "torch" or not name or "." in name:
+        return False
+    import torch
+
+    return isinstance(vars(torch).get(name), torch.dtype)
+
+
 def _names_module(text: str) -> bool:
     """Whether ``text`` is a dotted name whose first part is an importable module (found, not imported)."""
     import importlib.util
@@ -71,7 +84,7 @@ def _scan_raw(obj, where: str) -> None:
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             _scan_raw(v, f"{where}[{i}]")
-    elif isinstance(obj, str) and _names_module(obj) and not trusted_class_path(obj):
+    elif isinstance(obj, str) and _names_module(obj) and not trusted_class_path(obj) and not _is_data(obj):
         raise _untrusted(where or "the command line", repr(obj))
 
 
