@@ -11,13 +11,17 @@ options apply (``python train.py fit --help``).
 import sys
 from pathlib import Path
 
-from hiseg.training.help_texts import print_stored_help
+from hiseg.training.help_texts import print_stored_help, print_stored_option_error
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "synthetic.yaml"
 
 if __name__ == "__main__":
-    # a bare help request: the live parser's stored text (no torch); anything else builds the parser
-    if not print_stored_help(sys.argv[1:], Path(sys.argv[0]).name, DEFAULT_CONFIG):
+    # a bare help request or an unknown option: the live parser's stored text or refusal (no torch);
+    # anything else builds the parser
+    prog = Path(sys.argv[0]).name
+    if print_stored_option_error(sys.argv[1:], prog, DEFAULT_CONFIG):
+        sys.exit(2)
+    if not print_stored_help(sys.argv[1:], prog, DEFAULT_CONFIG):
         from hiseg.training.cli import main
 
         main(sys.argv[1:], default_config=DEFAULT_CONFIG)

@@ -293,6 +293,56 @@ def test_stored_train_help_is_what_the_live_parser_prints():
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
 
 
+#: command lines the stored refusal answers (unknown options, their words, stray words), and ones
+#: it leaves to the live parser (a bad value, a nested option it cannot judge, a config named)
+REFUSED = [("--bogus", "1"), ("fit", "--bogus"), ("fitt",), ("fit", "--trainer.max_epochz", "2"),
+           ("validate", "--nope=3", "x"), ("--model.lr", "0.1", "--bogus=2")]
+LEFT_TO_THE_PARSER = [("--trainer.max_epochs", "2"), ("--data.init_args.x", "1", "--bogus"), ("--model.lr",),
+                      ("--config", "configs/bsds500.yaml", "--bogus"), ("--bogus", "--help"), ()]
+
+
+@pytest.mark.slow
+def test_stored_refusals_are_the_live_parsers():
+    """An unknown option or a stray word gets, without torch, exactly what LightningCLI's parser
+    prints (usage, tip, the unrecognized words) and its exit status 2; what the stored text
+    cannot judge is left to the parser."""
+    import os
+    from pathlib import Path
+
+    from hiseg.training import help_texts
+
+    if not _stored_help_applies():
+        pytest.skip("the stored help texts were rendered in another environment")
+    from hiseg.training.help_render import live_refusal
+
+    root = Path(__file__).resolve().parents[1]
+    saved = Path.cwd()
+    os.chdir(root)
+    try:
+        config = root / "configs" / "synthetic.yaml"
+        for argv in REFUSED:
+            stored = help_texts.stored_option_error(argv, "hiseg train", config)
+            status, live = live_refusal(argv, "hiseg train", "configs/synthetic.yaml")
+            assert status == 2 and stored == live, (argv, stored[-300:] if stored else stored, live[-300:])
+        for argv in LEFT_TO_THE_PARSER:
+            assert help_texts.stored_option_error(argv, "hiseg train", config) is None, argv
+    finally:
+        os.chdir(saved)
+
+
+def test_an_unknown_train_option_is_refused_without_torch(tmp_path):
+    """``hiseg train --bogus 1`` and ``python train.py fit --bogus``: the refusal and status 2
+    without building the parser (no torch, no Lightning imported)."""
+    from pathlib import Path
+
+    if not _stored_help_applies():
+        pytest.skip("the stored help texts were rendered in another environment")
+    root = Path(__file__).resolve().parents[1]
+    for argv, script in ((("--bogus", "1"), False), (("fit", "--bogus"), True)):
+        status, _, loaded = _train_help_in_a_fresh_interpreter(argv, root, script=script)
+        assert status == 2 and loaded == [], (argv, status, loaded)
+
+
 def test_docs_cli_table_is_the_help(capsys, monkeypatch):
     """``docs/cli.md``'s table says which command has which option: each row agrees with each
     command's ``--help``."""

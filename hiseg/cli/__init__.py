@@ -38,7 +38,8 @@ table is ``docs/cli.md``):
 ``--trainer.X``, ``fit`` when no subcommand is given). Help, ``--version`` and option errors
 import no torch (:func:`build_parser` adds only the running command's options; commands import
 torch and Lightning when they run); ``hiseg train``'s help is the LightningCLI parser's text,
-stored (:mod:`hiseg.training.help_texts`), while its option errors need that parser (seconds).
+stored (:mod:`hiseg.training.help_texts`), and so is its refusal of an unknown option or a stray
+word; other option errors (a bad value) need that parser (seconds).
 
 ``hiseg --version`` prints the version.
 """

@@ -27,7 +27,6 @@ from pathlib import Path
 from .options import (add_level, add_min_region_size, add_model, add_overwrite, add_quiet, add_regions, add_workers,
                       announce, at_least_one, collect_images, default_text, first_process, image_command,
                       exported_folder, make_segmenter, model_name, option_type, per_file, report_failures, resolve_workers)
-from .record import RECORD, RunRecord, output_options
 
 __all__ = ["add_arguments", "add_pipeline_overrides", "run", "POOL_MIN_IMAGES"]
 
@@ -62,6 +61,7 @@ def add_pipeline_overrides(p: argparse.ArgumentParser) -> None:
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``hiseg predict``'s options to ``p`` and return it."""
+    from ..io.files import RECORD
     image_command(p, "Segment images into hierarchies with the shipped default model (or --checkpoint, or "
                      "--classical): write each image's saliency map (ultrametric contour map) as 8- and 16-bit "
                      "PNGs, its BSDS ucm2 .mat file and, with --regions or --level, a label image and a coloured "
@@ -139,6 +139,8 @@ def _run(args, files: list, ddp: bool) -> int:
         outputs += view.page_outputs(out, [f.stem for f in files]).values()
     # before anything is written (or loaded): no input, and no existing file without --overwrite, is replaced
     refuse_overwrite(outputs, files, overwrite=args.overwrite or args.resume, command="hiseg predict", resume=True)
+    from .record import RunRecord, output_options
+
     record, wanted = RunRecord(out), output_options(args)
     total, everything = len(files), files
     files, present = _to_do(args, out, files, record, wanted)
@@ -192,12 +194,13 @@ def _run(args, files: list, ddp: bool) -> int:
     return report_failures("hiseg predict", failures, len(files))
 
 
-def _to_do(args, out: Path, files: list, record: "RunRecord", wanted: dict) -> tuple[list, set]:
+def _to_do(args, out: Path, files: list, record, wanted: dict) -> tuple[list, set]:
     """(the images this run does, the stems of its images with files in ``out`` already).
     ``--resume``: the check of ``wanted`` (:func:`output_options`) against ``record``
     (ValueError: :meth:`RunRecord.check_resume`), then the images whose files are not all there
     and complete; the skipped ones reported (a warning for those the record does not know)."""
     from ..explorer import page as view
+    from ..io.files import RECORD
     from ..segmentation.outputs import image_done, output_paths
     from ..io import display_path
 

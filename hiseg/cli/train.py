@@ -3,8 +3,9 @@
 
 In a folder holding ``configs/synthetic.yaml`` (the repository's root), ``hiseg train`` with
 no arguments is ``python train.py``'s default run; elsewhere, name a config. A bare help request
-prints the live parser's stored text (:mod:`hiseg.training.help_texts`: no torch, well under a
-second); any other command line builds the parser (seconds), option errors included.
+prints the live parser's stored text, and an unknown option or stray word its refusal
+(:mod:`hiseg.training.help_texts`: no torch, well under a second); any other command line builds
+the parser (seconds).
 """
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ def run(argv: Sequence[str]) -> int:
     """Run ``python train.py ARGV``'s CLI; its exit status (LightningCLI exits itself on errors)."""
     import sys
 
-    from ..training.help_texts import print_stored_help
+    from ..training.help_texts import print_stored_help, print_stored_option_error
 
     default = Path.cwd() / "configs" / "synthetic.yaml"
     default = default if default.is_file() else None
     prog = f"{Path(sys.argv[0]).name} train"
     if print_stored_help(argv, prog, default):
         return 0
+    if print_stored_option_error(argv, prog, default):  # an unknown option: the live parser's refusal
+        return 2
     from ..training.cli import main
 
     saved, sys.argv = sys.argv, [prog, *argv]  # LightningCLI reads sys.argv itself

@@ -14,8 +14,15 @@ import numpy as np
 from .. import _lifetime
 from .errors import display_path
 
-__all__ = ["set_usual_mode", "refuse_overwrite", "remove_stray_temps", "naming_the_file", "AtomicFiles",
+__all__ = ["RECORD", "set_usual_mode", "refuse_overwrite", "remove_stray_temps", "naming_the_file", "AtomicFiles",
            "atomic_write", "atomic_write_files", "folder_lock", "file_complete", "write_png", "write_png_rows"]
+
+
+#: The run record in a folder of ``hiseg predict``'s outputs (:class:`hiseg.segmentation.record.RunRecord`):
+#: the options that made each image's files, which ``--resume`` checks. Hidden, and never one of
+#: the outputs: not refused as an existing file, not in the index, not a temporary file. Named
+#: here, below the packages, so that ``hiseg predict --help`` names it without the image pipeline.
+RECORD = ".hiseg-predict.json"
 
 
 def _umask() -> int:

@@ -15,12 +15,9 @@ import hashlib
 import json
 from pathlib import Path
 
-__all__ = ["RECORD", "RunRecord", "call_options", "checkpoint_identity", "MODELS_OWN"]
+from ..io.files import RECORD
 
-#: The run record in ``--out`` (:class:`RunRecord`): the options that made each image's files,
-#: which ``--resume`` checks. Hidden, and never one of the outputs: not refused as an existing
-#: file, not in the index, not a temporary file.
-RECORD = ".hiseg-predict.json"
+__all__ = ["RECORD", "RunRecord", "call_options", "checkpoint_identity", "MODELS_OWN"]
 
 _FORMAT = "hiseg predict run record 1"
 

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 from .cli import SUBCOMMANDS, main
 from .help_texts import COLUMNS, HELP_FILE, config_digest, environment, load_stored
 
-__all__ = ["VARIANTS", "REQUESTS", "live_help", "render_all", "main_render"]
+__all__ = ["VARIANTS", "REQUESTS", "live_help", "live_refusal", "render_all", "main_render"]
 
 ROOT = Path(__file__).resolve().parents[2]
 #: (command name, default config) of the commands whose help is stored: ``hiseg train`` outside a
@@ -56,6 +56,27 @@ def live_help(argv: Sequence[str], prog: str, default_config: Optional[str]) -> 
         else:
             os.environ["COLUMNS"] = saved_columns
     return out.getvalue()
+
+
+def live_refusal(argv: Sequence[str], prog: str, default_config: Optional[str]) -> tuple:
+    """(exit status, stderr) of the live parser's refusal of ``prog ARGV`` at :data:`COLUMNS`
+    columns: what :func:`hiseg.training.help_texts.stored_option_error` must print."""
+    saved_argv, saved_columns = sys.argv, os.environ.get("COLUMNS")
+    sys.argv, os.environ["COLUMNS"] = [prog, *argv], str(COLUMNS)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            main(list(argv), default_config=default_config)
+    except SystemExit as e:
+        return e.code, err.getvalue()
+    else:
+        raise RuntimeError(f"{prog} {' '.join(argv)} was not refused: it ran")
+    finally:
+        sys.argv = saved_argv
+        if saved_columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = saved_columns
 
 
 def _loaded_distributions() -> list[str]:
