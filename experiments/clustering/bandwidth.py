@@ -13,7 +13,7 @@ more than 0.005 below it, worst gap; a width would be chosen on the pilot group 
 sets below, then the worst gap) and kept only if the held-out group confirms it. Then the per-set purities on
 the benchmark and extra sets.
 
-Writes ``bandwidth.md``. Usage: ``python experiments/clustering/bandwidth.py`` (~5 minutes).
+Writes ``bandwidth.md``. Usage: ``python experiments/clustering/bandwidth.py`` (~6 minutes on a shared 2-core machine).
 """
 import sys
 from pathlib import Path
@@ -56,7 +56,8 @@ def main():
              "| c | group | mean | gap | below | worst |", "|---:|---|---:|---:|---:|---:|"]
     for c in WIDTHS:
         for g, rs in rows.items():
-            lines.append(f"| {c:g} | {g} | " + measure.gap_summary([r[c] for _, r, _ in rs], [b for *_, b in rs]) + " |")
+            cells = measure.gap_summary([r[c] for _, r, _ in rs], [b for *_, b in rs])
+            lines.append(f"| {c:g} | {g} | {cells} |")
     lines += ["", "| set | better of Ward and average | " + " | ".join(f"c = {c:g}" for c in WIDTHS) + " |",
               "|---|---:|" + "---:|" * len(WIDTHS)]
     for name, r, best in rows["benchmark (6)"] + rows["extra (2)"]:

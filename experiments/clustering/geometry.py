@@ -17,7 +17,7 @@ the two extra sets; the benchmark's six):
    "agrees": the share of sets where the chosen hierarchy's purity is within 0.005 of the
    best candidate's.
 
-Writes ``geometry.md``. Usage: ``python experiments/clustering/geometry.py`` (~3 minutes).
+Writes ``geometry.md``. Usage: ``python experiments/clustering/geometry.py`` (~5 minutes on a shared 2-core machine).
 """
 import sys
 import warnings
@@ -143,7 +143,8 @@ def main():
         for g, rs in rows.items():
             picked = [r["purity"][chosen(r, c)] for r in rs]
             agrees = np.mean([p >= max(r["purity"][m] for m in POOL) - 0.005 for p, r in zip(picked, rs)])
-            lines.append(f"| {c} | {g} | " + measure.gap_summary(picked, [r["best"] for r in rs]) + f" | {agrees:.0%} |")
+            cells = measure.gap_summary(picked, [r["best"] for r in rs])
+            lines.append(f"| {c} | {g} | {cells} | {agrees:.0%} |")
     measure.write_table(lines, __file__)
 
 

@@ -19,7 +19,7 @@ set, sets more than 0.005 below it, worst gap; the pilot group is the one a choi
 made on. Then the per-set purities on the benchmark and extra sets.
 
 Writes ``starts_and_costs.md``. Usage: ``python experiments/clustering/starts_and_costs.py``
-(~4 minutes).
+(~6 minutes on a shared 2-core machine).
 """
 import sys
 from pathlib import Path
@@ -103,7 +103,8 @@ def main():
         for c in COSTS:
             for g, rs in rows.items():
                 picked = [r["purity"][min(pool, key=lambda m: r["cost"][c][m])] for r in rs]
-                lines.append(f"| {pool_name} | {c} | {g} | " + measure.gap_summary(picked, [r["best"] for r in rs]) + " |")
+                cells = measure.gap_summary(picked, [r["best"] for r in rs])
+                lines.append(f"| {pool_name} | {c} | {g} | {cells} |")
     named = rows["benchmark (6)"] + rows["extra (2)"]
     methods = REFINED + PLAIN
     lines += ["", "Per set, each refinement and the unrefined linkages; in bold the lowest cost on the 10-NN graph.",
