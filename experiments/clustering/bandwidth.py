@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 import measure  # noqa: E402
-from sets import benchmark_sets, extra_sets, pilot_sets  # noqa: E402
+from sets import groups  # noqa: E402
 
 from hiseg import knn_graph  # noqa: E402
 from hiseg.clustering import refine  # noqa: E402
@@ -41,15 +41,12 @@ def refined(X, y, width) -> float:
 
 
 def main():
-    groups = {"pilot (seeds 100-102, 27)": pilot_sets(), "held-out (seeds 0-2, 27)": pilot_sets((0, 1, 2)),
-              "extra (2)": extra_sets(), "benchmark (6)": benchmark_sets()}
     rows = {}
-    for g, sets in groups.items():
+    for g, sets in groups().items():
         rows[g] = []
         for name, (X, y) in sets.items():
-            best = max(measure.purity(measure.linkage_tree(X, m), y) for m in ("ward", "average"))
-            rows[g].append((name, {c: refined(X, y, c) for c in WIDTHS}, best))
-            print(name, round(best, 3), {c: round(p, 3) for c, p in rows[g][-1][1].items()}, flush=True)
+            rows[g].append((name, {c: refined(X, y, c) for c in WIDTHS}, measure.better_linkage(X, y)))
+            print(name, round(rows[g][-1][2], 3), {c: round(p, 3) for c, p in rows[g][-1][1].items()}, flush=True)
     lines = ["# The width of the default's similarity kernel", "",
              "Written by `bandwidth.py` (its docstring says what each column is). Dendrogram purity; "
              "similarities `exp(-(d / (c m))^2)`, `m` the mean edge length of the 10-NN + MST graph.", "",

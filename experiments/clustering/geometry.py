@@ -35,7 +35,7 @@ from sklearn.preprocessing import StandardScaler  # noqa: E402
 
 import measure  # noqa: E402
 from fits import estimator_fit  # noqa: E402
-from sets import benchmark_sets, extra_sets, pilot_sets  # noqa: E402
+from sets import groups  # noqa: E402
 
 from hiseg.clustering.plotting import to_linkage  # noqa: E402
 
@@ -116,9 +116,7 @@ def chosen(row, criterion) -> str:
 
 
 def main():
-    groups = {"pilot (seeds 100-102, 27)": pilot_sets(), "held-out (seeds 0-2, 27)": pilot_sets((0, 1, 2)),
-              "extra (2)": extra_sets(), "benchmark (6)": benchmark_sets()}
-    rows = {g: measure_group(s) for g, s in groups.items()}
+    rows = {g: measure_group(s) for g, s in groups().items()}
     named = rows["benchmark (6)"] + rows["extra (2)"]
     lines = ["# Geometry before linkage, and label-free choices among hierarchies", "",
              "Written by `geometry.py` (its docstring says what each column is). Dendrogram purity.", "",

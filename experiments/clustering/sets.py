@@ -19,7 +19,7 @@ import numpy as np
 from sklearn import datasets
 from sklearn.preprocessing import MinMaxScaler
 
-__all__ = ["benchmark_sets", "pilot_sets", "extra_sets", "scaled", "BENCHMARK", "PILOT_SEEDS"]
+__all__ = ["benchmark_sets", "pilot_sets", "extra_sets", "groups", "scaled", "BENCHMARK", "PILOT_SEEDS"]
 
 BENCHMARK = ("iris", "wine", "breast cancer", "digits (500)", "blobs (8-d)", "moons")
 PILOT_SEEDS = (100, 101, 102)
@@ -107,3 +107,10 @@ def extra_sets(seed: int = 0) -> dict:
                                                                   random_state=seed),
     }
     return {name: (scaled(X), np.asarray(y)) for name, (X, y) in raw.items()}
+
+
+def groups() -> dict:
+    """group name -> sets: the pilot draws (where a setting would be chosen), the held-out
+    draws (seeds 0-2), :func:`extra_sets` and the benchmark's six, in that order."""
+    return {"pilot (seeds 100-102, 27)": pilot_sets(), "held-out (seeds 0-2, 27)": pilot_sets((0, 1, 2)),
+            "extra (2)": extra_sets(), "benchmark (6)": benchmark_sets()}

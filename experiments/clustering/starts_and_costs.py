@@ -32,7 +32,7 @@ from scipy.cluster.hierarchy import cophenet, linkage  # noqa: E402
 from scipy.spatial.distance import pdist, squareform  # noqa: E402
 
 import measure  # noqa: E402
-from sets import benchmark_sets, extra_sets, pilot_sets  # noqa: E402
+from sets import groups  # noqa: E402
 
 from hiseg import knn_graph  # noqa: E402
 from hiseg.clustering import refine  # noqa: E402
@@ -85,10 +85,8 @@ def costs(X, trees, scale) -> dict:
 
 
 def main():
-    groups = {"pilot (seeds 100-102, 27)": pilot_sets(), "held-out (seeds 0-2, 27)": pilot_sets((0, 1, 2)),
-              "extra (2)": extra_sets(), "benchmark (6)": benchmark_sets()}
     rows = {}
-    for g, sets in groups.items():
+    for g, sets in groups().items():
         rows[g] = []
         for name, (X, y) in sets.items():
             trees, scale = hierarchies(X)
