@@ -26,8 +26,8 @@ torch.set_num_threads(1)
 from hiseg import knn_graph  # noqa: E402
 from hiseg.metrics import dasgupta_cost, dendrogram_purity  # noqa: E402
 
-__all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "gap_summary", "better_linkage", "timed", "write_table",
-           "LINKAGES"]
+__all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "gap_summary", "better_linkage",
+           "timed", "write_table", "LINKAGES"]
 
 LINKAGES = ("ward", "average", "complete", "single")
 
