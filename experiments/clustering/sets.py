@@ -7,7 +7,9 @@ Two groups, kept apart so that no setting is chosen on the sets it is judged on:
   and two generated sets with seed 0 (Gaussian blobs of unequal spreads in 8-d, two
   noisy moons);
 * :func:`pilot_sets`: generated draws (seeds 100, 101, 102) of tabular-like classification
-  sets, Gaussian mixtures and 2-d toy shapes; the only sets on which a default is chosen.
+  sets, Gaussian mixtures and 2-d toy shapes; the only sets on which a default is chosen;
+* :func:`extra_sets`: two more held-out sets, unlike both (5 classes in 30-d, nested
+  Gaussian shells), for checks beyond the pilot generators' seeds 0-2.
 
 ``MinMaxScaler((-1, 1))`` as in the issue (LIBSVM-style scaling).
 """
@@ -17,7 +19,7 @@ import numpy as np
 from sklearn import datasets
 from sklearn.preprocessing import MinMaxScaler
 
-__all__ = ["benchmark_sets", "pilot_sets", "scaled", "BENCHMARK", "PILOT_SEEDS"]
+__all__ = ["benchmark_sets", "pilot_sets", "extra_sets", "groups", "scaled", "BENCHMARK", "PILOT_SEEDS"]
 
 BENCHMARK = ("iris", "wine", "breast cancer", "digits (500)", "blobs (8-d)", "moons")
 PILOT_SEEDS = (100, 101, 102)
@@ -92,3 +94,23 @@ def pilot_sets(seeds=PILOT_SEEDS) -> dict:
         for name, (X, y) in _pilot_draws(seed).items():
             out[f"{name} / {seed}"] = (scaled(X), np.asarray(y))
     return out
+
+
+def extra_sets(seed: int = 0) -> dict:
+    """name -> (X scaled to [-1, 1], y): a 5-class 30-d classification set (one cluster per
+    class, 8 informative features) and three nested Gaussian shells in 3-d, seeded."""
+    raw = {
+        "classif 5 classes (30-d)": datasets.make_classification(
+            400, n_features=30, n_informative=8, n_redundant=4, n_classes=5, n_clusters_per_class=1,
+            class_sep=1.5, random_state=seed),
+        "gaussian shells (3-d)": datasets.make_gaussian_quantiles(n_samples=300, n_features=3, n_classes=3,
+                                                                  random_state=seed),
+    }
+    return {name: (scaled(X), np.asarray(y)) for name, (X, y) in raw.items()}
+
+
+def groups() -> dict:
+    """group name -> sets: the pilot draws (where a setting would be chosen), the held-out
+    draws (seeds 0-2), :func:`extra_sets` and the benchmark's six, in that order."""
+    return {"pilot (seeds 100-102, 27)": pilot_sets(), "held-out (seeds 0-2, 27)": pilot_sets((0, 1, 2)),
+            "extra (2)": extra_sets(), "benchmark (6)": benchmark_sets()}
