@@ -35,48 +35,49 @@ REQUESTS = (("--help",), *((sub, "--help") for sub in SUBCOMMANDS))
 STALE, OTHER_ENVIRONMENT = 1, 3
 
 
-def live_help(argv: Sequence[str], prog: str, default_config: Optional[str]) -> str:
-    """What the live parser prints for ``prog ARGV`` with ``default_config``, at :data:`COLUMNS`
-    columns (the same call as the command's: :func:`hiseg.training.cli.main`, reading ``sys.argv``)."""
+@contextlib.contextmanager
+def _as_command(argv: Sequence[str], prog: str):
+    """``sys.argv`` as ``prog ARGV`` and the terminal :data:`COLUMNS` wide (LightningCLI reads
+    both), restored after."""
     saved_argv, saved_columns = sys.argv, os.environ.get("COLUMNS")
     sys.argv, os.environ["COLUMNS"] = [prog, *argv], str(COLUMNS)
-    out = io.StringIO()
     try:
-        with contextlib.redirect_stdout(out):
-            main(list(argv), default_config=default_config)
-    except SystemExit as e:
-        if e.code not in (0, None):
-            raise RuntimeError(f"{prog} {' '.join(argv)} exited with status {e.code}, not a help text") from None
-    else:
-        raise RuntimeError(f"{prog} {' '.join(argv)} printed no help and ran")
+        yield
     finally:
         sys.argv = saved_argv
         if saved_columns is None:
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = saved_columns
+
+
+def live_help(argv: Sequence[str], prog: str, default_config: Optional[str]) -> str:
+    """What the live parser prints for ``prog ARGV`` with ``default_config``, at :data:`COLUMNS`
+    columns (the same call as the command's: :func:`hiseg.training.cli.main`, reading ``sys.argv``)."""
+    out = io.StringIO()
+    with _as_command(argv, prog):
+        try:
+            with contextlib.redirect_stdout(out):
+                main(list(argv), default_config=default_config)
+        except SystemExit as e:
+            if e.code not in (0, None):
+                raise RuntimeError(f"{prog} {' '.join(argv)} exited with status {e.code}, not a help text") from None
+        else:
+            raise RuntimeError(f"{prog} {' '.join(argv)} printed no help and ran")
     return out.getvalue()
 
 
 def live_refusal(argv: Sequence[str], prog: str, default_config: Optional[str]) -> tuple:
     """(exit status, stderr) of the live parser's refusal of ``prog ARGV`` at :data:`COLUMNS`
     columns: what :func:`hiseg.training.help_texts.stored_option_error` must print."""
-    saved_argv, saved_columns = sys.argv, os.environ.get("COLUMNS")
-    sys.argv, os.environ["COLUMNS"] = [prog, *argv], str(COLUMNS)
     err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            main(list(argv), default_config=default_config)
-    except SystemExit as e:
-        return e.code, err.getvalue()
-    else:
-        raise RuntimeError(f"{prog} {' '.join(argv)} was not refused: it ran")
-    finally:
-        sys.argv = saved_argv
-        if saved_columns is None:
-            del os.environ["COLUMNS"]
-        else:
-            os.environ["COLUMNS"] = saved_columns
+    with _as_command(argv, prog):
+        try:
+            with contextlib.redirect_stderr(err):
+                main(list(argv), default_config=default_config)
+        except SystemExit as e:
+            return e.code, err.getvalue()
+    raise RuntimeError(f"{prog} {' '.join(argv)} was not refused: it ran")
 
 
 def _loaded_distributions() -> list[str]:

@@ -109,13 +109,16 @@ def stored_help(argv: Sequence[str], prog: str, default_config=None) -> Optional
     return entry["text"]
 
 
+def _print(text: Optional[str], stream) -> bool:
+    if text is not None:
+        stream.write(text)
+        stream.flush()
+    return text is not None
+
+
 def print_stored_help(argv: Sequence[str], prog: str, default_config=None) -> bool:
     """Print the stored help text for ``prog ARGV`` (:func:`stored_help`); whether there was one."""
-    text = stored_help(argv, prog, default_config)
-    if text is not None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    return text is not None
+    return _print(stored_help(argv, prog, default_config), sys.stdout)
 
 
 def _option_kind(name: str, known: set) -> str:
@@ -195,8 +198,4 @@ def stored_option_error(argv: Sequence[str], prog: str, default_config=None) -> 
 
 def print_stored_option_error(argv: Sequence[str], prog: str, default_config=None) -> bool:
     """Print :func:`stored_option_error` on stderr; whether there was one (the command then exits 2)."""
-    text = stored_option_error(argv, prog, default_config)
-    if text is not None:
-        sys.stderr.write(text)
-        sys.stderr.flush()
-    return text is not None
+    return _print(stored_option_error(argv, prog, default_config), sys.stderr)
