@@ -111,6 +111,18 @@ def test_a_folder_or_fifo_named_like_an_image_is_not_a_regular_file(tmp_path, ca
     assert {"a.mat", "c.mat"} <= {p.name for p in out.iterdir()}
 
 
+def test_a_dangling_symlink_in_the_input_folder_names_its_target(tmp_path, capsys):
+    """A link whose target is gone (a relative link moved with its folder) is reported in one line
+    naming the missing target; the other images are processed."""
+    d = photos(tmp_path, "a.png", "c.png")
+    (d / "b.png").symlink_to("../elsewhere/b.png")
+    out = tmp_path / "o"
+    rc, err = run(capsys, ["predict", "--classical", str(d), "--out", str(out), "-q"])
+    assert rc == 1
+    _one_error_line(err, "b.png", "is a symbolic link to ../elsewhere/b.png, which does not exist")
+    assert {"a.mat", "c.mat"} <= {p.name for p in out.iterdir()} and not (out / "b.mat").exists()
+
+
 def test_a_symlink_loop_in_the_input_folder_is_reported_and_skipped(tmp_path, capsys):
     d = photos(tmp_path, "a.png", "c.png")
     os.symlink(d / "loop.png", d / "loop.png")

@@ -2,6 +2,7 @@
 [0, 1] and band-wise reduction of large images (see :mod:`hiseg.io` for the conversion rules)."""
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -172,6 +173,9 @@ def _check_regular(path: Path) -> None:
     """FileNotFoundError for a missing image file, DataError for one that is not a regular
     file (a folder, a FIFO, a device: never opened, which would block on a FIFO)."""
     if not path.exists():
+        if path.is_symlink():  # a link whose target is gone (a relative link moved with its folder, say)
+            raise FileNotFoundError(f"image file not found: {display_path(path)} is a symbolic link to "
+                                    f"{os.readlink(path)}, which does not exist")
         raise FileNotFoundError(f"image file not found: {display_path(path)}")
     if not path.is_file():
         kind = "a folder" if path.is_dir() else "not a regular file (a FIFO, socket or device)"
