@@ -240,6 +240,25 @@ print(rc, 'torch' in sys.modules)
     assert not (tmp_path / "out2").exists()
 
 
+def test_the_library_resume_of_an_exported_model_checks_the_run_record(exported, tmp_path):
+    """predict_file(resume=True) with an exported model: the record names the folder's model by its
+    manifest's sha256 and the cut, so the same call is skipped and another cut of the same image
+    is refused in one line (the run record of hiseg.segmentation.record)."""
+    import cv2
+
+    from hiseg.export.runtime import ExportedSegmenter
+    from hiseg.segmentation.outputs import predict_file
+
+    cv2.imwrite(str(tmp_path / "a.png"), (_synthetic(90, 110, seed=6) * 255).astype(np.uint8))
+    seg, out = ExportedSegmenter.from_exported(exported[0], threads=1), tmp_path / "out"
+    assert predict_file(seg, tmp_path / "a.png", out, n_regions=4) is not None
+    record = json.loads((out / ".hiseg-predict.json").read_text())
+    assert record["options"][0]["checkpoint"] == str(exported[0]) and record["options"][0]["sha256"]
+    assert predict_file(seg, tmp_path / "a.png", out, n_regions=4, resume=True) is None  # done: skipped
+    with pytest.raises(ValueError, match=r"written with n_regions=4, this call asks for n_regions=5"):
+        predict_file(seg, tmp_path / "a.png", out, n_regions=5, resume=True)
+
+
 #: what an inference-only install leaves out (README, "Deploy": numpy, scipy, higra, scikit-image,
 #: OpenCV, onnxruntime and tqdm only)
 NOT_IN_A_RUNTIME_INSTALL = ("torch", "torchvision", "pytorch_lightning", "lightning", "lightning_fabric", "torchmetrics",
