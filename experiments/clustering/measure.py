@@ -6,6 +6,8 @@
   compare;
 * :func:`linkage_tree`: scipy's linkages on all pairs, what a user tries first;
 * :func:`geodesic_distances`: shortest-path lengths on a kNN + MST graph, a graph-based geometry;
+* :func:`co_association`: how often two points share a k-means cluster over many runs, the
+  evidence-accumulation (consensus) geometry;
 * :func:`gap_summary`: how a method's purities compare with the better of Ward and average;
 * :func:`write_table`: print a markdown table and write it next to the script.
 """
@@ -26,8 +28,8 @@ torch.set_num_threads(1)
 from hiseg import knn_graph  # noqa: E402
 from hiseg.metrics import dasgupta_cost, dendrogram_purity  # noqa: E402
 
-__all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "gap_summary", "better_linkage",
-           "timed", "write_table", "LINKAGES"]
+__all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "co_association", "gap_summary",
+           "better_linkage", "timed", "write_table", "LINKAGES"]
 
 LINKAGES = ("ward", "average", "complete", "single")
 
@@ -67,6 +69,35 @@ def geodesic_distances(X, k: int) -> np.ndarray:
     g, d = knn_graph(X, k)
     n = X.shape[0]
     return shortest_path(coo_matrix((d, (g.sources, g.targets)), shape=(n, n)).tocsr(), directed=False)
+
+
+def co_association(X, runs: int, k_range, *, features: float = 1.0, subsample: float = 1.0, seed: int = 0):
+    """(n, n) share of the k-means runs, among those that drew both points, in which ``i`` and
+    ``j`` fall in one cluster (1 on the diagonal). Each run draws ``k`` uniformly in ``k_range``
+    (inclusive), a ``features`` share of the columns and a ``subsample`` share of the rows
+    (without replacement; at least one column and ``k`` rows), and runs one k-means++ start:
+    no label is used, so the matrix is a label-free geometry. O(runs n k d) time, O(n^2) memory."""
+    from sklearn.cluster import KMeans
+
+    X = np.asarray(X, dtype=np.float64)
+    n, d = X.shape
+    lo, hi = int(k_range[0]), int(k_range[1])
+    if not 2 <= lo <= hi <= n:
+        raise ValueError(f"k_range must satisfy 2 <= low <= high <= n = {n}, got {tuple(k_range)}")
+    rng = np.random.default_rng(seed)
+    together, drawn = np.zeros((n, n)), np.zeros((n, n))
+    for _ in range(int(runs)):
+        k = int(rng.integers(lo, hi + 1))
+        cols = np.sort(rng.choice(d, max(1, round(features * d)), replace=False))
+        rows = np.sort(rng.choice(n, max(k, round(subsample * n)), replace=False))
+        labels = KMeans(k, n_init=1, random_state=int(rng.integers(2**31))).fit_predict(X[np.ix_(rows, cols)])
+        onehot = np.zeros((rows.size, k))
+        onehot[np.arange(rows.size), labels] = 1.0
+        together[np.ix_(rows, rows)] += onehot @ onehot.T
+        drawn[np.ix_(rows, rows)] += 1.0
+    C = np.divide(together, drawn, out=np.zeros_like(together), where=drawn > 0)
+    np.fill_diagonal(C, 1.0)
+    return C
 
 
 def better_linkage(X, y) -> float:
