@@ -218,6 +218,14 @@ def _stored_help_applies() -> bool:
     return data is not None and environment(list(data["environment"]["distributions"])) == data["environment"]
 
 
+#: the stored texts apply only to the Python and package versions they were rendered with; in any other
+#: environment `hiseg train --help` builds the live parser (correct, seconds) and these tests do not apply
+needs_stored_help = pytest.mark.skipif(
+    not _stored_help_applies(), reason="the stored train help texts were rendered with other versions of Python or "
+    "the training packages: help builds the live parser here (python -m hiseg.training.help_render rewrites them)")
+
+
+@needs_stored_help
 @pytest.mark.parametrize("where", ["checkout", "elsewhere"])
 @pytest.mark.parametrize("argv", [("--help",), ("-h",), ("fit", "--help")], ids=" ".join)
 def test_train_help_imports_no_torch_and_lists_the_subcommands(argv, where, tmp_path):
@@ -226,9 +234,6 @@ def test_train_help_imports_no_torch_and_lists_the_subcommands(argv, where, tmp_
     in a checkout (the default run's config) and elsewhere (none), and says fit is the default."""
     from pathlib import Path
 
-    if not _stored_help_applies():
-        pytest.skip("the stored help texts were rendered in another environment (python -m "
-                    "hiseg.training.help_render --check says which); the live parser answers here")
     cwd = Path(__file__).resolve().parents[1] if where == "checkout" else tmp_path
     status, out, loaded = _train_help_in_a_fresh_interpreter(argv, cwd)
     assert status in (0, None) and loaded == [], (status, loaded)
@@ -244,6 +249,7 @@ def test_train_help_imports_no_torch_and_lists_the_subcommands(argv, where, tmp_
         assert status in (0, None) and loaded == [] and script_out.startswith("usage: train.py ")
 
 
+@needs_stored_help
 def test_stored_train_help_is_only_for_its_case(tmp_path, monkeypatch):
     """A stored help text answers only a bare help request, for the command name, default config
     (path and content) and environment it was rendered for; anything else is the live parser's."""
@@ -251,8 +257,6 @@ def test_stored_train_help_is_only_for_its_case(tmp_path, monkeypatch):
 
     from hiseg.training import help_texts
 
-    if not _stored_help_applies():
-        pytest.skip("the stored help texts were rendered in another environment")
     root = Path(__file__).resolve().parents[1]
     monkeypatch.chdir(root)
     config = root / "configs" / "synthetic.yaml"
@@ -301,6 +305,7 @@ LEFT_TO_THE_PARSER = [("--trainer.max_epochs", "2"), ("--data.init_args.x", "1",
                       ("--config", "configs/bsds500.yaml", "--bogus"), ("--bogus", "--help"), ()]
 
 
+@needs_stored_help
 @pytest.mark.slow
 def test_stored_refusals_are_the_live_parsers():
     """An unknown option or a stray word gets, without torch, exactly what LightningCLI's parser
@@ -311,8 +316,6 @@ def test_stored_refusals_are_the_live_parsers():
 
     from hiseg.training import help_texts
 
-    if not _stored_help_applies():
-        pytest.skip("the stored help texts were rendered in another environment")
     from hiseg.training.help_render import live_refusal
 
     root = Path(__file__).resolve().parents[1]
@@ -330,13 +333,12 @@ def test_stored_refusals_are_the_live_parsers():
         os.chdir(saved)
 
 
+@needs_stored_help
 def test_an_unknown_train_option_is_refused_without_torch(tmp_path):
     """``hiseg train --bogus 1`` and ``python train.py fit --bogus``: the refusal and status 2
     without building the parser (no torch, no Lightning imported)."""
     from pathlib import Path
 
-    if not _stored_help_applies():
-        pytest.skip("the stored help texts were rendered in another environment")
     root = Path(__file__).resolve().parents[1]
     for argv, script in ((("--bogus", "1"), False), (("fit", "--bogus"), True)):
         status, _, loaded = _train_help_in_a_fresh_interpreter(argv, root, script=script)

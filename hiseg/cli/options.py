@@ -377,22 +377,19 @@ def make_segmenter(args):
             raise ValueError(f"--checkpoint {args.checkpoint}: an exported model runs on the CPU (onnxruntime); "
                              "--device cpu or auto")
         seg = ExportedSegmenter.from_exported(args.checkpoint)
-        seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage,
-                                                   max_pixels=args.max_pixels)
-        return seg
-    from ..segmentation.segmenter import Segmenter, resolve_device
+    else:
+        from ..segmentation.segmenter import Segmenter, resolve_device
 
-    device = resolve_device(args.device, "--device")  # before any checkpoint is read
-    if _classical(args):
-        given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
-                                ("--linkage", linkage)) if v is not None]
-        if given:
-            raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline; --classical (the no-network "
-                             "baseline: colour gradient, closest fit) has none")
-        seg = Segmenter.classical(device=device)
-        seg.pipeline = seg.pipeline.with_overrides(max_pixels=args.max_pixels)
-        return seg
-    seg = Segmenter(model_name(args), device=device)
+        device = resolve_device(args.device, "--device")  # before any checkpoint is read
+        if _classical(args):
+            given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
+                                    ("--linkage", linkage)) if v is not None]
+            if given:
+                raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline; --classical (the no-network "
+                                 "baseline: colour gradient, closest fit) has none")
+            seg = Segmenter.classical(device=device)
+        else:
+            seg = Segmenter(model_name(args), device=device)
     seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage, max_pixels=args.max_pixels)
     return seg
 

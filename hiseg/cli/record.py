@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..segmentation.record import RECORD, RunRecord, checkpoint_identity
+from ..segmentation.record import RECORD, RunRecord, checkpoint_identity, models_own
 from .options import model_name
 
 __all__ = ["RECORD", "RunRecord", "output_options"]
@@ -70,5 +70,4 @@ def _models_own(spec: str):
             pipe = stored_pipeline(ck)
     except (OSError, ValueError, TypeError, KeyError, CheckpointError, PipelineError):
         return None
-    return {"scales": [float(x) for x in pipe.scales], "flip": bool(pipe.flip), "linkage": pipe.linkage,
-            "max-pixels": int(pipe.max_pixels)}
+    return models_own(pipe)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..io.files import RECORD
 
-__all__ = ["RECORD", "RunRecord", "call_options", "checkpoint_identity", "MODELS_OWN"]
+__all__ = ["RECORD", "RunRecord", "call_options", "checkpoint_identity", "models_own", "MODELS_OWN"]
 
 _FORMAT = "hiseg predict run record 1"
 
@@ -46,9 +46,8 @@ def call_options(seg, n_regions=None, threshold=None, min_size="auto") -> dict:
         model = {"checkpoint": seg.name, "sha256": None}
     if seg.model is not None:
         model["weights"] = network_fingerprint(seg.model)
+    own = models_own(seg.pipeline)
     p = seg.pipeline.to_dict()
-    own = {"scales": [float(x) for x in p["scales"]], "flip": bool(p["flip"]), "linkage": p.get("linkage"),
-           "max-pixels": int(p["max_pixels"])}
     head = p.pop("merge_head", None)  # its weights: by digest
     p["merge_head"] = None if head is None else \
         hashlib.sha256(json.dumps(head, sort_keys=True).encode()).hexdigest()[:16]
@@ -56,6 +55,13 @@ def call_options(seg, n_regions=None, threshold=None, min_size="auto") -> dict:
         **model, **{k: None for k in MODELS_OWN}, "regions": n_regions, "level": threshold,
         "min-region-size": min_size, "html": False, "models-own": own,
         "pipeline": p}))
+
+
+def models_own(pipeline) -> dict:
+    """The values of :data:`MODELS_OWN` that ``pipeline`` (a :class:`~hiseg.segmentation.Pipeline`)
+    holds, as an option set records them (``models-own``)."""
+    return {"scales": [float(x) for x in pipeline.scales], "flip": bool(pipeline.flip), "linkage": pipeline.linkage,
+            "max-pixels": int(pipeline.max_pixels)}
 
 
 def checkpoint_identity(spec: str, file=None) -> dict:

@@ -35,49 +35,41 @@ REQUESTS = (("--help",), *((sub, "--help") for sub in SUBCOMMANDS))
 STALE, OTHER_ENVIRONMENT = 1, 3
 
 
-@contextlib.contextmanager
-def _as_command(argv: Sequence[str], prog: str):
-    """``sys.argv`` as ``prog ARGV`` and the terminal :data:`COLUMNS` wide (LightningCLI reads
-    both), restored after."""
+def _exit_of(argv: Sequence[str], prog: str, default_config: Optional[str], stream: str) -> tuple:
+    """(exit status, what it wrote on ``stream``, "stdout" or "stderr") of the live parser's
+    ``prog ARGV`` with ``default_config``, at :data:`COLUMNS` columns (the same call as the
+    command's: :func:`hiseg.training.cli.main`, reading ``sys.argv``); RuntimeError if it ran
+    instead of exiting."""
     saved_argv, saved_columns = sys.argv, os.environ.get("COLUMNS")
     sys.argv, os.environ["COLUMNS"] = [prog, *argv], str(COLUMNS)
+    text = io.StringIO()
+    redirect = contextlib.redirect_stdout if stream == "stdout" else contextlib.redirect_stderr
     try:
-        yield
+        with redirect(text):
+            main(list(argv), default_config=default_config)
+    except SystemExit as e:
+        return e.code, text.getvalue()
     finally:
         sys.argv = saved_argv
         if saved_columns is None:
             del os.environ["COLUMNS"]
         else:
             os.environ["COLUMNS"] = saved_columns
+    raise RuntimeError(f"{prog} {' '.join(argv)} exited with no text: it ran")
 
 
 def live_help(argv: Sequence[str], prog: str, default_config: Optional[str]) -> str:
-    """What the live parser prints for ``prog ARGV`` with ``default_config``, at :data:`COLUMNS`
-    columns (the same call as the command's: :func:`hiseg.training.cli.main`, reading ``sys.argv``)."""
-    out = io.StringIO()
-    with _as_command(argv, prog):
-        try:
-            with contextlib.redirect_stdout(out):
-                main(list(argv), default_config=default_config)
-        except SystemExit as e:
-            if e.code not in (0, None):
-                raise RuntimeError(f"{prog} {' '.join(argv)} exited with status {e.code}, not a help text") from None
-        else:
-            raise RuntimeError(f"{prog} {' '.join(argv)} printed no help and ran")
-    return out.getvalue()
+    """What the live parser prints for the help request ``prog ARGV`` with ``default_config``."""
+    status, text = _exit_of(argv, prog, default_config, "stdout")
+    if status not in (0, None):
+        raise RuntimeError(f"{prog} {' '.join(argv)} exited with status {status}, not a help text")
+    return text
 
 
 def live_refusal(argv: Sequence[str], prog: str, default_config: Optional[str]) -> tuple:
-    """(exit status, stderr) of the live parser's refusal of ``prog ARGV`` at :data:`COLUMNS`
-    columns: what :func:`hiseg.training.help_texts.stored_option_error` must print."""
-    err = io.StringIO()
-    with _as_command(argv, prog):
-        try:
-            with contextlib.redirect_stderr(err):
-                main(list(argv), default_config=default_config)
-        except SystemExit as e:
-            return e.code, err.getvalue()
-    raise RuntimeError(f"{prog} {' '.join(argv)} was not refused: it ran")
+    """(exit status, stderr) of the live parser's refusal of ``prog ARGV``: what
+    :func:`hiseg.training.help_texts.stored_option_error` must print."""
+    return _exit_of(argv, prog, default_config, "stderr")
 
 
 def _loaded_distributions() -> list[str]:

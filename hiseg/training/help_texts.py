@@ -174,16 +174,11 @@ def stored_option_error(argv: Sequence[str], prog: str, default_config=None) -> 
     check refuses), or when no stored text applies: the live parser then answers."""
     argv = list(argv)
     sub, words = (argv[0], argv[1:]) if argv and argv[0] in SUBCOMMANDS else ("fit", argv)
-    if not words:
+    # the usual training command (no word, or a config named) reads no stored text
+    if not words or any(w.split("=", 1)[0] in _LIVE_ONLY for w in words):
         return None
     text = stored_help([sub, "--help"], prog, default_config)
     if text is None:
-        return None
-    try:
-        from .configs import check_config_text
-
-        check_config_text(words)
-    except ValueError:  # refused as code: the live parser's first word is that refusal
         return None
     import re
 
@@ -191,6 +186,12 @@ def stored_option_error(argv: Sequence[str], prog: str, default_config=None) -> 
     known = set(re.findall(r"(?<![\w-])(--[A-Za-z][\w-]*(?:\.[\w-]+)*)", usage))
     unknown = _unrecognized(words, known)
     if not unknown:
+        return None
+    try:
+        from .configs import check_config_text
+
+        check_config_text(words)
+    except ValueError:  # refused as code: the live parser's first word is that refusal
         return None
     return (f"{usage}\ntip: For details of accepted options run: {prog} {sub} --help\n"
             f"error: unrecognized arguments: {' '.join(unknown)}\n")
