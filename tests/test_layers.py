@@ -23,12 +23,12 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "hiseg"
 
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
-ORDER = ["_compat", "_params", "_lazy", "_shipped", "_lifetime", "io", "core", "clustering", "models", "segmentation",
+ORDER = ["_compat", "_params", "_shipped", "_lifetime", "io", "core", "clustering", "models", "segmentation",
          "metrics", "data", "training", "explorer", "export", "cli"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "io": ["errors", "images", "labels", "files"],
-    "core": ["_neighbors", "graph", "ultrametric", "cuts", "soft_cardinal", "triplets", "losses", "fitting"],
+    "core": ["_lazy", "_neighbors", "graph", "ultrametric", "cuts", "soft_cardinal", "triplets", "losses", "fitting"],
     "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "features", "torch_features", "merging", "saliency", "hostpool",
@@ -109,6 +109,16 @@ def test_imports_run_downward(path, rel):
         elif r[0] >= own[0]:
             upward.append(target)
     assert not upward, f"hiseg/{'/'.join(rel)}.py imports from above it: {upward}"
+
+
+def test_the_core_is_self_contained():
+    """The paper's layer (``hiseg.core``) imports no other part of hiseg, at the top of a module
+    or inside a function: it can be read, tested and reused alone (its one helper, the lazy torch
+    import that keeps the onnxruntime path torch-free, lives inside it)."""
+    outside = {f"core/{'/'.join(rel[1:])}.py": target for path, rel in _modules() if rel[0] == "core"
+               for target in _imports(ast.parse(path.read_text()), ["hiseg"] + rel[:-1])
+               if target.split(".")[:2] != ["hiseg", "core"]}
+    assert not outside, f"hiseg.core imports from outside itself: {outside}"
 
 
 def test_no_private_higra_call():

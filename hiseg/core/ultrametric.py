@@ -32,7 +32,7 @@ from typing import Optional, Union
 import higra as hg
 import numpy as np
 
-from .._lazy import is_tensor, lazy_torch
+from ._lazy import is_tensor, lazy_torch
 from .graph import BatchedGraph, EdgeList, as_edge_list
 
 __all__ = [
@@ -54,7 +54,7 @@ __all__ = [
 GraphLike = Union[EdgeList, BatchedGraph, tuple, "hg.UndirectedGraph"]
 
 #: imported at its first use: building a hierarchy from numpy weights needs no torch
-#: (:mod:`hiseg._lazy`; the onnxruntime path, :mod:`hiseg.export.runtime`)
+#: (:mod:`hiseg.core._lazy`; the onnxruntime path, :mod:`hiseg.export.runtime`)
 torch = lazy_torch()
 
 

@@ -14,7 +14,7 @@ Nothing here ever downloads: ImageNet backbones are read from the local torch hu
 only (see :mod:`hiseg.models.backbone_net`); checkpoints are read with
 ``weights_only=True`` (see :mod:`hiseg.models.weights`).
 """
-from .._lazy import lazy_names
+from ..core._lazy import lazy_names
 
 #: name -> the module of this package that defines it, imported when the name is first used:
 #: ``import hiseg.models.weights`` (the shipped models' names) costs no torch

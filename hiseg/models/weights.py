@@ -27,14 +27,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
-from .._lazy import is_tensor, lazy_torch
+from ..core._lazy import is_tensor, lazy_torch
 from .._compat import renamed_in
 from .._shipped import DEFAULT_PRETRAINED  # the default shipped model's name (torch-free, for the CLI)
 
 if TYPE_CHECKING:
     from torch import nn
 
-#: imported at its first use (:mod:`hiseg._lazy`): the registry's names (``Weights``, the
+#: imported at its first use (:mod:`hiseg.core._lazy`): the registry's names (``Weights``, the
 #: command line's help) need no torch; reading a checkpoint imports it
 torch = lazy_torch()
 

@@ -7,7 +7,7 @@ map, and their quality measures) -> the region adjacency graph
 :mod:`~hiseg.segmentation.saliency` (UCM rendering and cuts). :class:`Pipeline`
 (:mod:`~hiseg.segmentation.pipeline`) is the one configurable object of that chain.
 """
-from .._lazy import lazy_names
+from ..core._lazy import lazy_names
 
 from .saliency import cut_at_threshold, cut_num_regions, rag_hierarchy, saliency_from_ucm2, ucm2_from_rag
 from .superpixels import (Superpixels, achievable_segmentation_accuracy, all_minima_watershed, boundary_recall,

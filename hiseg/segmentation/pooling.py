@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._lazy import is_tensor, lazy_torch
+from ..core._lazy import is_tensor, lazy_torch
 from ..core.graph import RegionAdjacencyGraph
 
 __all__ = ["frontier_pixel_pairs", "batch_frontier_pixels", "frontier_mean", "rag_frontier_mean"]
 
-#: imported at its first use (:mod:`hiseg._lazy`): the frontier pixel pairs need no torch
+#: imported at its first use (:mod:`hiseg.core._lazy`): the frontier pixel pairs need no torch
 torch = lazy_torch()
 
 

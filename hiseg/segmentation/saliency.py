@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .._lazy import is_tensor, lazy_torch
+from ..core._lazy import is_tensor, lazy_torch
 from ..core.cuts import check_count, cut_hierarchy
 from ..core.graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..core.ultrametric import Hierarchy, build_hierarchy
@@ -34,7 +34,7 @@ __all__ = ["ucm2_from_rag", "saliency_from_ucm2", "cut_at_threshold", "cut_num_r
            "ucm2_edge_views"]
 
 
-#: imported at its first use (:mod:`hiseg._lazy`): UCMs and cuts of numpy arrays need no torch
+#: imported at its first use (:mod:`hiseg.core._lazy`): UCMs and cuts of numpy arrays need no torch
 torch = lazy_torch()
 
 

@@ -23,7 +23,7 @@ from typing import Optional, Union
 
 import numpy as np
 
-from .._lazy import lazy_torch
+from ..core._lazy import lazy_torch
 from ..core.ultrametric import build_hierarchy
 from ..io import decode_image, display_path, reduce_image, rgb_view, to_float_rgb
 from .result import SegmentationResult
@@ -31,7 +31,7 @@ from .result import SegmentationResult
 __all__ = ["Segmenter", "check_tile", "MIN_TILE", "resolve_device", "fold_for_inference", "stored_pipeline",
            "BAND_PIXELS"]
 
-#: imported at its first use (:mod:`hiseg._lazy`): reading images, the steps after the network
+#: imported at its first use (:mod:`hiseg.core._lazy`): reading images, the steps after the network
 #: and the output files need no torch (the onnxruntime path, :mod:`hiseg.export.runtime`)
 torch = lazy_torch()
 

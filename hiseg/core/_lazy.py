@@ -1,7 +1,9 @@
 """Imports on first use. torch, for the modules that the onnxruntime path shares with the
 torch path (:mod:`hiseg.core.ultrametric`, :mod:`hiseg.segmentation.saliency`,
 :mod:`hiseg.segmentation.segmenter`): importing them costs no torch, and a segmentation from an
-exported model (:mod:`hiseg.export.runtime`, numpy arrays throughout) never imports it.
+exported model (:mod:`hiseg.export.runtime`, numpy arrays throughout) never imports it. It lives
+in the core, its first user, so that the core imports nothing else of hiseg; the packages above
+import it from here.
 
 ``torch = lazy_torch()`` in such a module: ``torch.X`` imports torch at its first use;
 :func:`is_tensor` tells a tensor without importing torch (no tensor exists before it is).
