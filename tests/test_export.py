@@ -423,3 +423,15 @@ def test_an_image_too_small_for_the_exported_graph(exported):
     seg = ExportedSegmenter.from_exported(exported[0], threads=1)
     with pytest.raises(ValueError, match="at least 32 pixels"):
         seg.segment(np.random.default_rng(0).random((20, 80, 3), dtype=np.float32))
+
+
+def test_an_exported_folder_given_as_a_checkpoint_says_how_to_run_it(exported, tmp_path):
+    """A newcomer's ``Segmenter.from_checkpoint(folder)``: the error names the exported-model loader,
+    not a missing file; any other folder is named as a folder."""
+    from hiseg.models.weights import CheckpointError
+
+    assert MANIFEST == "manifest.json"  # the name hiseg.models.weights looks for (it may not import export)
+    with pytest.raises(CheckpointError, match=r"written by hiseg export.*ExportedSegmenter\.from_exported"):
+        Segmenter.from_checkpoint(exported[0])
+    with pytest.raises(FileNotFoundError, match="is a folder, not a checkpoint file"):
+        Segmenter.from_checkpoint(tmp_path)

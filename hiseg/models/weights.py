@@ -239,6 +239,12 @@ def load_checkpoint_file(path, map_location: Any = "cpu") -> Any:
     trusted ones: ``with torch.serialization.safe_globals([...]):``)."""
     refuse_remote_checkpoint(path)
     p = Path(path).expanduser()
+    if p.is_dir() and (p / "manifest.json").is_file():  # hiseg.export.manifest.MANIFEST (export sits above models)
+        raise CheckpointError(f"{p.resolve()} is a folder written by hiseg export, not a checkpoint: run it with "
+                              "hiseg.ExportedSegmenter.from_exported(folder) (onnxruntime, no torch) or "
+                              "hiseg predict --checkpoint folder")
+    if p.is_dir():
+        raise FileNotFoundError(f"checkpoint {p.resolve()} is a folder, not a checkpoint file (a .ckpt or .pt)")
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {p.resolve()}")
     try:
