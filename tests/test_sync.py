@@ -287,3 +287,47 @@ def test_cuda_pixel_stage_through_the_trainer_never_synchronises(arch, arch_kwar
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert not caught, sorted(set(caught))[:8]
+
+
+def _fit_reads(progress_bar: bool, steps=(5, 15)):
+    """Trainer.fit of the pixel stage on the CPU, as the GPU recipe runs it (no finite check falls in
+    the window: a GPU reads it every log_every_n_steps); the device-to-host reads that Lightning's loop,
+    the optimizer, the callbacks and the step make in steps ``steps[0]`` to ``steps[1] - 1``."""
+    import pytorch_lightning as pl
+
+    from hiseg.training.callbacks import WallClockDeadline
+
+    dm, m = _pixel_stage(arch="pdc_boundary_net", arch_kwargs={"width": 8, "blocks": [1, 1, 1, 1]})
+    m.finite_guard.due = lambda loss, step, every: False
+    held = {}
+
+    class Watch(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if trainer.global_step == steps[0]:
+                state = [v for opt in trainer.optimizers for s in opt.state.values() for v in s.values()
+                         if torch.is_tensor(v) and v.dim() > 0]  # AdamW's moments (its step counts live on the host)
+                held["counter"] = SyncCounter([*pl_module.parameters(), *pl_module.buffers(), dm.augmenter.images,
+                                               dm.augmenter.extra, *state]).__enter__()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            if trainer.global_step == steps[1] and "counter" in held:
+                held["counter"].__exit__(None, None, None)
+
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps[1] + 1, logger=False, enable_checkpointing=False,
+                         enable_progress_bar=progress_bar, enable_model_summary=False, limit_val_batches=0,
+                         log_every_n_steps=50, callbacks=[Watch(), WallClockDeadline()])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        trainer.fit(m, datamodule=dm)
+    return held["counter"].d2h, trainer
+
+
+def test_pixel_stage_through_the_trainer_reads_nothing_on_the_host():
+    """The whole loop, not only the step: Lightning reads every progress-bar value on the host at
+    each step's end whether a bar is shown or not (``_ResultCollection.metrics``), so a loss logged
+    with ``prog_bar=True`` was one device synchronisation per step on a GPU. Without a bar (the GPU
+    recipe's configs) nothing is read; with one (a CPU run's default) the bar shows the loss."""
+    d2h, _ = _fit_reads(progress_bar=False)
+    assert d2h == [], d2h
+    d2h, trainer = _fit_reads(progress_bar=True)
+    assert "train/loss" in trainer.progress_bar_metrics and d2h, d2h

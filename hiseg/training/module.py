@@ -298,14 +298,17 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         return LossResult(out, u, h, batch)
 
     def training_step(self, batch, batch_idx):
+        trainer = self._attached()
         if hasattr(batch, "consensus"):  # a PixelBatch: checked on the device, read every log_every_n_steps
             out = self.pixel_stage_losses(batch)
-            trainer = self._attached()
             self.finite_guard.watch(out, self.global_step, trainer.log_every_n_steps if trainer is not None else 1)
         else:
             out = self.compute_losses(batch).losses
+        # Lightning reads every progress-bar value on the host at each step's end, shown or not (a
+        # device sync per step on a GPU, the host unable to run ahead): only a shown bar gets the loss
+        bar = trainer is not None and trainer.progress_bar_callback is not None
         for k, v in out.items():
-            self.log(f"train/{k}", v, batch_size=batch.batch_size, prog_bar=(k == "loss"))
+            self.log(f"train/{k}", v, batch_size=batch.batch_size, prog_bar=bar and k == "loss")
         return out["loss"]
 
     # ------------------------------------------------------------------ validation
