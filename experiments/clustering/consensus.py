@@ -37,13 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import measure  # noqa: E402  (first: one thread for numpy, torch and k-means)
+import fits  # noqa: E402
 import numpy as np  # noqa: E402
-from scipy.cluster.hierarchy import cophenet, linkage  # noqa: E402
+from scipy.cluster.hierarchy import linkage  # noqa: E402
 from scipy.spatial.distance import squareform  # noqa: E402
 from sets import groups  # noqa: E402
-
-from hiseg import knn_graph  # noqa: E402
-from hiseg.clustering import refine  # noqa: E402
 
 RUNS = 100
 K_RANGES = ("2..√n", "√n/2..√n", "2c..5c")
@@ -81,38 +79,6 @@ def name(method) -> str:
     return " / ".join(method)
 
 
-def refined_pool(X, Z):
-    """({"pool": the lowest exact cost of today's two refined starts and the refined consensus
-    start, "today": the lower of today's two, "consensus refined"} -> parents, the start the pool
-    kept, CPU seconds of the three refinements)."""
-    t = time.process_time()
-    graph, w = knn_graph(X, refine.REFINE_NEIGHBORS)
-    s = refine.gaussian_similarities(w)
-    u = squareform(cophenet(Z))[graph.sources, graph.targets]
-    starts = {"ward (graph)": refine.start_ultrametric("ward", graph, w, X)[0],
-              "average (graph)": refine.start_ultrametric("average", graph, w, X)[0],
-              "consensus": u / u.mean() if u.mean() > 0 else np.ones_like(u)}
-    fits = {m: refine.refine(graph, s, v) for m, v in starts.items()}
-    today = min(("ward (graph)", "average (graph)"), key=lambda m: fits[m].cost)
-    best = min(fits, key=lambda m: fits[m].cost)
-    return ({"pool": np.asarray(fits[best].hierarchy.parents), "today": np.asarray(fits[today].hierarchy.parents),
-             "consensus refined": np.asarray(fits["consensus"].hierarchy.parents)}, best, time.process_time() - t)
-
-
-def summary(rs, key, seconds) -> str:
-    cells = measure.gap_summary([r["purity"][key] for r in rs], [r["best"] for r in rs])
-    t = np.asarray([r[seconds][key] for r in rs])
-    return f"{cells} | {np.median(t):.2f} / {t.max():.2f}"
-
-
-def choose(rows) -> tuple:
-    """The pilot's choice: fewest draws below, then the worst gap, then the mean gap."""
-    def rank(m):
-        g = np.array([r["purity"][m] - r["best"] for r in rows])
-        return (int((g < -0.005).sum()), -g.min(), -g.mean())
-    return min(METHODS, key=rank)
-
-
 def main():
     rows = {}
     for g, sets in groups().items():
@@ -125,7 +91,7 @@ def main():
             rows[g].append(dict(name=set_name, X=X, y=y, c=c, trees=trees, purity=p, best=best,
                                 seconds={m: s for m, (_, s) in trees.items()}))
             print(set_name, f"better linkage {best:.3f}", f"max {max(p.values()):.3f}", flush=True)
-    pick = choose(rows["pilot (seeds 100-102, 27)"])
+    pick = measure.pilot_choice(rows["pilot (seeds 100-102, 27)"], METHODS)
     print("pilot's choice:", name(pick), flush=True)
     extra_runs, other_seeds = (50, 200), (1, 2)
     for rs in rows.values():
@@ -136,7 +102,7 @@ def main():
             for seed in other_seeds:
                 (Z, s), = consensus_trees(r["X"], r["c"], [pick], seed=seed).values()
                 r["purity"][f"seed {seed}"], r["seconds"][f"seed {seed}"] = measure.purity(Z, r["y"]), s
-            parents, kept, s = refined_pool(r["X"], r["trees"][pick][0])
+            parents, kept, s = fits.refined_pool(r["X"], r["trees"][pick][0], "consensus")
             for key, tree in parents.items():
                 r["purity"][key] = measure.purity(tree, r["y"])
                 r["seconds"][key] = s + (r["seconds"][pick] if key != "today" else 0.0)
@@ -152,7 +118,7 @@ def main():
              "|---|---|---:|---:|---:|---:|---:|"]
     for m in METHODS:
         for g, rs in rows.items():
-            lines.append(f"| {name(m)} | {g} | {summary(rs, m, 'seconds')} |")
+            lines.append(f"| {name(m)} | {g} | {measure.row_summary(rs, m)} |")
     lines += ["", f"## 2. The pilot's choice, {name(pick)}: runs, seeds, and as a start of the refinement", "",
               "`today`: the default's refinement (the lower exact cost of its two refined starts); `consensus "
               "refined`: the choice refined alone; `pool`: the lowest exact cost of the three; their CPU "
@@ -164,7 +130,7 @@ def main():
     for v in variants:
         label, key = (f"{name(v)} (R = {RUNS}, seed 0)", v) if v == pick else (v, v.split(" (")[0])
         for g, rs in rows.items():
-            lines.append(f"| {label} | {g} | {summary(rs, key, 'seconds')} |")
+            lines.append(f"| {label} | {g} | {measure.row_summary(rs, key)} |")
     named = rows["benchmark (6)"] + rows["extra (2)"]
     lines += ["", "Per set (benchmark and extra): the choice, its refinement pools, the better of Ward and "
               "average, and which start the pool kept.", "",
