@@ -205,3 +205,12 @@ def test_pilot_choice_puts_fewest_below_before_the_mean(measure):
             dict(best=0.8, purity={"steady": 0.79, "swinging": 0.7}, seconds={"steady": 2.0, "swinging": 1.0})]
     assert measure.pilot_choice(rows, ["swinging", "steady"]) == "steady"
     assert measure.row_summary(rows, "swinging") == "0.825 | +0.025 | 1 | -0.100 | 2.00 / 3.00"
+
+
+def test_refined_pool_refuses_unknown_heights(monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(HERE)] + sys.path)
+    monkeypatch.delitem(sys.modules, "fits", raising=False)
+    import fits
+
+    with pytest.raises(ValueError, match="heights must be 'cophenetic' or 'merge order'"):
+        fits.refined_pool(np.zeros((3, 2)), np.zeros((2, 4)), "x", heights="ranks")

@@ -99,18 +99,27 @@ def kept_start(per_start: dict) -> str:
     return max(per_start, key=lambda s: (per_start[s][0].candidates_[0]["score"][0], s == "ward"))
 
 
-def refined_pool(X, Z, name: str):
+def refined_pool(X, Z, name: str, *, heights: str = "cophenetic"):
     """The scipy linkage ``Z`` (another geometry's hierarchy, called ``name``) as a third start of
     the default's refinement (:mod:`hiseg.clustering.refine`: its cophenetic distances on the
     10-NN + MST graph's edges, over their mean), next to today's two. Returns ({"pool": the
     lowest exact cost of the three refined starts, "today": the lower of today's two, f"{name}
-    refined"} -> parents, the start the pool kept, CPU seconds of the three refinements)."""
+    refined"} -> parents, the start the pool kept, CPU seconds of the three refinements).
+
+    ``heights="merge order"`` replaces ``Z``'s heights by its merges' ranks (1 .. n - 1), the same
+    hierarchy: for geometries whose top merges are hundreds of times the typical edge's (cosine
+    distances of separated clusters), where the relaxation's sigmoid expansion would need more
+    terms than it allows."""
     from scipy.cluster.hierarchy import cophenet
     from scipy.spatial.distance import squareform
 
     from hiseg import knn_graph
     from hiseg.clustering import refine
 
+    if heights not in ("cophenetic", "merge order"):
+        raise ValueError(f"heights must be 'cophenetic' or 'merge order', got {heights!r}")
+    if heights == "merge order":
+        Z = np.column_stack([Z[:, :2], np.arange(1, len(Z) + 1), Z[:, 3]])
     t = time.process_time()
     graph, w = knn_graph(X, refine.REFINE_NEIGHBORS)
     s = refine.gaussian_similarities(w)
