@@ -214,3 +214,18 @@ def test_refined_pool_refuses_unknown_heights(monkeypatch):
 
     with pytest.raises(ValueError, match="heights must be 'cophenetic' or 'merge order'"):
         fits.refined_pool(np.zeros((3, 2)), np.zeros((2, 4)), "x", heights="ranks")
+
+
+def test_geometry_trees_computes_each_geometry_once(measure):
+    calls = []
+
+    def geometry(a, b):
+        calls.append((a, b))
+        return np.full((3, 3), a + b)
+
+    linkages = {"first": lambda G: G[0, 0] + 1, "second": lambda G: G[0, 0] + 2}
+    methods = [(1, 2, "first"), (1, 2, "second"), (3, 4, "first")]
+    out = measure.geometry_trees(methods, geometry, linkages)
+    assert calls == [(1, 2), (3, 4)]
+    assert {m: z for m, (z, _) in out.items()} == {(1, 2, "first"): 4, (1, 2, "second"): 5, (3, 4, "first"): 8}
+    assert all(s >= 0 for _, s in out.values())

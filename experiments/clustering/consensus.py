@@ -30,7 +30,6 @@ Writes ``consensus.md``. Usage: ``python experiments/clustering/consensus.py`` (
 shared 2-core machine).
 """
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -61,18 +60,9 @@ def k_range(name: str, n: int, c: int) -> tuple:
 
 def consensus_trees(X, c, methods, runs=RUNS, seed=0) -> dict:
     """method -> (scipy linkage matrix, CPU seconds of the co-association and the linkage)."""
-    out, cache = {}, {}
-    for kr, pert, link in methods:
-        key = (kr, pert)
-        if key not in cache:
-            t = time.process_time()
-            C = measure.co_association(X, runs, k_range(kr, len(X), c), seed=seed, **PERTURBATIONS[pert])
-            cache[key] = (C, time.process_time() - t)
-        C, tc = cache[key]
-        t = time.process_time()
-        Z = LINKAGES[link](C)
-        out[(kr, pert, link)] = (Z, tc + time.process_time() - t)
-    return out
+    def geometry(kr, pert):
+        return measure.co_association(X, runs, k_range(kr, len(X), c), seed=seed, **PERTURBATIONS[pert])
+    return measure.geometry_trees(methods, geometry, LINKAGES)
 
 
 def name(method) -> str:
@@ -102,44 +92,20 @@ def main():
             for seed in other_seeds:
                 (Z, s), = consensus_trees(r["X"], r["c"], [pick], seed=seed).values()
                 r["purity"][f"seed {seed}"], r["seconds"][f"seed {seed}"] = measure.purity(Z, r["y"]), s
-            parents, kept, s = fits.refined_pool(r["X"], r["trees"][pick][0], "consensus")
-            for key, tree in parents.items():
-                r["purity"][key] = measure.purity(tree, r["y"])
-                r["seconds"][key] = s + (r["seconds"][pick] if key != "today" else 0.0)
-            r["kept"] = kept
-            print(r["name"], {k: round(r["purity"][k], 3) for k in ("today", "consensus refined", "pool")}, kept,
-                  flush=True)
+            fits.add_refined_pool(r, pick, "consensus")
 
     lines = ["# Evidence accumulation (consensus) clustering", "",
              "Written by `consensus.py` (its docstring says what each setting and column is). Dendrogram purity; "
              f"R = {RUNS} k-means runs unless said.", "",
-             "## 1. Every setting (k range / runs on / linkage of 1 - C)", "",
-             "| setting | group | mean | gap | below | worst | CPU s (median / max) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for m in METHODS:
-        for g, rs in rows.items():
-            lines.append(f"| {name(m)} | {g} | {measure.row_summary(rs, m)} |")
+             "## 1. Every setting (k range / runs on / linkage of 1 - C)", ""]
+    lines += measure.group_table(rows, [(name(m), m) for m in METHODS], "setting")
     lines += ["", f"## 2. The pilot's choice, {name(pick)}: runs, seeds, and as a start of the refinement", "",
-              "`today`: the default's refinement (the lower exact cost of its two refined starts); `consensus "
-              "refined`: the choice refined alone; `pool`: the lowest exact cost of the three; their CPU "
-              "seconds include the refinements (and the co-association where it is used).", "",
-              "| method | group | mean | gap | below | worst | CPU s (median / max) |",
-              "|---|---|---:|---:|---:|---:|---:|"]
-    variants = [pick, *(f"R = {R}" for R in extra_runs), *(f"seed {s} (R = {RUNS})" for s in other_seeds),
-                "today", "consensus refined", "pool"]
-    for v in variants:
-        label, key = (f"{name(v)} (R = {RUNS}, seed 0)", v) if v == pick else (v, v.split(" (")[0])
-        for g, rs in rows.items():
-            lines.append(f"| {label} | {g} | {measure.row_summary(rs, key)} |")
-    named = rows["benchmark (6)"] + rows["extra (2)"]
-    lines += ["", "Per set (benchmark and extra): the choice, its refinement pools, the better of Ward and "
-              "average, and which start the pool kept.", "",
-              "| set | choice | today | consensus refined | pool (kept) | better linkage |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in named:
-        p = r["purity"]
-        lines.append(f"| {r['name']} | {p[pick]:.3f} | {p['today']:.3f} | {p['consensus refined']:.3f} | "
-                     f"{p['pool']:.3f} ({r['kept']}) | {r['best']:.3f} |")
+              measure.POOL_NOTE.format(name="consensus", own="the co-association"), ""]
+    variants = [(f"{name(pick)} (R = {RUNS}, seed 0)", pick), *((f"R = {R}", f"R = {R}") for R in extra_runs),
+                *((f"seed {s} (R = {RUNS})", f"seed {s}") for s in other_seeds),
+                *((k, k) for k in ("today", "consensus refined", "pool"))]
+    lines += measure.group_table(rows, variants, "method")
+    lines += [""] + measure.pool_table(rows["benchmark (6)"] + rows["extra (2)"], pick, "consensus")
     measure.write_table(lines, __file__)
 
 

@@ -34,7 +34,6 @@ Writes ``contrastive.md``. Usage: ``python experiments/clustering/contrastive.py
 a shared 2-core machine).
 """
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -71,18 +70,8 @@ def embedding(X, views, temperature, seeds=(0,), **training):
 def contrastive_trees(X, methods, **training) -> dict:
     """method -> (scipy linkage matrix, CPU seconds of the training and the linkage); one
     :func:`embedding` per (views, temperature), ``training`` passed on to it."""
-    out, cache = {}, {}
-    for views, temperature, link in methods:
-        key = (views, temperature)
-        if key not in cache:
-            t = time.process_time()
-            E = embedding(X, views, temperature, **training)
-            cache[key] = (E, time.process_time() - t)
-        E, te = cache[key]
-        t = time.process_time()
-        Z = LINKAGES[link](E)
-        out[(views, temperature, link)] = (Z, te + time.process_time() - t)
-    return out
+    return measure.geometry_trees(methods, lambda views, temperature: embedding(X, views, temperature, **training),
+                                  LINKAGES)
 
 
 def main():
@@ -105,41 +94,19 @@ def main():
             for label, training in variants.items():
                 (Z, s), = contrastive_trees(r["X"], [pick], **training).values()
                 r["purity"][label], r["seconds"][label] = measure.purity(Z, r["y"]), s
-            parents, kept, s = fits.refined_pool(r["X"], r["trees"][pick][0], "contrastive", heights="merge order")
-            for key, tree in parents.items():
-                r["purity"][key] = measure.purity(tree, r["y"])
-                r["seconds"][key] = s + (r["seconds"][pick] if key != "today" else 0.0)
-            r["kept"] = kept
-            print(r["name"], {k: round(r["purity"][k], 3) for k in ("today", "contrastive refined", "pool")}, kept,
-                  flush=True)
+            fits.add_refined_pool(r, pick, "contrastive", heights="merge order")
 
     lines = ["# A learned contrastive embedding, then linkage", "",
              "Written by `contrastive.py` (its docstring says what each setting and column is). Dendrogram purity; "
              "300 training steps, the network's seed 0, unless said.", "",
-             "## 1. Every setting (views / temperature / linkage of the embedding)", "",
-             "| setting | group | mean | gap | below | worst | CPU s (median / max) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for m in METHODS:
-        for g, rs in rows.items():
-            lines.append(f"| {name(m)} | {g} | {measure.row_summary(rs, m)} |")
+             "## 1. Every setting (views / temperature / linkage of the embedding)", ""]
+    lines += measure.group_table(rows, [(name(m), m) for m in METHODS], "setting")
     lines += ["", f"## 2. The pilot's choice, {name(pick)}: seeds, steps, and as a start of the refinement", "",
-              "`today`: the default's refinement (the lower exact cost of its two refined starts); `contrastive "
-              "refined`: the choice refined alone; `pool`: the lowest exact cost of the three; their CPU "
-              "seconds include the refinements (and the training where it is used).", "",
-              "| method | group | mean | gap | below | worst | CPU s (median / max) |",
-              "|---|---|---:|---:|---:|---:|---:|"]
-    for key in [pick, *variants, "today", "contrastive refined", "pool"]:
-        label = f"{name(pick)} (300 steps, seed 0)" if key == pick else key
-        for g, rs in rows.items():
-            lines.append(f"| {label} | {g} | {measure.row_summary(rs, key)} |")
-    lines += ["", "Per set (benchmark and extra): the choice, its refinement pools, the better of Ward and "
-              "average, and which start the pool kept.", "",
-              "| set | choice | today | contrastive refined | pool (kept) | better linkage |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in rows["benchmark (6)"] + rows["extra (2)"]:
-        p = r["purity"]
-        lines.append(f"| {r['name']} | {p[pick]:.3f} | {p['today']:.3f} | {p['contrastive refined']:.3f} | "
-                     f"{p['pool']:.3f} ({r['kept']}) | {r['best']:.3f} |")
+              measure.POOL_NOTE.format(name="contrastive", own="the training"), ""]
+    variants = [(f"{name(pick)} (300 steps, seed 0)", pick),
+                *((k, k) for k in [*variants, "today", "contrastive refined", "pool"])]
+    lines += measure.group_table(rows, variants, "method")
+    lines += [""] + measure.pool_table(rows["benchmark (6)"] + rows["extra (2)"], pick, "contrastive")
     measure.write_table(lines, __file__)
 
 

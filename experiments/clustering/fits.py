@@ -7,7 +7,8 @@
 * :func:`shared_clusters`: the share of one hierarchy's clusters that are clusters of
   another (1: the same hierarchy);
 * :func:`refined_pool`: a linkage of another geometry as a third start of the default's
-  refinement, the lowest exact cost kept.
+  refinement, the lowest exact cost kept; :func:`add_refined_pool` writes its purities into a
+  row of an experiment's table.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 
 from hiseg import UltrametricClustering
 
-__all__ = ["estimator_fit", "start_of", "shared_clusters", "refined_pool"]
+__all__ = ["estimator_fit", "start_of", "shared_clusters", "refined_pool", "add_refined_pool"]
 
 
 def estimator_fit(X, n_clusters: int, **params):
@@ -132,3 +133,18 @@ def refined_pool(X, Z, name: str, *, heights: str = "cophenetic"):
     best = min(fits, key=lambda m: fits[m].cost)
     return ({"pool": np.asarray(fits[best].hierarchy.parents), "today": np.asarray(fits[today].hierarchy.parents),
              f"{name} refined": np.asarray(fits[name].hierarchy.parents)}, best, time.process_time() - t)
+
+
+def add_refined_pool(row, choice, name: str, **pool) -> None:
+    """:func:`refined_pool` of ``row["trees"][choice][0]`` (``pool``: its options) written into
+    ``row``: the purity and CPU seconds of ``"today"``, ``f"{name} refined"`` and ``"pool"`` (the
+    last two with the choice's own seconds added), and the start the pool kept; printed."""
+    from measure import purity
+
+    parents, kept, s = refined_pool(row["X"], row["trees"][choice][0], name, **pool)
+    for key, tree in parents.items():
+        row["purity"][key] = purity(tree, row["y"])
+        row["seconds"][key] = s + (row["seconds"][choice] if key != "today" else 0.0)
+    row["kept"] = kept
+    print(row["name"], {k: round(row["purity"][k], 3) for k in ("today", f"{name} refined", "pool")}, kept,
+          flush=True)

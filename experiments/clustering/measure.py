@@ -10,8 +10,12 @@
   evidence-accumulation (consensus) geometry;
 * :func:`nt_xent` and :func:`contrastive_embedding`: a small network trained without labels to
   bring two augmented views of a point together (SimCLR's loss), the learned geometry;
+* :func:`geometry_trees`: the linkages of several settings of a geometry, each geometry computed
+  once and timed;
 * :func:`gap_summary`: how a method's purities compare with the better of Ward and average;
   :func:`row_summary` adds the CPU seconds, :func:`pilot_choice` picks a setting by that goal;
+* :func:`group_table`, :func:`pool_table`: the tables of a geometry's settings and of its pilot's
+  choice as a start of the refinement (``consensus.py``, ``contrastive.py``);
 * :func:`write_table`: print a markdown table and write it next to the script.
 """
 from __future__ import annotations
@@ -32,8 +36,8 @@ from hiseg import knn_graph  # noqa: E402
 from hiseg.metrics import dasgupta_cost, dendrogram_purity  # noqa: E402
 
 __all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "co_association", "nt_xent",
-           "contrastive_embedding", "gap_summary", "row_summary",
-           "pilot_choice", "better_linkage", "timed", "write_table", "LINKAGES"]
+           "contrastive_embedding", "geometry_trees", "gap_summary", "row_summary",
+           "pilot_choice", "group_table", "pool_table", "better_linkage", "timed", "write_table", "LINKAGES"]
 
 LINKAGES = ("ward", "average", "complete", "single")
 
@@ -172,6 +176,23 @@ def contrastive_embedding(X, *, dim: int = 16, hidden: int = 64, steps: int = 30
         return torch.nn.functional.normalize(net(T), dim=1).numpy().astype(np.float64)
 
 
+def geometry_trees(methods, geometry, linkages) -> dict:
+    """method -> (scipy linkage matrix, CPU seconds of the geometry and the linkage). A method is a
+    tuple: the geometry's settings, then a key of ``linkages`` (name -> function of the geometry);
+    ``geometry(*settings)`` is computed once for all the methods that share them."""
+    out, cache = {}, {}
+    for method in methods:
+        *settings, link = method
+        key = tuple(settings)
+        if key not in cache:
+            t = time.process_time()
+            cache[key] = (geometry(*key), time.process_time() - t)
+        G, seconds = cache[key]
+        t = time.process_time()
+        out[method] = (linkages[link](G), seconds + time.process_time() - t)
+    return out
+
+
 def better_linkage(X, y) -> float:
     """The purity of the better of scipy's Ward and average linkage: the bar of issue 44."""
     return max(purity(linkage_tree(X, m), y) for m in ("ward", "average"))
@@ -199,6 +220,36 @@ def pilot_choice(rows, methods):
         g = np.array([r["purity"][m] - r["best"] for r in rows])
         return (int((g < -0.005).sum()), -g.min(), -g.mean())
     return min(methods, key=rank)
+
+
+def group_table(rows, labelled_keys, first_column: str) -> list:
+    """Markdown lines: a header, then a :func:`row_summary` line per (label, key) of
+    ``labelled_keys`` and group of ``rows`` ({group name: rows})."""
+    lines = [f"| {first_column} | group | mean | gap | below | worst | CPU s (median / max) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for label, key in labelled_keys:
+        lines += [f"| {label} | {g} | {row_summary(rs, key)} |" for g, rs in rows.items()]
+    return lines
+
+
+POOL_NOTE = ("`today`: the default's refinement (the lower exact cost of its two refined starts); `{name} "
+             "refined`: the choice refined alone; `pool`: the lowest exact cost of the three; their CPU "
+             "seconds include the refinements (and {own} where it is used).")
+
+
+def pool_table(named_rows, choice, name: str) -> list:
+    """Markdown lines, one per row of ``named_rows``: the purity of the ``choice``, of
+    ``fits.add_refined_pool``'s three hierarchies (with the start the pool kept) and of the better
+    linkage."""
+    lines = ["Per set (benchmark and extra): the choice, its refinement pools, the better of Ward and "
+             "average, and which start the pool kept.", "",
+             f"| set | choice | today | {name} refined | pool (kept) | better linkage |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in named_rows:
+        p = r["purity"]
+        lines.append(f"| {r['name']} | {p[choice]:.3f} | {p['today']:.3f} | {p[f'{name} refined']:.3f} | "
+                     f"{p['pool']:.3f} ({r['kept']}) | {r['best']:.3f} |")
+    return lines
 
 
 def timed(fn, *args, **kw):
