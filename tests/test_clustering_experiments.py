@@ -1,6 +1,7 @@
-"""The helpers the clustering experiments share (``experiments/clustering/measure.py``, ``sets.py``),
-against brute force: the geodesic distances of ``geometry.md`` and ``starts_and_costs.md`` and
-the gap columns of their tables."""
+"""The helpers the clustering experiments share (``experiments/clustering/measure.py``, ``sets.py``,
+``fits.py``), against brute force: the geodesic distances of ``geometry.md`` and
+``starts_and_costs.md``, the co-association of ``consensus.md``, the NT-Xent loss and the views of
+``contrastive.md``, and the gap columns and the pilot's choice of their tables."""
 import sys
 from pathlib import Path
 
@@ -109,3 +110,123 @@ def test_co_association_refuses_a_k_range_outside_2_to_n(measure):
         measure.co_association(np.zeros((5, 2)), 3, (1, 3))
     with pytest.raises(ValueError, match="k_range must satisfy"):
         measure.co_association(np.zeros((5, 2)), 3, (2, 6))
+
+
+def _nt_xent_brute_force(z1, z2, temperature):
+    """SimCLR's loss written out: for each of the 2B rows, -log of its other view's share of
+    exp(cosine / temperature) over the other 2B - 1 rows; the mean."""
+    z = np.concatenate([z1, z2])
+    z = z / np.linalg.norm(z, axis=1, keepdims=True)
+    b, losses = len(z1), []
+    for i in range(2 * b):
+        j = (i + b) % (2 * b)
+        others = [k for k in range(2 * b) if k != i]
+        denominator = sum(np.exp(z[i] @ z[k] / temperature) for k in others)
+        losses.append(-np.log(np.exp(z[i] @ z[j] / temperature) / denominator))
+    return np.mean(losses)
+
+
+@pytest.mark.parametrize("temperature", [0.1, 0.5, 2.0])
+def test_nt_xent_against_the_loss_written_out(measure, temperature):
+    import torch
+
+    rng = np.random.default_rng(0)
+    z1, z2 = rng.normal(size=(3, 4)), rng.normal(size=(3, 4))
+    got = measure.nt_xent(torch.tensor(z1), torch.tensor(z2), temperature).item()
+    assert got == pytest.approx(_nt_xent_brute_force(z1, z2, temperature), rel=1e-10)
+    # views close to each other score lower than unrelated ones
+    close = z1 + 0.01 * rng.normal(size=z1.shape)
+    assert measure.nt_xent(torch.tensor(z1), torch.tensor(close), temperature).item() < got
+
+
+def test_nt_xent_refuses_a_temperature_not_above_0(measure):
+    import torch
+
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        measure.nt_xent(torch.ones(2, 2), torch.ones(2, 2), 0.0)
+
+
+def _view(measure, X, k, **augmentation):
+    import torch
+    from sklearn.neighbors import NearestNeighbors
+
+    T = torch.as_tensor(X)
+    nb = NearestNeighbors(n_neighbors=k + 1).fit(X).kneighbors(X, return_distance=False)[:, 1:]
+    rows = torch.arange(len(X))
+    V = measure._views(T, rows, T.std(dim=0), torch.as_tensor(nb), torch.Generator().manual_seed(0), **augmentation)
+    return V.numpy(), nb
+
+
+def test_views_mix_moves_each_point_towards_one_of_its_neighbours(measure):
+    X = np.random.default_rng(1).normal(size=(30, 3))
+    V, nb = _view(measure, X, 4, noise=0.0, mask=0.0, mix=1.0)
+    for i in range(len(X)):
+        # v = x + a (x_j - x) with a in [0, 1] for some neighbour j: brute force over all rows
+        fits = []
+        for j in range(len(X)):
+            step = X[j] - X[i]
+            a = (V[i] - X[i]) @ step / (step @ step) if j != i else -1
+            fits.append(j if 0 <= a <= 1 and np.allclose(X[i] + a * step, V[i], atol=1e-9) else None)
+        assert set(fits) - {None} <= set(nb[i]) and set(fits) - {None}, i
+
+
+def test_views_noise_and_mask_have_their_scale_and_share(measure):
+    X = np.random.default_rng(2).normal(size=(4000, 3)) * np.array([1.0, 5.0, 0.2])
+    V, _ = _view(measure, X, 3, noise=0.5, mask=0.0, mix=0.0)
+    np.testing.assert_allclose((V - X).std(axis=0), 0.5 * X.std(axis=0, ddof=1), rtol=0.05)
+    V, _ = _view(measure, X, 3, noise=0.0, mask=0.3, mix=0.0)
+    kept = V == X
+    assert np.all(kept | (V == 0)) and kept.mean() == pytest.approx(0.7, abs=0.02)
+
+
+def test_contrastive_embedding_is_seeded_unit_and_separates_far_groups(measure):
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(20, 4)), rng.normal(size=(15, 4)) + 8])
+    kw = dict(dim=8, steps=60, temperature=0.5, noise=0.3, mix=1.0, k=5)
+    E = measure.contrastive_embedding(X, seed=3, **kw)
+    assert E.shape == (35, 8)
+    np.testing.assert_allclose(np.linalg.norm(E, axis=1), 1.0, rtol=1e-6)
+    np.testing.assert_array_equal(E, measure.contrastive_embedding(X, seed=3, **kw))
+    assert not np.allclose(E, measure.contrastive_embedding(X, seed=4, **kw))
+    cut = fcluster(linkage(E, "average", metric="cosine"), 2, "maxclust")
+    assert len(set(cut[:20])) == len(set(cut[20:])) == 1 and cut[0] != cut[-1]
+
+
+@pytest.mark.parametrize("augmentation,message", [({}, "no augmentation"), ({"mask": 1.0}, "0 <= mask < 1"),
+                                                  ({"noise": -1.0}, "noise >= 0")])
+def test_contrastive_embedding_refuses_bad_augmentations(measure, augmentation, message):
+    with pytest.raises(ValueError, match=message):
+        measure.contrastive_embedding(np.zeros((5, 2)), **augmentation)
+
+
+def test_pilot_choice_puts_fewest_below_before_the_mean(measure):
+    rows = [dict(best=0.8, purity={"steady": 0.8, "swinging": 0.95}, seconds={"steady": 1.0, "swinging": 3.0}),
+            dict(best=0.8, purity={"steady": 0.79, "swinging": 0.7}, seconds={"steady": 2.0, "swinging": 1.0})]
+    assert measure.pilot_choice(rows, ["swinging", "steady"]) == "steady"
+    assert measure.row_summary(rows, "swinging") == "0.825 | +0.025 | 1 | -0.100 | 2.00 / 3.00"
+
+
+def test_refined_pool_refuses_unknown_heights(monkeypatch):
+    monkeypatch.setattr(sys, "path", [str(HERE)] + sys.path)
+    monkeypatch.delitem(sys.modules, "fits", raising=False)
+    import fits
+
+    with pytest.raises(ValueError, match="heights must be 'cophenetic' or 'merge order'"):
+        fits.refined_pool(np.zeros((3, 2)), np.zeros((2, 4)), "x", heights="ranks")
+
+
+def test_geometry_trees_computes_each_geometry_once(measure):
+    calls = []
+
+    def geometry(a, b):
+        calls.append((a, b))
+        return np.full((3, 3), a + b)
+
+    linkages = {"first": lambda G: G[0, 0] + 1, "second": lambda G: G[0, 0] + 2}
+    methods = [(1, 2, "first"), (1, 2, "second"), (3, 4, "first")]
+    out = measure.geometry_trees(methods, geometry, linkages)
+    assert calls == [(1, 2), (3, 4)]
+    assert {m: z for m, (z, _) in out.items()} == {(1, 2, "first"): 4, (1, 2, "second"): 5, (3, 4, "first"): 8}
+    assert all(s >= 0 for _, s in out.values())

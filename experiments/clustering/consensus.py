@@ -30,20 +30,17 @@ Writes ``consensus.md``. Usage: ``python experiments/clustering/consensus.py`` (
 shared 2-core machine).
 """
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import measure  # noqa: E402  (first: one thread for numpy, torch and k-means)
+import fits  # noqa: E402
 import numpy as np  # noqa: E402
-from scipy.cluster.hierarchy import cophenet, linkage  # noqa: E402
+from scipy.cluster.hierarchy import linkage  # noqa: E402
 from scipy.spatial.distance import squareform  # noqa: E402
 from sets import groups  # noqa: E402
-
-from hiseg import knn_graph  # noqa: E402
-from hiseg.clustering import refine  # noqa: E402
 
 RUNS = 100
 K_RANGES = ("2..√n", "√n/2..√n", "2c..5c")
@@ -63,54 +60,13 @@ def k_range(name: str, n: int, c: int) -> tuple:
 
 def consensus_trees(X, c, methods, runs=RUNS, seed=0) -> dict:
     """method -> (scipy linkage matrix, CPU seconds of the co-association and the linkage)."""
-    out, cache = {}, {}
-    for kr, pert, link in methods:
-        key = (kr, pert)
-        if key not in cache:
-            t = time.process_time()
-            C = measure.co_association(X, runs, k_range(kr, len(X), c), seed=seed, **PERTURBATIONS[pert])
-            cache[key] = (C, time.process_time() - t)
-        C, tc = cache[key]
-        t = time.process_time()
-        Z = LINKAGES[link](C)
-        out[(kr, pert, link)] = (Z, tc + time.process_time() - t)
-    return out
+    def geometry(kr, pert):
+        return measure.co_association(X, runs, k_range(kr, len(X), c), seed=seed, **PERTURBATIONS[pert])
+    return measure.geometry_trees(methods, geometry, LINKAGES)
 
 
 def name(method) -> str:
     return " / ".join(method)
-
-
-def refined_pool(X, Z):
-    """({"pool": the lowest exact cost of today's two refined starts and the refined consensus
-    start, "today": the lower of today's two, "consensus refined"} -> parents, the start the pool
-    kept, CPU seconds of the three refinements)."""
-    t = time.process_time()
-    graph, w = knn_graph(X, refine.REFINE_NEIGHBORS)
-    s = refine.gaussian_similarities(w)
-    u = squareform(cophenet(Z))[graph.sources, graph.targets]
-    starts = {"ward (graph)": refine.start_ultrametric("ward", graph, w, X)[0],
-              "average (graph)": refine.start_ultrametric("average", graph, w, X)[0],
-              "consensus": u / u.mean() if u.mean() > 0 else np.ones_like(u)}
-    fits = {m: refine.refine(graph, s, v) for m, v in starts.items()}
-    today = min(("ward (graph)", "average (graph)"), key=lambda m: fits[m].cost)
-    best = min(fits, key=lambda m: fits[m].cost)
-    return ({"pool": np.asarray(fits[best].hierarchy.parents), "today": np.asarray(fits[today].hierarchy.parents),
-             "consensus refined": np.asarray(fits["consensus"].hierarchy.parents)}, best, time.process_time() - t)
-
-
-def summary(rs, key, seconds) -> str:
-    cells = measure.gap_summary([r["purity"][key] for r in rs], [r["best"] for r in rs])
-    t = np.asarray([r[seconds][key] for r in rs])
-    return f"{cells} | {np.median(t):.2f} / {t.max():.2f}"
-
-
-def choose(rows) -> tuple:
-    """The pilot's choice: fewest draws below, then the worst gap, then the mean gap."""
-    def rank(m):
-        g = np.array([r["purity"][m] - r["best"] for r in rows])
-        return (int((g < -0.005).sum()), -g.min(), -g.mean())
-    return min(METHODS, key=rank)
 
 
 def main():
@@ -125,7 +81,7 @@ def main():
             rows[g].append(dict(name=set_name, X=X, y=y, c=c, trees=trees, purity=p, best=best,
                                 seconds={m: s for m, (_, s) in trees.items()}))
             print(set_name, f"better linkage {best:.3f}", f"max {max(p.values()):.3f}", flush=True)
-    pick = choose(rows["pilot (seeds 100-102, 27)"])
+    pick = measure.pilot_choice(rows["pilot (seeds 100-102, 27)"], METHODS)
     print("pilot's choice:", name(pick), flush=True)
     extra_runs, other_seeds = (50, 200), (1, 2)
     for rs in rows.values():
@@ -136,44 +92,20 @@ def main():
             for seed in other_seeds:
                 (Z, s), = consensus_trees(r["X"], r["c"], [pick], seed=seed).values()
                 r["purity"][f"seed {seed}"], r["seconds"][f"seed {seed}"] = measure.purity(Z, r["y"]), s
-            parents, kept, s = refined_pool(r["X"], r["trees"][pick][0])
-            for key, tree in parents.items():
-                r["purity"][key] = measure.purity(tree, r["y"])
-                r["seconds"][key] = s + (r["seconds"][pick] if key != "today" else 0.0)
-            r["kept"] = kept
-            print(r["name"], {k: round(r["purity"][k], 3) for k in ("today", "consensus refined", "pool")}, kept,
-                  flush=True)
+            fits.add_refined_pool(r, pick, "consensus")
 
     lines = ["# Evidence accumulation (consensus) clustering", "",
              "Written by `consensus.py` (its docstring says what each setting and column is). Dendrogram purity; "
              f"R = {RUNS} k-means runs unless said.", "",
-             "## 1. Every setting (k range / runs on / linkage of 1 - C)", "",
-             "| setting | group | mean | gap | below | worst | CPU s (median / max) |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for m in METHODS:
-        for g, rs in rows.items():
-            lines.append(f"| {name(m)} | {g} | {summary(rs, m, 'seconds')} |")
+             "## 1. Every setting (k range / runs on / linkage of 1 - C)", ""]
+    lines += measure.group_table(rows, [(name(m), m) for m in METHODS], "setting")
     lines += ["", f"## 2. The pilot's choice, {name(pick)}: runs, seeds, and as a start of the refinement", "",
-              "`today`: the default's refinement (the lower exact cost of its two refined starts); `consensus "
-              "refined`: the choice refined alone; `pool`: the lowest exact cost of the three; their CPU "
-              "seconds include the refinements (and the co-association where it is used).", "",
-              "| method | group | mean | gap | below | worst | CPU s (median / max) |",
-              "|---|---|---:|---:|---:|---:|---:|"]
-    variants = [pick, *(f"R = {R}" for R in extra_runs), *(f"seed {s} (R = {RUNS})" for s in other_seeds),
-                "today", "consensus refined", "pool"]
-    for v in variants:
-        label, key = (f"{name(v)} (R = {RUNS}, seed 0)", v) if v == pick else (v, v.split(" (")[0])
-        for g, rs in rows.items():
-            lines.append(f"| {label} | {g} | {summary(rs, key, 'seconds')} |")
-    named = rows["benchmark (6)"] + rows["extra (2)"]
-    lines += ["", "Per set (benchmark and extra): the choice, its refinement pools, the better of Ward and "
-              "average, and which start the pool kept.", "",
-              "| set | choice | today | consensus refined | pool (kept) | better linkage |",
-              "|---|---:|---:|---:|---:|---:|"]
-    for r in named:
-        p = r["purity"]
-        lines.append(f"| {r['name']} | {p[pick]:.3f} | {p['today']:.3f} | {p['consensus refined']:.3f} | "
-                     f"{p['pool']:.3f} ({r['kept']}) | {r['best']:.3f} |")
+              measure.POOL_NOTE.format(name="consensus", own="the co-association"), ""]
+    variants = [(f"{name(pick)} (R = {RUNS}, seed 0)", pick), *((f"R = {R}", f"R = {R}") for R in extra_runs),
+                *((f"seed {s} (R = {RUNS})", f"seed {s}") for s in other_seeds),
+                *((k, k) for k in ("today", "consensus refined", "pool"))]
+    lines += measure.group_table(rows, variants, "method")
+    lines += [""] + measure.pool_table(rows["benchmark (6)"] + rows["extra (2)"], pick, "consensus")
     measure.write_table(lines, __file__)
 
 

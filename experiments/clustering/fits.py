@@ -5,7 +5,10 @@
 * :func:`start_of`: the same settings stopped at the start (``max_iter=1``: the best
   iterate is the start's ultrametric);
 * :func:`shared_clusters`: the share of one hierarchy's clusters that are clusters of
-  another (1: the same hierarchy).
+  another (1: the same hierarchy);
+* :func:`refined_pool`: a linkage of another geometry as a third start of the default's
+  refinement, the lowest exact cost kept; :func:`add_refined_pool` writes its purities into a
+  row of an experiment's table.
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ import numpy as np
 
 from hiseg import UltrametricClustering
 
-__all__ = ["estimator_fit", "start_of", "shared_clusters"]
+__all__ = ["estimator_fit", "start_of", "shared_clusters", "refined_pool", "add_refined_pool"]
 
 
 def estimator_fit(X, n_clusters: int, **params):
@@ -95,3 +98,53 @@ def refined_per_start(X, n_clusters: int, **params) -> dict:
 def kept_start(per_start: dict) -> str:
     """The start the default keeps: the lowest exact Dasgupta cost, Ward's on ties."""
     return max(per_start, key=lambda s: (per_start[s][0].candidates_[0]["score"][0], s == "ward"))
+
+
+def refined_pool(X, Z, name: str, *, heights: str = "cophenetic"):
+    """The scipy linkage ``Z`` (another geometry's hierarchy, called ``name``) as a third start of
+    the default's refinement (:mod:`hiseg.clustering.refine`: its cophenetic distances on the
+    10-NN + MST graph's edges, over their mean), next to today's two. Returns ({"pool": the
+    lowest exact cost of the three refined starts, "today": the lower of today's two, f"{name}
+    refined"} -> parents, the start the pool kept, CPU seconds of the three refinements).
+
+    ``heights="merge order"`` replaces ``Z``'s heights by its merges' ranks (1 .. n - 1), the same
+    hierarchy: for geometries whose top merges are hundreds of times the typical edge's (cosine
+    distances of separated clusters), where the relaxation's sigmoid expansion would need more
+    terms than it allows."""
+    from scipy.cluster.hierarchy import cophenet
+    from scipy.spatial.distance import squareform
+
+    from hiseg import knn_graph
+    from hiseg.clustering import refine
+
+    if heights not in ("cophenetic", "merge order"):
+        raise ValueError(f"heights must be 'cophenetic' or 'merge order', got {heights!r}")
+    if heights == "merge order":
+        Z = np.column_stack([Z[:, :2], np.arange(1, len(Z) + 1), Z[:, 3]])
+    t = time.process_time()
+    graph, w = knn_graph(X, refine.REFINE_NEIGHBORS)
+    s = refine.gaussian_similarities(w)
+    u = squareform(cophenet(Z))[graph.sources, graph.targets]
+    starts = {"ward (graph)": refine.start_ultrametric("ward", graph, w, X)[0],
+              "average (graph)": refine.start_ultrametric("average", graph, w, X)[0],
+              name: u / u.mean() if u.mean() > 0 else np.ones_like(u)}
+    fits = {m: refine.refine(graph, s, v) for m, v in starts.items()}
+    today = min(("ward (graph)", "average (graph)"), key=lambda m: fits[m].cost)
+    best = min(fits, key=lambda m: fits[m].cost)
+    return ({"pool": np.asarray(fits[best].hierarchy.parents), "today": np.asarray(fits[today].hierarchy.parents),
+             f"{name} refined": np.asarray(fits[name].hierarchy.parents)}, best, time.process_time() - t)
+
+
+def add_refined_pool(row, choice, name: str, **pool) -> None:
+    """:func:`refined_pool` of ``row["trees"][choice][0]`` (``pool``: its options) written into
+    ``row``: the purity and CPU seconds of ``"today"``, ``f"{name} refined"`` and ``"pool"`` (the
+    last two with the choice's own seconds added), and the start the pool kept; printed."""
+    from measure import purity
+
+    parents, kept, s = refined_pool(row["X"], row["trees"][choice][0], name, **pool)
+    for key, tree in parents.items():
+        row["purity"][key] = purity(tree, row["y"])
+        row["seconds"][key] = s + (row["seconds"][choice] if key != "today" else 0.0)
+    row["kept"] = kept
+    print(row["name"], {k: round(row["purity"][k], 3) for k in ("today", f"{name} refined", "pool")}, kept,
+          flush=True)

@@ -8,7 +8,14 @@
 * :func:`geodesic_distances`: shortest-path lengths on a kNN + MST graph, a graph-based geometry;
 * :func:`co_association`: how often two points share a k-means cluster over many runs, the
   evidence-accumulation (consensus) geometry;
+* :func:`nt_xent` and :func:`contrastive_embedding`: a small network trained without labels to
+  bring two augmented views of a point together (SimCLR's loss), the learned geometry;
+* :func:`geometry_trees`: the linkages of several settings of a geometry, each geometry computed
+  once and timed;
 * :func:`gap_summary`: how a method's purities compare with the better of Ward and average;
+  :func:`row_summary` adds the CPU seconds, :func:`pilot_choice` picks a setting by that goal;
+* :func:`group_table`, :func:`pool_table`: the tables of a geometry's settings and of its pilot's
+  choice as a start of the refinement (``consensus.py``, ``contrastive.py``);
 * :func:`write_table`: print a markdown table and write it next to the script.
 """
 from __future__ import annotations
@@ -28,8 +35,9 @@ torch.set_num_threads(1)
 from hiseg import knn_graph  # noqa: E402
 from hiseg.metrics import dasgupta_cost, dendrogram_purity  # noqa: E402
 
-__all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "co_association", "gap_summary",
-           "better_linkage", "timed", "write_table", "LINKAGES"]
+__all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "co_association", "nt_xent",
+           "contrastive_embedding", "geometry_trees", "gap_summary", "row_summary",
+           "pilot_choice", "group_table", "pool_table", "better_linkage", "timed", "write_table", "LINKAGES"]
 
 LINKAGES = ("ward", "average", "complete", "single")
 
@@ -100,6 +108,91 @@ def co_association(X, runs: int, k_range, *, features: float = 1.0, subsample: f
     return C
 
 
+def nt_xent(z1, z2, temperature: float):
+    """SimCLR's normalised-temperature cross-entropy of two views (torch tensors, (B, D), row
+    ``i`` of each a view of one point): every one of the 2B rows must pick its other view among
+    the other 2B - 1 by cosine similarity / ``temperature``; the mean of the 2B losses."""
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1)
+    b = z1.shape[0]
+    logits = (z @ z.T) / temperature
+    logits = logits.masked_fill(torch.eye(2 * b, dtype=torch.bool), float("-inf"))
+    positive = torch.cat([torch.arange(b, 2 * b), torch.arange(b)])
+    return torch.nn.functional.cross_entropy(logits, positive)
+
+
+def _views(X, rows, std, neighbours, gen, *, noise: float, mask: float, mix: float):
+    """One augmented view of the ``rows`` of ``X`` (torch): each moved a uniform share in [0,
+    ``mix``] towards one of its ``neighbours`` (in ``X``) drawn at random, plus Gaussian noise of
+    ``noise`` times each feature's std, then each feature zeroed (the scale's middle) with
+    probability ``mask``."""
+    b = rows.shape[0]
+    V = X[rows]
+    if mix > 0:
+        pick = neighbours[rows, torch.randint(neighbours.shape[1], (b,), generator=gen)]
+        V = V + mix * torch.rand(b, 1, generator=gen) * (X[pick] - V)
+    if noise > 0:
+        V = V + noise * std * torch.randn(V.shape, generator=gen)
+    if mask > 0:
+        V = V * (torch.rand(V.shape, generator=gen) >= mask)
+    return V
+
+
+def contrastive_embedding(X, *, dim: int = 16, hidden: int = 64, steps: int = 300, batch: int = 256,
+                          temperature: float = 0.5, noise: float = 0.0, mask: float = 0.0, mix: float = 0.0,
+                          k: int = 10, lr: float = 1e-2, seed: int = 0) -> np.ndarray:
+    """(n, dim) unit rows: a two-layer network (``hidden`` ReLU units) trained by Adam for
+    ``steps`` steps, each on :func:`nt_xent` of two :func:`_views` of ``batch`` rows of ``X``
+    drawn without replacement (all rows when fewer), then applied to ``X`` itself. No label is
+    used, so the embedding is a label-free geometry (cosine distances between rows). Seeded: the
+    same call gives the same rows (one thread)."""
+    X = np.asarray(X, dtype=np.float64)
+    if X.ndim != 2 or len(X) < 2:
+        raise ValueError(f"X must be a 2-d array of at least 2 rows, got shape {X.shape}")
+    if not 0 <= mask < 1 or noise < 0 or mix < 0:
+        raise ValueError(f"need 0 <= mask < 1, noise >= 0 and mix >= 0, got mask={mask}, noise={noise}, mix={mix}")
+    if noise == mask == mix == 0:
+        raise ValueError("no augmentation: at least one of noise, mask and mix must be > 0")
+    from sklearn.neighbors import NearestNeighbors
+
+    kk = min(int(k), len(X) - 1)
+    neighbours = NearestNeighbors(n_neighbors=kk + 1).fit(X).kneighbors(X, return_distance=False)[:, 1:]
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Linear(X.shape[1], hidden), torch.nn.ReLU(), torch.nn.Linear(hidden, dim))
+    opt = torch.optim.Adam(net.parameters(), lr=lr)
+    T = torch.as_tensor(X, dtype=torch.float32)
+    std, nb = T.std(dim=0), torch.as_tensor(neighbours)
+    b = min(int(batch), len(X))
+    for _ in range(int(steps)):
+        rows = torch.randperm(len(X), generator=gen)[:b]
+        loss = nt_xent(net(_views(T, rows, std, nb, gen, noise=noise, mask=mask, mix=mix)),
+                       net(_views(T, rows, std, nb, gen, noise=noise, mask=mask, mix=mix)), temperature)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    with torch.no_grad():
+        return torch.nn.functional.normalize(net(T), dim=1).numpy().astype(np.float64)
+
+
+def geometry_trees(methods, geometry, linkages) -> dict:
+    """method -> (scipy linkage matrix, CPU seconds of the geometry and the linkage). A method is a
+    tuple: the geometry's settings, then a key of ``linkages`` (name -> function of the geometry);
+    ``geometry(*settings)`` is computed once for all the methods that share them."""
+    out, cache = {}, {}
+    for method in methods:
+        *settings, link = method
+        key = tuple(settings)
+        if key not in cache:
+            t = time.process_time()
+            cache[key] = (geometry(*key), time.process_time() - t)
+        G, seconds = cache[key]
+        t = time.process_time()
+        out[method] = (linkages[link](G), seconds + time.process_time() - t)
+    return out
+
+
 def better_linkage(X, y) -> float:
     """The purity of the better of scipy's Ward and average linkage: the bar of issue 44."""
     return max(purity(linkage_tree(X, m), y) for m in ("ward", "average"))
@@ -110,6 +203,53 @@ def gap_summary(values, best_of_two) -> str:
     better of Ward and average per set, the sets more than 0.005 below it, the worst gap."""
     v, g = np.asarray(values), np.asarray(values) - np.asarray(best_of_two)
     return f"{v.mean():.3f} | {g.mean():+.3f} | {(g < -0.005).sum()} | {g.min():+.3f}"
+
+
+def row_summary(rows, key) -> str:
+    """:func:`gap_summary` cells of ``row["purity"][key]`` over ``rows`` (each with its ``"best"``
+    linkage's purity) and ``| median / max`` of ``row["seconds"][key]``."""
+    cells = gap_summary([r["purity"][key] for r in rows], [r["best"] for r in rows])
+    t = np.asarray([r["seconds"][key] for r in rows])
+    return f"{cells} | {np.median(t):.2f} / {t.max():.2f}"
+
+
+def pilot_choice(rows, methods):
+    """The method of ``methods`` closest to the goal on ``rows`` (the pilot draws): the fewest sets
+    more than 0.005 below the better linkage, then the worst gap, then the mean gap."""
+    def rank(m):
+        g = np.array([r["purity"][m] - r["best"] for r in rows])
+        return (int((g < -0.005).sum()), -g.min(), -g.mean())
+    return min(methods, key=rank)
+
+
+def group_table(rows, labelled_keys, first_column: str) -> list:
+    """Markdown lines: a header, then a :func:`row_summary` line per (label, key) of
+    ``labelled_keys`` and group of ``rows`` ({group name: rows})."""
+    lines = [f"| {first_column} | group | mean | gap | below | worst | CPU s (median / max) |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for label, key in labelled_keys:
+        lines += [f"| {label} | {g} | {row_summary(rs, key)} |" for g, rs in rows.items()]
+    return lines
+
+
+POOL_NOTE = ("`today`: the default's refinement (the lower exact cost of its two refined starts); `{name} "
+             "refined`: the choice refined alone; `pool`: the lowest exact cost of the three; their CPU "
+             "seconds include the refinements (and {own} where it is used).")
+
+
+def pool_table(named_rows, choice, name: str) -> list:
+    """Markdown lines, one per row of ``named_rows``: the purity of the ``choice``, of
+    ``fits.add_refined_pool``'s three hierarchies (with the start the pool kept) and of the better
+    linkage."""
+    lines = ["Per set (benchmark and extra): the choice, its refinement pools, the better of Ward and "
+             "average, and which start the pool kept.", "",
+             f"| set | choice | today | {name} refined | pool (kept) | better linkage |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for r in named_rows:
+        p = r["purity"]
+        lines.append(f"| {r['name']} | {p[choice]:.3f} | {p['today']:.3f} | {p[f'{name} refined']:.3f} | "
+                     f"{p['pool']:.3f} ({r['kept']}) | {r['best']:.3f} |")
+    return lines
 
 
 def timed(fn, *args, **kw):
