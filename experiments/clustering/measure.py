@@ -9,7 +9,9 @@
 * :func:`co_association`: how often two points share a k-means cluster over many runs, the
   evidence-accumulation (consensus) geometry;
 * :func:`nt_xent` and :func:`contrastive_embedding`: a small network trained without labels to
-  bring two augmented views of a point together (SimCLR's loss), the learned geometry;
+  bring two augmented views of a point together (SimCLR's loss), the learned geometry, on the
+  unit sphere or in the Poincaré ball (:func:`to_poincare_ball`, :func:`poincare_distance`,
+  :func:`hyperbolic_nt_xent`; :func:`lca_depth` reads a hierarchy from the points' depths);
 * :func:`geometry_trees`: the linkages of several settings of a geometry, each geometry computed
   once and timed;
 * :func:`gap_summary`: how a method's purities compare with the better of Ward and average;
@@ -36,7 +38,8 @@ from hiseg import knn_graph  # noqa: E402
 from hiseg.metrics import dasgupta_cost, dendrogram_purity  # noqa: E402
 
 __all__ = ["dasgupta_reference", "purity", "linkage_tree", "geodesic_distances", "co_association", "nt_xent",
-           "contrastive_embedding", "geometry_trees", "gap_summary", "row_summary",
+           "contrastive_embedding", "to_poincare_ball", "poincare_distance", "hyperbolic_nt_xent", "lca_depth",
+           "geometry_trees", "gap_summary", "row_summary",
            "pilot_choice", "group_table", "pool_table", "better_linkage", "timed", "write_table", "LINKAGES"]
 
 LINKAGES = ("ward", "average", "complete", "single")
@@ -112,14 +115,72 @@ def nt_xent(z1, z2, temperature: float):
     """SimCLR's normalised-temperature cross-entropy of two views (torch tensors, (B, D), row
     ``i`` of each a view of one point): every one of the 2B rows must pick its other view among
     the other 2B - 1 by cosine similarity / ``temperature``; the mean of the 2B losses."""
+    z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1)
+    return _pick_other_view(z @ z.T, temperature)
+
+
+def _pick_other_view(similarity, temperature: float):
+    """The mean cross-entropy of each of the 2B rows of ``similarity`` (between the rows of two
+    stacked views) picking its other view, row ``i`` + B (mod 2B), among the others by
+    similarity / ``temperature``: what :func:`nt_xent` and :func:`hyperbolic_nt_xent` share."""
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature}")
-    z = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1)
-    b = z1.shape[0]
-    logits = (z @ z.T) / temperature
-    logits = logits.masked_fill(torch.eye(2 * b, dtype=torch.bool), float("-inf"))
+    b = similarity.shape[0] // 2
+    logits = (similarity / temperature).masked_fill(torch.eye(2 * b, dtype=torch.bool), float("-inf"))
     positive = torch.cat([torch.arange(b, 2 * b), torch.arange(b)])
     return torch.nn.functional.cross_entropy(logits, positive)
+
+
+def to_poincare_ball(v, max_norm: float = 1 - 1e-5):
+    """The exponential map at the origin of the Poincaré ball of curvature -1, ``tanh(|v|) v /
+    |v|`` (rows of a torch tensor), the norm clipped to ``max_norm``: the network's Euclidean
+    output as points of the ball, kept off its boundary where distances are infinite."""
+    if not 0 < max_norm < 1:
+        raise ValueError(f"max_norm must be in (0, 1), got {max_norm}")
+    norm = v.norm(dim=-1, keepdim=True).clamp_min(1e-15)
+    return torch.tanh(norm).clamp(max=max_norm) * v / norm
+
+
+def poincare_distance(x, y, eps: float = 1e-12):
+    """(n, m) Poincaré distances (curvature -1) between the rows of torch tensors ``x`` (n, D)
+    and ``y`` (m, D), ``arcosh(1 + e)`` with ``e = 2 |x - y|^2 / ((1 - |x|^2)(1 - |y|^2))`` at
+    least ``eps``: finite gradients where ``x = y`` (a similarity matrix's diagonal). ``|x - y|^2``
+    from the Gram matrix (one product, not an (n, m, D) difference, four times faster in the
+    loss): so float64, as near the boundary ``e`` divides its rounding error by ``(1 - |x|^2)(1 -
+    |y|^2)``, down to 4e-10 at the norm 1 - 1e-5."""
+    nx, ny = (x ** 2).sum(1), (y ** 2).sum(1)
+    squared = torch.addmm(nx[:, None] + ny[None], x, y.T, alpha=-2)
+    e = (squared * torch.outer(2 / (1 - nx), 1 / (1 - ny))).clamp_min(eps)
+    return torch.acosh(1 + e)
+
+
+def hyperbolic_nt_xent(z1, z2, temperature: float):
+    """:func:`nt_xent` with the negative Poincaré distance as the similarity (``z1``, ``z2``:
+    points of the ball, (B, D) torch tensors): each view must be nearer its other view than the
+    other 2B - 2 rows."""
+    z = torch.cat([z1, z2])
+    return _pick_other_view(-poincare_distance(z, z), temperature)
+
+
+def lca_depth(Z) -> np.ndarray:
+    """(n, n) Poincaré distance from the origin to the geodesic segment between each pair of
+    points of the ball ``Z`` (numpy rows; a point's own distance on the diagonal): the depth of
+    their lowest common ancestor when the origin is the root and the norm carries depth (HypHC's
+    reading). With ``a``, ``b`` the cosh of x's and y's distances from the origin and ``c = 1 + e``
+    that of d(x, y): when the triangle (origin, x, y) has an obtuse angle at x (``b > ac``) or y
+    the segment's nearest point is that end (the nearer one); otherwise the foot of the
+    perpendicular, ``sinh^2 = (2abe - (a - b)^2) / (e (e + 2)) - 1`` (the origin's Lorentz distance
+    from the plane of x and y in the hyperboloid model), written with ``e`` so that near pairs
+    stay exact."""
+    Z = np.asarray(Z, dtype=np.float64)
+    n2 = (Z ** 2).sum(1)
+    a = (1 + n2) / (1 - n2)
+    e = 2 * ((Z[:, None] - Z[None]) ** 2).sum(-1) / np.outer(1 - n2, 1 - n2)
+    A, B = np.meshgrid(a, a, indexing="ij")
+    end = (B >= A * (1 + e)) | (A >= B * (1 + e))  # also a single point (e = 0)
+    e = np.where(end, 1.0, e)
+    s2 = (2 * A * B * e - (A - B) ** 2) / (e * (e + 2)) - 1
+    return np.where(end, np.arccosh(np.minimum(A, B)), np.arcsinh(np.sqrt(np.clip(s2, 0.0, None))))
 
 
 def _views(X, rows, std, neighbours, gen, *, noise: float, mask: float, mix: float):
@@ -141,12 +202,20 @@ def _views(X, rows, std, neighbours, gen, *, noise: float, mask: float, mix: flo
 
 def contrastive_embedding(X, *, dim: int = 16, hidden: int = 64, steps: int = 300, batch: int = 256,
                           temperature: float = 0.5, noise: float = 0.0, mask: float = 0.0, mix: float = 0.0,
-                          k: int = 10, lr: float = 1e-2, seed: int = 0) -> np.ndarray:
+                          k: int = 10, lr: float = 1e-2, seed: int = 0, space: str = "sphere",
+                          scale: float = 1.0) -> np.ndarray:
     """(n, dim) unit rows: a two-layer network (``hidden`` ReLU units) trained by Adam for
     ``steps`` steps, each on :func:`nt_xent` of two :func:`_views` of ``batch`` rows of ``X``
     drawn without replacement (all rows when fewer), then applied to ``X`` itself. No label is
     used, so the embedding is a label-free geometry (cosine distances between rows). Seeded: the
-    same call gives the same rows (one thread)."""
+    same call gives the same rows (one thread).
+
+    ``space="ball"``: points of the Poincaré ball instead, :func:`to_poincare_ball` of ``scale``
+    times the network's output, trained on :func:`hyperbolic_nt_xent` (Poincaré distances)."""
+    if space not in ("sphere", "ball"):
+        raise ValueError(f"space must be 'sphere' or 'ball', got {space!r}")
+    if not scale > 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
     X = np.asarray(X, dtype=np.float64)
     if X.ndim != 2 or len(X) < 2:
         raise ValueError(f"X must be a 2-d array of at least 2 rows, got shape {X.shape}")
@@ -165,14 +234,18 @@ def contrastive_embedding(X, *, dim: int = 16, hidden: int = 64, steps: int = 30
     T = torch.as_tensor(X, dtype=torch.float32)
     std, nb = T.std(dim=0), torch.as_tensor(neighbours)
     b = min(int(batch), len(X))
+    loss_of, embed = (nt_xent, lambda z: z) if space == "sphere" else (hyperbolic_nt_xent,
+                                                                      lambda z: to_poincare_ball(scale * z.double()))
     for _ in range(int(steps)):
         rows = torch.randperm(len(X), generator=gen)[:b]
-        loss = nt_xent(net(_views(T, rows, std, nb, gen, noise=noise, mask=mask, mix=mix)),
-                       net(_views(T, rows, std, nb, gen, noise=noise, mask=mask, mix=mix)), temperature)
+        loss = loss_of(embed(net(_views(T, rows, std, nb, gen, noise=noise, mask=mask, mix=mix))),
+                       embed(net(_views(T, rows, std, nb, gen, noise=noise, mask=mask, mix=mix))), temperature)
         opt.zero_grad()
         loss.backward()
         opt.step()
     with torch.no_grad():
+        if space == "ball":  # mapped in float64: the distances near the boundary need it
+            return to_poincare_ball(scale * net(T).double()).numpy()
         return torch.nn.functional.normalize(net(T), dim=1).numpy().astype(np.float64)
 
 
