@@ -1,7 +1,7 @@
 """The helpers the clustering experiments share (``experiments/clustering/measure.py``, ``sets.py``,
 ``fits.py``), against brute force: the geodesic distances of ``geometry.md`` and
 ``starts_and_costs.md``, the co-association of ``consensus.md``, the NT-Xent loss and the views of
-``contrastive.md``, and the gap columns and the pilot's choice of their tables."""
+``contrastive.md``, the Poincaré ball's distances, loss and depths of ``hyperbolic.md``, and the gap columns and the pilot's choice of their tables."""
 import sys
 from pathlib import Path
 
@@ -199,6 +199,114 @@ def test_contrastive_embedding_is_seeded_unit_and_separates_far_groups(measure):
 def test_contrastive_embedding_refuses_bad_augmentations(measure, augmentation, message):
     with pytest.raises(ValueError, match=message):
         measure.contrastive_embedding(np.zeros((5, 2)), **augmentation)
+
+
+def _in_ball(rng, n, dim, largest=0.9):
+    Z = rng.normal(size=(n, dim))
+    return Z * (rng.uniform(0.02, largest, size=n) / np.linalg.norm(Z, axis=1))[:, None]
+
+
+def test_poincare_distance_against_the_formula_and_is_a_metric(measure):
+    import torch
+
+    rng = np.random.default_rng(0)
+    X, Y = _in_ball(rng, 6, 3, 0.999), _in_ball(rng, 5, 3, 0.999)
+    got = measure.poincare_distance(torch.tensor(X), torch.tensor(Y)).numpy()
+    for i, x in enumerate(X):
+        for j, y in enumerate(Y):
+            want = np.arccosh(1 + 2 * np.sum((x - y) ** 2) / ((1 - x @ x) * (1 - y @ y)))
+            assert got[i, j] == pytest.approx(want, rel=1e-9), (i, j)
+    # from the origin: 2 artanh |x|; symmetric; zero on the diagonal; the triangle inequality
+    np.testing.assert_allclose(measure.poincare_distance(torch.zeros(1, 3, dtype=torch.float64),
+                                                         torch.tensor(X)).numpy()[0],
+                               2 * np.arctanh(np.linalg.norm(X, axis=1)), rtol=1e-9)
+    P = _in_ball(rng, 30, 4, 0.99)
+    D = measure.poincare_distance(torch.tensor(P), torch.tensor(P)).numpy()
+    np.testing.assert_allclose(D, D.T, rtol=1e-9)
+    assert np.all(np.abs(np.diag(D)) < 1e-5)
+    assert np.all(D[:, :, None] <= D[:, None, :] + D.T[None, :, :] + 1e-9)
+
+
+def test_to_poincare_ball_is_the_exponential_map_at_the_origin(measure):
+    import torch
+
+    v = torch.tensor(np.random.default_rng(1).normal(size=(20, 3)) * 0.7)
+    z = measure.to_poincare_ball(v)
+    # in the ball, along v, at Poincaré distance 2 |v| from the origin (the metric is 2 / (1 - |z|^2))
+    cos = (z * v).sum(1) / (z.norm(dim=1) * v.norm(dim=1))
+    np.testing.assert_allclose(cos.numpy(), 1.0, rtol=1e-12)
+    np.testing.assert_allclose(2 * np.arctanh(z.norm(dim=1).numpy()), 2 * v.norm(dim=1).numpy(), rtol=1e-9)
+    far = measure.to_poincare_ball(torch.tensor([[30.0, 40.0]], dtype=torch.float64), max_norm=0.99)
+    np.testing.assert_allclose(far.numpy(), [[0.99 * 0.6, 0.99 * 0.8]], rtol=1e-12)
+    with pytest.raises(ValueError, match="max_norm must be in"):
+        measure.to_poincare_ball(v, max_norm=1.0)
+
+
+@pytest.mark.parametrize("temperature", [0.1, 1.0])
+def test_hyperbolic_nt_xent_against_the_loss_written_out(measure, temperature):
+    import torch
+
+    rng = np.random.default_rng(2)
+    z1, z2 = _in_ball(rng, 3, 2), _in_ball(rng, 3, 2)
+    z = np.concatenate([z1, z2])
+
+    def d(x, y):
+        return np.arccosh(1 + 2 * np.sum((x - y) ** 2) / ((1 - x @ x) * (1 - y @ y)))
+
+    losses = []
+    for i in range(6):
+        denominator = sum(np.exp(-d(z[i], z[k]) / temperature) for k in range(6) if k != i)
+        losses.append(-np.log(np.exp(-d(z[i], z[(i + 3) % 6]) / temperature) / denominator))
+    t1 = torch.tensor(z1, requires_grad=True)
+    got = measure.hyperbolic_nt_xent(t1, torch.tensor(z2), temperature)
+    assert got.item() == pytest.approx(np.mean(losses), rel=1e-9)
+    got.backward()  # the diagonal (x = x) leaves the gradient finite
+    assert torch.isfinite(t1.grad).all()
+
+
+def _mobius_add(x, y):
+    xy, nx, ny = x @ y, x @ x, y @ y
+    return ((1 + 2 * xy + ny) * x + (1 - nx) * y) / (1 + 2 * xy + nx * ny)
+
+
+def test_lca_depth_is_the_geodesic_segments_nearest_approach_to_the_origin(measure):
+    from scipy.optimize import minimize_scalar
+
+    def depth(z):
+        return 2 * np.arctanh(np.linalg.norm(z))
+
+    def segment(x, y, t):  # the geodesic from x (t = 0) to y (t = 1), by Möbius addition and scaling
+        w = _mobius_add(-x, y)
+        r = np.linalg.norm(w)
+        return _mobius_add(x, np.tanh(t * np.arctanh(r)) * w / r)
+
+    rng = np.random.default_rng(3)
+    Z = np.concatenate([_in_ball(rng, 8, 3), [[0.3, 0.0, 0.0], [0.6, 0.0, 0.0], [-0.5, 0.0, 0.0]]])
+    got = measure.lca_depth(Z)
+    for i, x in enumerate(Z):
+        for j, y in enumerate(Z):
+            want = depth(x) if i == j else minimize_scalar(lambda t: depth(segment(x, y, t)), bounds=(0, 1),
+                                                           method="bounded", options={"xatol": 1e-12}).fun
+            assert got[i, j] == pytest.approx(want, abs=1e-7), (i, j)
+    # one ray: the inner point is the ancestor; opposite sides: the geodesic runs through the root
+    assert got[-3, -2] == pytest.approx(depth(Z[-3])) and got[-2, -1] == pytest.approx(0.0, abs=1e-7)
+
+
+def test_contrastive_embedding_in_the_ball_is_seeded_inside_and_separates_far_groups(measure):
+    from scipy.cluster.hierarchy import fcluster, linkage
+
+    rng = np.random.default_rng(0)
+    X = np.concatenate([rng.normal(size=(20, 4)), rng.normal(size=(15, 4)) + 8])
+    kw = dict(dim=2, steps=60, temperature=0.5, noise=0.3, mix=1.0, k=5, space="ball")
+    Z = measure.contrastive_embedding(X, seed=3, **kw)
+    assert Z.shape == (35, 2) and np.all(np.linalg.norm(Z, axis=1) <= 1 - 1e-5 + 1e-12)
+    np.testing.assert_array_equal(Z, measure.contrastive_embedding(X, seed=3, **kw))
+    cut = fcluster(linkage(Z, "average"), 2, "maxclust")
+    assert len(set(cut[:20])) == len(set(cut[20:])) == 1 and cut[0] != cut[-1]
+    with pytest.raises(ValueError, match="space must be 'sphere' or 'ball'"):
+        measure.contrastive_embedding(X, noise=0.3, space="cube")
+    with pytest.raises(ValueError, match="scale must be > 0"):
+        measure.contrastive_embedding(X, noise=0.3, space="ball", scale=0.0)
 
 
 def test_pilot_choice_puts_fewest_below_before_the_mean(measure):
