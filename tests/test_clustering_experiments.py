@@ -1,7 +1,8 @@
 """The helpers the clustering experiments share (``experiments/clustering/measure.py``, ``sets.py``,
 ``fits.py``), against brute force: the geodesic distances of ``geometry.md`` and
 ``starts_and_costs.md``, the co-association of ``consensus.md``, the NT-Xent loss and the views of
-``contrastive.md``, the Poincaré ball's distances, loss and depths of ``hyperbolic.md``, and the gap columns and the pilot's choice of their tables."""
+``contrastive.md``, the Poincaré ball's distances, loss and depths of ``hyperbolic.md``, and the gap
+columns and the pilot's choice of their tables."""
 import sys
 from pathlib import Path
 
