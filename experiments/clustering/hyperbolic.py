@@ -32,8 +32,8 @@ Columns: as ``contrastive.md``: mean purity, mean gap to the better of Ward and 
 sets more than 0.005 below it, worst gap, and CPU seconds on one thread (median / max over the
 group) of the training, the embedding and the linkage.
 
-Writes ``hyperbolic.md``. Usage: ``python experiments/clustering/hyperbolic.py`` (~20 minutes on a
-shared 2-core machine).
+Writes ``hyperbolic.md``. Usage: ``python experiments/clustering/hyperbolic.py`` (~11 minutes on
+2 cores: the sets are shared between two single-threaded processes).
 """
 import sys
 from pathlib import Path
