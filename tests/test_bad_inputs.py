@@ -248,3 +248,19 @@ def test_view_ucm_over_the_pixel_limit_is_refused_from_its_header(tmp_path, caps
     rc, err = run(capsys, ["view", str(d), "--ucm", str(ucm), "--out", str(tmp_path / "o"), "-q",
                            "--pixel-limit", str(limit + 1)])
     assert rc == 0 and sorted(read) == ["a.mat", "b.mat"], err
+
+
+@pytest.mark.parametrize("spec, hint", [("bsds500_ensembel", "did you mean 'bsds500_ensemble'?"),
+                                        ("BSDS500-merge", "did you mean 'bsds500_merge'?"),
+                                        ("mymodel", "shipped models are bsds500, bsds500_merge, bsds500_ensemble"),
+                                        ("runs/x.ckpt", None)])
+def test_a_misspelt_shipped_model_is_named_with_the_shipped_names(tmp_path, capsys, monkeypatch, spec, hint):
+    """--checkpoint takes a file or a shipped model's name: a bare word that is neither gets the
+    shipped names (the closest one first) in its one line; a path is only a missing file. Nothing
+    is written."""
+    monkeypatch.chdir(tmp_path)
+    d = photos(tmp_path, "a.png")
+    rc, err = run(capsys, ["predict", str(d / "a.png"), "--checkpoint", spec, "--out", "o", "--quiet", "--device", "cpu"])
+    assert rc == 2 and not (tmp_path / "o").exists()
+    _one_error_line(err, "checkpoint file not found", spec)
+    assert (hint in err) if hint else "shipped models are" not in err, err

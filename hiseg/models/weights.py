@@ -233,6 +233,20 @@ def _without_rerun_hint(text: str) -> str:
     return text
 
 
+def _not_a_shipped_name(spec) -> str:
+    """For a bare word that is neither a file nor a shipped model's name (a typo of one, most
+    likely): the shipped names, and the closest one if any; '' for anything that looks like a path."""
+    import difflib
+
+    text = str(spec)
+    if any(c in text for c in "/\\") or Path(text).suffix:
+        return ""
+    names = [w.name.lower() for w in Weights]
+    close = difflib.get_close_matches(text.lower(), names, n=1)
+    return ("; nor a shipped model's name" + (f" (did you mean {close[0]!r}?)" if close else "")
+            + f": shipped models are {', '.join(names)}")
+
+
 def load_checkpoint_file(path, map_location: Any = "cpu") -> Any:
     """``torch.load(path, weights_only=True)``: the raw object. FileNotFoundError; CheckpointError
     for a URL, a corrupt file, or one that pickles classes (the message says how to allow
@@ -246,7 +260,7 @@ def load_checkpoint_file(path, map_location: Any = "cpu") -> Any:
     if p.is_dir():
         raise FileNotFoundError(f"checkpoint {p.resolve()} is a folder, not a checkpoint file (a .ckpt or .pt)")
     if not p.is_file():
-        raise FileNotFoundError(f"checkpoint file not found: {p.resolve()}")
+        raise FileNotFoundError(f"checkpoint file not found: {p.resolve()}{_not_a_shipped_name(path)}")
     try:
         return torch.load(p, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as e:
