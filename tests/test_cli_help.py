@@ -77,6 +77,14 @@ def test_version(capsys):
     assert e.value.code == 0 and capsys.readouterr().out.strip() == f"hiseg {__version__}"
 
 
+def test_hiseg_alone_prints_the_commands(capsys):
+    """``hiseg`` with no argument lists the commands with their one-line help (not only argparse's
+    "arguments are required"), and runs nothing (status 2)."""
+    assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: hiseg") and all(f"    {c} " in out for c in ("predict", "view", "evaluate", "export"))
+
+
 @pytest.mark.slow
 def test_train_is_train_pys_cli(capsys):
     """``hiseg train --help`` is LightningCLI's help of ``python train.py``."""

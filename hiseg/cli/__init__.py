@@ -84,6 +84,9 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``hiseg ARGV``; the exit status (0, 1: some images failed, 2: nothing ran)."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:  # `hiseg` alone: what it can do, not only that a command is required
+        build_parser("").print_help()
+        return 2
     if argv and argv[0] == "train":  # LightningCLI parses its own arguments (and --help)
         from . import train
 
