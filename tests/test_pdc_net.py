@@ -268,6 +268,22 @@ def test_forward_makes_no_index_tensor_after_the_first_call():
         assert not {n for n in ops.names if n.startswith(("lift_fresh", "_index_put", "index_put"))}, sorted(ops.names)
 
 
+def test_kernel_index_made_in_inference_mode_serves_training():
+    """The gather's index is kept across calls: one first made under ``torch.inference_mode`` (a
+    prediction or a validation before any training step) must still be savable for a training step's
+    backward."""
+    from hiseg.models.pdc_net import _cell_index
+
+    torch.manual_seed(0)
+    net = pdc_boundary_net(width=8, blocks=(1, 1, 1, 1))
+    x = torch.rand(1, 3, 24, 24)
+    _cell_index.cache_clear()
+    with torch.inference_mode():
+        net.eval()(x)
+    net.train()(x)[0].sum().backward()
+    assert all(p.grad is not None for p in net.parameters() if p.requires_grad)
+
+
 @pytest.mark.parametrize("mode", ["no_grad", "inference_mode"])
 def test_inference_in_place_path_gives_the_same_bits(mode):
     """Without gradient the blocks and side heads add, rectify and scale in place (fewer

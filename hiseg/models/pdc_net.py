@@ -110,7 +110,8 @@ def _cell_index(kind: str, device: torch.device) -> torch.Tensor:
             cells[(c + 2 * dy) * k + c + 2 * dx] = n + r
     if kind == "cd":
         cells[c * k + c] = n
-    return torch.tensor(cells, dtype=torch.long, device=device)
+    with torch.inference_mode(False):  # made by an inference call, still usable by a training step's backward
+        return torch.tensor(cells, dtype=torch.long, device=device)
 
 
 class PixelDifferenceConv2d(nn.Module):
