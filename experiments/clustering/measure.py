@@ -244,8 +244,8 @@ def contrastive_embedding(X, *, dim: int = 16, hidden: int = 64, steps: int = 30
         loss.backward()
         opt.step()
     with torch.no_grad():
-        if space == "ball":  # mapped in float64: the distances near the boundary need it
-            return to_poincare_ball(scale * net(T).double()).numpy()
+        if space == "ball":  # the training's map, in float64: the distances near the boundary need it
+            return embed(net(T)).numpy()
         return torch.nn.functional.normalize(net(T), dim=1).numpy().astype(np.float64)
 
 

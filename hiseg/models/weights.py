@@ -241,7 +241,7 @@ def _not_a_shipped_name(spec) -> str:
     text = str(spec)
     if any(c in text for c in "/\\") or Path(text).suffix:
         return ""
-    names = [w.name.lower() for w in Weights]
+    names = Weights.names()
     close = difflib.get_close_matches(text.lower(), names, n=1)
     return ("; nor a shipped model's name" + (f" (did you mean {close[0]!r}?)" if close else "")
             + f": shipped models are {', '.join(names)}")
@@ -253,11 +253,11 @@ def load_checkpoint_file(path, map_location: Any = "cpu") -> Any:
     trusted ones: ``with torch.serialization.safe_globals([...]):``)."""
     refuse_remote_checkpoint(path)
     p = Path(path).expanduser()
-    if p.is_dir() and (p / "manifest.json").is_file():  # hiseg.export.manifest.MANIFEST (export sits above models)
-        raise CheckpointError(f"{p.resolve()} is a folder written by hiseg export, not a checkpoint: run it with "
-                              "hiseg.ExportedSegmenter.from_exported(folder) (onnxruntime, no torch) or "
-                              "hiseg predict --checkpoint folder")
     if p.is_dir():
+        if (p / "manifest.json").is_file():  # hiseg.export.manifest.MANIFEST (export sits above models)
+            raise CheckpointError(f"{p.resolve()} is a folder written by hiseg export, not a checkpoint: run it "
+                                  "with hiseg.ExportedSegmenter.from_exported(folder) (onnxruntime, no torch) or "
+                                  "hiseg predict --checkpoint folder")
         raise FileNotFoundError(f"checkpoint {p.resolve()} is a folder, not a checkpoint file (a .ckpt or .pt)")
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {p.resolve()}{_not_a_shipped_name(path)}")
