@@ -103,8 +103,9 @@ def test_ensemble_members_are_read_unfolded():
 
 # ----------------------------------------------------------------------------- numpy features
 def test_numpy_edge_features_equal_torch_ones(segmenters):
-    from hiseg.segmentation.features import FEATURES, numpy_edge_features
-    from hiseg.segmentation.torch_features import edge_features
+    from hiseg.export.features import numpy_edge_features
+    from hiseg.segmentation.pooling import FEATURES
+    from hiseg.segmentation.pooling import edge_features
 
     seg = segmenters[0]
     img = _synthetic(120, 150, seed=3)

@@ -31,14 +31,14 @@ SUB_ORDER = {
     "core": ["_lazy", "_neighbors", "graph", "ultrametric", "cuts", "soft_cardinal", "triplets", "losses", "fitting"],
     "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
-    "segmentation": ["superpixels", "pooling", "features", "torch_features", "merging", "saliency", "hostpool",
+    "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool",
                      "pipeline", "result", "segmenter", "record", "outputs", "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "training": ["callbacks", "steps", "module", "configs", "summary", "help_texts", "cli", "help_render"],
     "explorer": ["page"],
-    "export": ["manifest", "onnx", "runtime"],
+    "export": ["manifest", "features", "onnx", "runtime"],
     "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "export", "train", "__main__"],
 }
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they

@@ -15,8 +15,7 @@ from hiseg.models import get_model
 from hiseg.models.weights import save_weights
 from hiseg.segmentation import Pipeline, PipelineError
 from hiseg.segmentation.merging import FEATURES, MergeHead, MergeHeadError, network_fingerprint
-from hiseg.segmentation.torch_features import TorchEdgeFeatures, edge_features, edge_features_torch
-from hiseg.segmentation.pooling import rag_frontier_mean
+from hiseg.segmentation.pooling import TorchEdgeFeatures, edge_features, edge_features_torch, rag_frontier_mean
 from hiseg.core.ultrametric import average_linkage_ultrametric
 
 

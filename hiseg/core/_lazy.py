@@ -5,15 +5,16 @@ exported model (:mod:`hiseg.export.runtime`, numpy arrays throughout) never impo
 in the core, its first user, so that the core imports nothing else of hiseg; the packages above
 import it from here.
 
-``torch = lazy_torch()`` in such a module: ``torch.X`` imports torch at its first use;
-:func:`is_tensor` tells a tensor without importing torch (no tensor exists before it is).
+``torch = lazy_torch()`` in such a module: ``torch.X`` imports torch at its first use, except
+``torch.is_tensor(x)``, which tells a tensor without importing torch (no tensor exists before
+it is), so that the modules shared with the onnxruntime path test their inputs as torch code does.
 """
 from __future__ import annotations
 
 import importlib
 import sys
 
-__all__ = ["lazy_torch", "is_tensor", "lazy_names"]
+__all__ = ["lazy_torch", "lazy_names"]
 
 
 class _LazyModule:
@@ -33,15 +34,18 @@ class _LazyModule:
         return f"<lazy module {self._name!r}>"
 
 
+class _LazyTorch(_LazyModule):
+    """torch's stand-in, whose ``is_tensor`` imports nothing."""
+
+    def is_tensor(self, x) -> bool:
+        """``torch.is_tensor(x)``, without importing torch: False while it is not imported."""
+        torch = sys.modules.get("torch")
+        return torch is not None and isinstance(x, torch.Tensor)
+
+
 def lazy_torch():
-    """torch, imported at the first use of one of its names."""
-    return _LazyModule("torch")
-
-
-def is_tensor(x) -> bool:
-    """Whether ``x`` is a torch tensor; never imports torch."""
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    """torch, imported at the first use of one of its names (``is_tensor`` excepted)."""
+    return _LazyTorch("torch")
 
 
 def lazy_names(package: str, where: dict):

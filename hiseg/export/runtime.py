@@ -7,7 +7,7 @@
 
 The chain is the torch path's (:class:`hiseg.segmentation.Pipeline`), step by step: the
 boundary map is the network graph's (scales, flips and the ensemble inside it); superpixels,
-the region adjacency graph, the merge head's features (:func:`~hiseg.segmentation.features.numpy_edge_features`,
+the region adjacency graph, the merge head's features (:func:`~hiseg.segmentation.pooling.numpy_edge_features`,
 numpy) and its MLP (the head graph), the hierarchy (higra, :mod:`hiseg.core.ultrametric` on numpy
 weights), UCMs, cuts and files are the same functions. Importing this module, opening a
 folder and segmenting images import no torch (``tests/test_export.py`` checks
@@ -125,7 +125,7 @@ class ExportedModel:
     def edge_weights(self, rag, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> np.ndarray:
         """(E,) float64 weights of one RAG's edges: the merge head's on the edge features, or
         the mean boundary along each frontier (as :meth:`hiseg.segmentation.Pipeline.edge_weights`)."""
-        from ..segmentation.features import numpy_edge_features
+        from .features import numpy_edge_features
 
         x = numpy_edge_features(rag, boundary, image, self.features)
         if self.head is None:

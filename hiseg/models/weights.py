@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, NamedTuple
 
-from ..core._lazy import is_tensor, lazy_torch
+from ..core._lazy import lazy_torch
 from .._compat import renamed_in
 from .._shipped import DEFAULT_PRETRAINED  # the default shipped model's name (torch-free, for the CLI)
 
@@ -316,7 +316,7 @@ def checkpoint_of(ck: Any, path) -> Checkpoint:
         ck = {"state_dict": ck["model"]}  # a state.pt of the former pixel-stage script (model, opt, step...)
         nested = True
     sd = {k: v for k, v in (ck["state_dict"] if nested else ck).items()
-          if isinstance(k, str) and is_tensor(v)}
+          if isinstance(k, str) and torch.is_tensor(v)}
     if not sd:
         raise CheckpointError(f"checkpoint {path} contains no tensors (keys: {list(ck)[:8]})")
     if any(k.startswith("model.") for k in sd):

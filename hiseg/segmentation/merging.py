@@ -24,7 +24,7 @@ was trained on), inside the pipeline settings of a checkpoint: it travels with t
 pipeline wherever the pipeline goes. :func:`network_fingerprint` identifies a network by
 its weights, so a head is refused on the maps of another network.
 
-The features are :mod:`hiseg.segmentation.torch_features`'s (:class:`~hiseg.segmentation.torch_features.TorchEdgeFeatures`:
+The features are :mod:`hiseg.segmentation.pooling`'s (:class:`~hiseg.segmentation.pooling.TorchEdgeFeatures`:
 the head's input, in torch, batched); this module is the head that reads them.
 """
 from __future__ import annotations
@@ -36,8 +36,7 @@ import numpy as np
 import torch
 
 from ..core.graph import RegionAdjacencyGraph, as_edge_list
-from .features import FEATURES, MergeHeadError
-from .torch_features import edge_features
+from .pooling import FEATURES, MergeHeadError, edge_features
 
 __all__ = ["FEATURES", "MergeHead", "MergeHeadError", "network_fingerprint"]
 

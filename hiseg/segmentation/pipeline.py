@@ -68,9 +68,8 @@ from ..core.graph import BatchedGraph, region_adjacency_graph
 from ..core.ultrametric import build_average_linkage_hierarchy, build_hierarchy, subdominant_ultrametric, upload_indices
 from .hostpool import average_linkage_batch
 from .merging import MergeHead, MergeHeadError
-from .pooling import batch_frontier_pixels, frontier_mean
+from .pooling import TorchEdgeFeatures, batch_frontier_pixels, frontier_mean
 from .superpixels import color_gradient, make_superpixels
-from .torch_features import TorchEdgeFeatures
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
 
@@ -302,7 +301,7 @@ class Pipeline:
     def graph_weights(self, rags, maps: torch.Tensor, images=None, frontier=None, head=None) -> torch.Tensor:
         """(E_total,) weights of the edges of B RAGs (in batch order) from their maps (B, H, W),
         differentiable in the maps (and in the head), on the maps' device, in their dtype: the
-        merging head's output on its features (:class:`~hiseg.segmentation.torch_features.TorchEdgeFeatures`,
+        merging head's output on its features (:class:`~hiseg.segmentation.pooling.TorchEdgeFeatures`,
         ``images``: the B (H, W, 3) float images on the host, or a (B, 3, H, W) tensor, for the
         colour and texture features) or the mean boundary along each frontier
         (:func:`~hiseg.segmentation.pooling.frontier_mean`). ``frontier``: the batch's

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core._lazy import is_tensor, lazy_torch
+from ..core._lazy import lazy_torch
 from ..core.cuts import check_count, cut_hierarchy
 from ..core.graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..core.ultrametric import Hierarchy, build_hierarchy
@@ -39,7 +39,7 @@ torch = lazy_torch()
 
 
 def _np(x):
-    return x.detach().cpu().numpy() if is_tensor(x) else np.asarray(x)
+    return x.detach().cpu().numpy() if torch.is_tensor(x) else np.asarray(x)
 
 
 def ucm2_from_rag(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
@@ -244,7 +244,7 @@ def saliency_from_ucm2(ucm2: np.ndarray) -> np.ndarray:
 
 def rag_hierarchy(rag: RegionAdjacencyGraph, weights) -> tuple[torch.Tensor, Hierarchy]:
     """Subdominant ultrametric and hierarchy of RAG edge weights (no gradient)."""
-    w = weights if is_tensor(weights) else torch.as_tensor(np.asarray(weights, dtype=np.float64))
+    w = weights if torch.is_tensor(weights) else torch.as_tensor(np.asarray(weights, dtype=np.float64))
     h = build_hierarchy(rag.graph, w)
     return h.ultrametric(w.detach()), h
 
