@@ -40,11 +40,108 @@ __all__ = ["FEATURES", "MergeHeadError", "frontier_pixel_pairs", "batch_frontier
 torch = lazy_torch()
 
 
+# --------------------------------------------------------------------------- frontier pixels and their mean
+def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The two pixels of every frontier pixel-edge of a RAG, grouped by RAG edge.
+
+    Parameters
+    ----------
+    rag : RegionAdjacencyGraph
+        Its ``frontier_edges`` are ids of edges of ``grid_graph(labels.shape)``
+        (horizontal edges in raster order, then vertical edges in raster order).
+
+    Returns
+    -------
+    pix_a, pix_b : int64 arrays (P,)
+        Flat pixel indices (``row * W + col``) of the two end pixels of each frontier
+        pixel-edge: ``pix_a`` is the left / upper pixel, ``pix_b`` the right / lower.
+    edge : int64 array (P,)
+        The RAG edge each pixel-edge lies on (non-decreasing, CSR order).
+
+    Cost O(P).
+    """
+    h, w = rag.labels.shape
+    fe = rag.frontier_edges.astype(np.int64)
+    n_h = h * (w - 1)
+    horiz = fe < n_h
+    row = np.where(horiz, fe // max(w - 1, 1), 0)
+    col = np.where(horiz, fe % max(w - 1, 1), 0)
+    pa = np.where(horiz, row * w + col, fe - n_h)
+    pb = np.where(horiz, pa + 1, fe - n_h + w)
+    edge = np.repeat(np.arange(rag.graph.num_edges, dtype=np.int64), np.diff(rag.frontier_ptr))
+    return pa, pb, edge
+
+
+def batch_frontier_pixels(rags, shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`frontier_pixel_pairs` of B RAGs as flat ids into (B, H, W) maps of ``shape``
+    (H, W) (RAG ``b`` covers the top-left ``rags[b].labels.shape`` of map ``b``, the layout of
+    a collated batch) and global edge ids (RAG after RAG): three int64 arrays (P,). O(P)."""
+    h, w = (int(x) for x in shape)
+    pa, pb, pe, off = [], [], [], 0
+    for b, r in enumerate(rags):
+        a, c, e = frontier_pixel_pairs(r)
+        wb = r.labels.shape[1]
+        pa.append((a // wb) * w + a % wb + b * h * w)
+        pb.append((c // wb) * w + c % wb + b * h * w)
+        pe.append(e + off)
+        off += r.graph.num_edges
+    return tuple(np.concatenate(x).astype(np.int64) for x in (pa, pb, pe))
+
+
+def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tensor,
+                  edge: torch.Tensor, num_edges: int, counts: torch.Tensor | None = None) -> torch.Tensor:
+    r"""Mean of a boundary map along each RAG frontier: the RAG edge weights.
+
+    .. math:: w(e) = \frac{1}{|F_e|}\sum_{(p, q) \in F_e} \frac{b(p) + b(q)}{2}
+
+    Parameters
+    ----------
+    boundary : tensor of any shape, flattened (e.g. (B, H, W) probabilities); pixel ids
+        index the flattened tensor (``b * H * W + p`` in a batch).
+    pix_a, pix_b : (F,) int64 tensors, the two pixels of each frontier pixel-edge.
+    edge : (F,) int64 tensor, the RAG edge (global in a batch) of each pixel-edge.
+    num_edges : number of RAG edges (every one must have at least one pixel-edge).
+    counts : (num_edges,) tensor on ``boundary``'s device, optional
+        The number of pixel-edges of every RAG edge (its frontier length, known from the
+        RAGs: :class:`~hiseg.data.collate.GraphBatch`'s ``frontier_count``); then nothing
+        is counted nor checked.
+
+    Returns a (num_edges,) tensor on ``boundary``'s device, differentiable (scatter-add
+    backward). O(F) on the device, with no host synchronisation: the sums (and the
+    counts, without ``counts``) are ``index_add_`` (a CUDA ``bincount`` would read the
+    maximum index back). Without ``counts``, the check that every edge has a frontier
+    pixel is made where the indices are host tensors (ValueError); indices already on an
+    accelerator come from RAGs, whose edges are made from their frontier pixels, and are
+    not read back.
+    """
+    flat = boundary.reshape(-1)
+    vals = 0.5 * (flat[pix_a] + flat[pix_b])
+    s = flat.new_zeros(num_edges).index_add_(0, edge, vals)
+    if counts is not None:
+        return s / counts.to(flat.dtype)
+    if edge.device.type == "cpu":  # host indices: count once, check for free
+        cnt = torch.bincount(edge, minlength=num_edges)
+        if num_edges and bool((cnt == 0).any()):
+            raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
+        cnt = cnt.to(device=flat.device, dtype=flat.dtype)
+    else:
+        cnt = flat.new_zeros(num_edges).index_add_(0, edge, torch.ones_like(vals.detach()))
+    return s / cnt
+
+
+def rag_frontier_mean(rag: RegionAdjacencyGraph, boundary) -> torch.Tensor:
+    """:func:`frontier_mean` of one (H, W) map (array or tensor) on one RAG, in float64."""
+    b = boundary if torch.is_tensor(boundary) else torch.from_numpy(np.asarray(boundary))
+    pa, pb, e = frontier_pixel_pairs(rag)
+    return frontier_mean(b.to(torch.float64), torch.from_numpy(pa), torch.from_numpy(pb), torch.from_numpy(e),
+                         rag.graph.num_edges)
+
+
+# --------------------------------------------------------------------------- the merge head's features
 class MergeHeadError(ValueError):
     """A merge head's settings that are unknown, malformed or do not fit the network."""
 
 
-# --------------------------------------------------------------------------- features
 class _Ctx:
     """What the constant features of one RAG (those that do not read the boundary map) are
     computed from, on the host; each intermediate computed once."""
@@ -177,122 +274,7 @@ def _gaussian_taps(sigma: float) -> np.ndarray:
     return g / g.sum()
 
 
-# --------------------------------------------------------------------------- frontier pixels and their mean
-def frontier_pixel_pairs(rag: RegionAdjacencyGraph) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The two pixels of every frontier pixel-edge of a RAG, grouped by RAG edge.
-
-    Parameters
-    ----------
-    rag : RegionAdjacencyGraph
-        Its ``frontier_edges`` are ids of edges of ``grid_graph(labels.shape)``
-        (horizontal edges in raster order, then vertical edges in raster order).
-
-    Returns
-    -------
-    pix_a, pix_b : int64 arrays (P,)
-        Flat pixel indices (``row * W + col``) of the two end pixels of each frontier
-        pixel-edge: ``pix_a`` is the left / upper pixel, ``pix_b`` the right / lower.
-    edge : int64 array (P,)
-        The RAG edge each pixel-edge lies on (non-decreasing, CSR order).
-
-    Cost O(P).
-    """
-    h, w = rag.labels.shape
-    fe = rag.frontier_edges.astype(np.int64)
-    n_h = h * (w - 1)
-    horiz = fe < n_h
-    row = np.where(horiz, fe // max(w - 1, 1), 0)
-    col = np.where(horiz, fe % max(w - 1, 1), 0)
-    pa = np.where(horiz, row * w + col, fe - n_h)
-    pb = np.where(horiz, pa + 1, fe - n_h + w)
-    edge = np.repeat(np.arange(rag.graph.num_edges, dtype=np.int64), np.diff(rag.frontier_ptr))
-    return pa, pb, edge
-
-
-def batch_frontier_pixels(rags, shape) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`frontier_pixel_pairs` of B RAGs as flat ids into (B, H, W) maps of ``shape``
-    (H, W) (RAG ``b`` covers the top-left ``rags[b].labels.shape`` of map ``b``, the layout of
-    a collated batch) and global edge ids (RAG after RAG): three int64 arrays (P,). O(P)."""
-    h, w = (int(x) for x in shape)
-    pa, pb, pe, off = [], [], [], 0
-    for b, r in enumerate(rags):
-        a, c, e = frontier_pixel_pairs(r)
-        wb = r.labels.shape[1]
-        pa.append((a // wb) * w + a % wb + b * h * w)
-        pb.append((c // wb) * w + c % wb + b * h * w)
-        pe.append(e + off)
-        off += r.graph.num_edges
-    return tuple(np.concatenate(x).astype(np.int64) for x in (pa, pb, pe))
-
-
-def frontier_mean(boundary: torch.Tensor, pix_a: torch.Tensor, pix_b: torch.Tensor,
-                  edge: torch.Tensor, num_edges: int, counts: torch.Tensor | None = None) -> torch.Tensor:
-    r"""Mean of a boundary map along each RAG frontier: the RAG edge weights.
-
-    .. math:: w(e) = \frac{1}{|F_e|}\sum_{(p, q) \in F_e} \frac{b(p) + b(q)}{2}
-
-    Parameters
-    ----------
-    boundary : tensor of any shape, flattened (e.g. (B, H, W) probabilities); pixel ids
-        index the flattened tensor (``b * H * W + p`` in a batch).
-    pix_a, pix_b : (F,) int64 tensors, the two pixels of each frontier pixel-edge.
-    edge : (F,) int64 tensor, the RAG edge (global in a batch) of each pixel-edge.
-    num_edges : number of RAG edges (every one must have at least one pixel-edge).
-    counts : (num_edges,) tensor on ``boundary``'s device, optional
-        The number of pixel-edges of every RAG edge (its frontier length, known from the
-        RAGs: :class:`~hiseg.data.collate.GraphBatch`'s ``frontier_count``); then nothing
-        is counted nor checked.
-
-    Returns a (num_edges,) tensor on ``boundary``'s device, differentiable (scatter-add
-    backward). O(F) on the device, with no host synchronisation: the sums (and the
-    counts, without ``counts``) are ``index_add_`` (a CUDA ``bincount`` would read the
-    maximum index back). Without ``counts``, the check that every edge has a frontier
-    pixel is made where the indices are host tensors (ValueError); indices already on an
-    accelerator come from RAGs, whose edges are made from their frontier pixels, and are
-    not read back.
-    """
-    flat = boundary.reshape(-1)
-    vals = 0.5 * (flat[pix_a] + flat[pix_b])
-    s = flat.new_zeros(num_edges).index_add_(0, edge, vals)
-    if counts is not None:
-        return s / counts.to(flat.dtype)
-    if edge.device.type == "cpu":  # host indices: count once, check for free
-        cnt = torch.bincount(edge, minlength=num_edges)
-        if num_edges and bool((cnt == 0).any()):
-            raise ValueError("frontier_mean: some RAG edges have no frontier pixel")
-        cnt = cnt.to(device=flat.device, dtype=flat.dtype)
-    else:
-        cnt = flat.new_zeros(num_edges).index_add_(0, edge, torch.ones_like(vals.detach()))
-    return s / cnt
-
-
-def rag_frontier_mean(rag: RegionAdjacencyGraph, boundary) -> torch.Tensor:
-    """:func:`frontier_mean` of one (H, W) map (array or tensor) on one RAG, in float64."""
-    b = boundary if torch.is_tensor(boundary) else torch.from_numpy(np.asarray(boundary))
-    pa, pb, e = frontier_pixel_pairs(rag)
-    return frontier_mean(b.to(torch.float64), torch.from_numpy(pa), torch.from_numpy(pb), torch.from_numpy(e),
-                         rag.graph.num_edges)
-
-
-# --------------------------------------------------------------------------- features
-def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)) -> np.ndarray:
-    """(E, len(names)) float64 features of every RAG edge (see :data:`FEATURES`), without
-    gradient: :class:`TorchEdgeFeatures` of one RAG on the CPU, as a numpy array.
-
-    ``boundary``: the (H, W) map the superpixels were built from; ``image``: the (H, W, 3)
-    float RGB image in [0, 1] (needed by the colour and texture features). Cost
-    O(H W k + P log P) for P frontier pixel pairs and smoothing kernels of k taps; a few ms
-    for 481x321. MergeHeadError for an unknown name or a map of another size.
-    """
-    _check_names(names)
-    b = torch.as_tensor(np.asarray(boundary))
-    if tuple(b.shape) != rag.labels.shape:
-        raise MergeHeadError(f"boundary map {tuple(b.shape)} and superpixels {rag.labels.shape} differ in size")
-    with torch.no_grad():
-        return TorchEdgeFeatures(rag, names, image, shape=rag.labels.shape)(b).numpy()
-
-
-# --------------------------------------------------------------------------- features in torch
+# --------------------------------------------------------------------------- the features in torch
 class TorchEdgeFeatures:
     """The merging head's edge features, in torch, differentiable with respect to the boundary map: the
     building block of fine-tuning the network and a :class:`MergeHead` jointly through the
@@ -483,3 +465,20 @@ def edge_features_torch(rag: RegionAdjacencyGraph, boundary: torch.Tensor, image
     maps of the same RAGs make one :class:`TorchEdgeFeatures` and call it."""
     boundary = torch.as_tensor(boundary)
     return TorchEdgeFeatures(rag, names, image, shape=tuple(boundary.shape[-2:]), device=boundary.device)(boundary)
+
+
+def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)) -> np.ndarray:
+    """(E, len(names)) float64 features of every RAG edge (see :data:`FEATURES`), without
+    gradient: :class:`TorchEdgeFeatures` of one RAG on the CPU, as a numpy array.
+
+    ``boundary``: the (H, W) map the superpixels were built from; ``image``: the (H, W, 3)
+    float RGB image in [0, 1] (needed by the colour and texture features). Cost
+    O(H W k + P log P) for P frontier pixel pairs and smoothing kernels of k taps; a few ms
+    for 481x321. MergeHeadError for an unknown name or a map of another size.
+    """
+    _check_names(names)
+    b = torch.as_tensor(np.asarray(boundary))
+    if tuple(b.shape) != rag.labels.shape:
+        raise MergeHeadError(f"boundary map {tuple(b.shape)} and superpixels {rag.labels.shape} differ in size")
+    with torch.no_grad():
+        return TorchEdgeFeatures(rag, names, image, shape=rag.labels.shape)(b).numpy()
