@@ -154,44 +154,48 @@ def join_curves(out, parts, until: int | None = None) -> int:
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["newest"]:
-        print(newest(argv[1:]))
-        return 0
-    if argv[:1] == ["step"] and len(argv) == 2:
-        print(_step(argv[1]))
-        return 0
-    if argv[:1] == ["curve"]:
-        p = argparse.ArgumentParser(prog="gpu_choices.py curve")
-        p.add_argument("out")
-        p.add_argument("--until", help="a checkpoint: the last file's rows of steps after it are left out")
-        p.add_argument("parts", nargs="+")
-        args = p.parse_args(argv[1:])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="{todo,compile,newest,step,curve}")
+    for verb, what in (("todo", "the checks this GPU kind has no result for yet, in their order"),
+                       ("compile", "1 if the newest torch.compile row gains --gain over eager, else 0")):
+        q = verbs.add_parser(verb, help=what, description=what)
+        q.add_argument("--results", action="append", help=f"a table (repeatable; default {RESULTS})")
+        q.add_argument("--arch", default="pdc_boundary_net")
+        q.add_argument("--arch-kwargs", default='{"width": 40}', type=json.loads)
+        q.add_argument("--device", default="", help="this GPU, as torch.cuda names it: only its rows count")
+        if verb == "todo":
+            q.add_argument("--checks", action="append", help=f"a checks table (repeatable; default {CHECKS})")
+            q.add_argument("--items", default=" ".join(ITEMS), help="the checks to consider, in their order")
+        else:
+            q.add_argument("--gain", type=float, default=1.15)
+    q = verbs.add_parser("newest", help="the checkpoint with the highest global_step ('' if none)")
+    q.add_argument("paths", nargs="*")
+    q = verbs.add_parser("step", help="a checkpoint's global_step")
+    q.add_argument("path")
+    q = verbs.add_parser("curve", help="CSV curves joined one after the other, with the union of their columns")
+    q.add_argument("out")
+    q.add_argument("--until", help="a checkpoint: the last file's rows of steps after it are left out")
+    q.add_argument("parts", nargs="+")
+    args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.verb == "newest":
+        print(newest(args.paths))
+    elif args.verb == "step":
+        print(_step(args.path))
+    elif args.verb == "curve":
         n = join_curves(args.out, args.parts, _step(args.until) if args.until else None)
         print(f"{n} rows", file=sys.stderr)
-        return 0
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("question", choices=("todo", "compile"))
-    p.add_argument("--results", action="append", help=f"a table (repeatable; default {RESULTS})")
-    p.add_argument("--checks", action="append", help=f"todo: a checks table (repeatable; default {CHECKS})")
-    p.add_argument("--items", default=" ".join(ITEMS), help="todo: the checks to consider, in their order")
-    p.add_argument("--arch", default="pdc_boundary_net")
-    p.add_argument("--arch-kwargs", default='{"width": 40}', type=json.loads)
-    p.add_argument("--gain", type=float, default=1.15)
-    p.add_argument("--device", default="", help="this GPU, as torch.cuda names it: only its rows count")
-    args = p.parse_args(argv)
-    text = _read(args.results or [RESULTS])
-    if args.question == "todo":
+    elif args.verb == "todo":
         unknown = [i for i in args.items.split() if i not in ITEMS]
         if unknown or not args.device:
             p.error(f"todo needs --device, and --items among {' '.join(ITEMS)}" + (f" (not {unknown})" if unknown else ""))
-        done = checks_done(_read(args.checks or [CHECKS]), text, args.device, args.arch, args.arch_kwargs)
+        done = checks_done(_read(args.checks or [CHECKS]), _read(args.results or [RESULTS]), args.device, args.arch,
+                           args.arch_kwargs)
         print(" ".join(i for i in args.items.split() if i not in done))
-        return 0
-    rows = gpu_rows(text, args.arch, args.arch_kwargs, args.device)
-    for r in rows:
-        print(r["line"], file=sys.stderr)
-    print(int(compile_pays(rows, args.gain)))
+    else:
+        rows = gpu_rows(_read(args.results or [RESULTS]), args.arch, args.arch_kwargs, args.device)
+        for r in rows:
+            print(r["line"], file=sys.stderr)
+        print(int(compile_pays(rows, args.gain)))
     return 0
 
 
