@@ -104,8 +104,7 @@ def test_ensemble_members_are_read_unfolded():
 # ----------------------------------------------------------------------------- numpy features
 def test_numpy_edge_features_equal_torch_ones(segmenters):
     from hiseg.export.features import numpy_edge_features
-    from hiseg.segmentation.pooling import FEATURES
-    from hiseg.segmentation.pooling import edge_features
+    from hiseg.segmentation.pooling import FEATURES, edge_features
 
     seg = segmenters[0]
     img = _synthetic(120, 150, seed=3)
@@ -197,6 +196,27 @@ def test_exported_hierarchy_of_the_same_map_is_the_same(exported, segmenters):
 def _run_python(code: str, **env) -> subprocess.CompletedProcess:
     e = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300)
+
+
+def test_tensor_tests_import_no_torch_and_agree_with_torch_once_it_is_imported():
+    """The lazy torch's ``torch.is_tensor`` and the layer's own test (``core.ultrametric._is_tensor``):
+    False for numpy without importing torch; once torch is imported (by anyone), True for a tensor
+    and a Parameter and False for numpy, as ``torch.is_tensor`` says."""
+    r = _run_python("""
+import sys
+import numpy as np
+from hiseg.core._lazy import lazy_torch
+from hiseg.core.ultrametric import _is_tensor
+lazy = lazy_torch()
+before = [lazy.is_tensor(np.zeros(2)), _is_tensor(np.zeros(2)), 'torch' in sys.modules]
+import torch
+xs = [torch.zeros(2), torch.nn.Parameter(torch.zeros(1)), np.zeros(2), [1.0], 3.0]
+after = [(lazy.is_tensor(x), _is_tensor(x), torch.is_tensor(x)) for x in xs]
+print(before, after)
+""")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == ("[False, False, False] [(True, True, True), (True, True, True), (False, False, False), "
+                                "(False, False, False), (False, False, False)]"), r.stdout
 
 
 def test_exported_path_imports_no_torch(exported, tmp_path):

@@ -67,8 +67,7 @@ def cmd_features(args):
     from hiseg.core.graph import region_adjacency_graph
     from hiseg.io import load_ground_truth, read_image
     from hiseg.segmentation import Pipeline
-    from hiseg.segmentation.pooling import FEATURES
-    from hiseg.segmentation.pooling import edge_features
+    from hiseg.segmentation.pooling import FEATURES, edge_features
 
     scales, flip = parse_maps(args.maps)
     root = find_bsds_root(args.bsds)

@@ -156,9 +156,10 @@ def join_curves(out, parts, until: int | None = None) -> int:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     verbs = p.add_subparsers(dest="verb", required=True, metavar="{todo,compile,newest,step,curve}")
+    parsers = {}
     for verb, what in (("todo", "the checks this GPU kind has no result for yet, in their order"),
                        ("compile", "1 if the newest torch.compile row gains --gain over eager, else 0")):
-        q = verbs.add_parser(verb, help=what, description=what)
+        q = parsers[verb] = verbs.add_parser(verb, help=what, description=what)
         q.add_argument("--results", action="append", help=f"a table (repeatable; default {RESULTS})")
         q.add_argument("--arch", default="pdc_boundary_net")
         q.add_argument("--arch-kwargs", default='{"width": 40}', type=json.loads)
@@ -187,7 +188,7 @@ def main(argv=None) -> int:
     elif args.verb == "todo":
         unknown = [i for i in args.items.split() if i not in ITEMS]
         if unknown or not args.device:
-            p.error(f"todo needs --device, and --items among {' '.join(ITEMS)}" + (f" (not {unknown})" if unknown else ""))
+            parsers["todo"].error(f"todo needs --device, and --items among {' '.join(ITEMS)}" + (f" (not {unknown})" if unknown else ""))
         done = checks_done(_read(args.checks or [CHECKS]), _read(args.results or [RESULTS]), args.device, args.arch,
                            args.arch_kwargs)
         print(" ".join(i for i in args.items.split() if i not in done))

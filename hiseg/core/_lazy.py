@@ -1,6 +1,6 @@
 """Imports on first use. torch, for the modules that the onnxruntime path shares with the
-torch path (:mod:`hiseg.core.ultrametric`, :mod:`hiseg.segmentation.saliency`,
-:mod:`hiseg.segmentation.segmenter`): importing them costs no torch, and a segmentation from an
+torch path (:mod:`hiseg.core.ultrametric`, :mod:`hiseg.segmentation.pooling`,
+:mod:`hiseg.segmentation.saliency`, :mod:`hiseg.segmentation.segmenter`, :mod:`hiseg.models.weights`): importing them costs no torch, and a segmentation from an
 exported model (:mod:`hiseg.export.runtime`, numpy arrays throughout) never imports it. It lives
 in the core, its first user, so that the core imports nothing else of hiseg; the packages above
 import it from here.

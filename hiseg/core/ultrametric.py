@@ -60,8 +60,10 @@ torch = lazy_torch()
 
 
 def _is_tensor(x) -> bool:
-    """Whether ``x`` is a torch tensor, without importing torch (none exists before it is):
-    every public entry of the layer takes numpy or torch weights and tells them apart here."""
+    """Whether ``x`` is a torch tensor, without importing torch (none exists before it is): the
+    lazy torch's ``torch.is_tensor``, kept in this module because every public entry of the layer
+    takes numpy or torch weights and tells them apart (four times for one image's tree), so that
+    one image's weights do not leave the module for a type test."""
     t = sys.modules.get("torch")
     return t is not None and isinstance(x, t.Tensor)
 
@@ -482,7 +484,9 @@ def _canonical_bpt(sources: np.ndarray, targets: np.ndarray, order: np.ndarray, 
 
 def _disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
     """The error of a disconnected graph, naming its components (or the batch's graphs that
-    are disconnected): scipy's components of the checked edge list, no second normalisation."""
+    are disconnected): scipy's components of the checked edge list, no second normalisation
+    (the three lines of ``core._neighbors.components``, made here so that a graph's error does
+    not send it through the point-cloud module)."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 

@@ -7,7 +7,7 @@
 
 The chain is the torch path's (:class:`hiseg.segmentation.Pipeline`), step by step: the
 boundary map is the network graph's (scales, flips and the ensemble inside it); superpixels,
-the region adjacency graph, the merge head's features (:func:`~hiseg.segmentation.pooling.numpy_edge_features`,
+the region adjacency graph, the merge head's features (:func:`~hiseg.export.features.numpy_edge_features`,
 numpy) and its MLP (the head graph), the hierarchy (higra, :mod:`hiseg.core.ultrametric` on numpy
 weights), UCMs, cuts and files are the same functions. Importing this module, opening a
 folder and segmenting images import no torch (``tests/test_export.py`` checks

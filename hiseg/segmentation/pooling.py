@@ -9,7 +9,14 @@ Two poolings, one module, because both read the same frontier pixel pairs of a R
   each frontier (a :class:`_MapFeature`), computed in torch by :class:`TorchEdgeFeatures`,
   differentiably, for training and the torch path, or functions of the RAG and the image
   alone (length, region sizes, colour and texture differences), computed once per RAG on
-  the host. The head itself (:mod:`hiseg.segmentation.merging`) reads them.
+  the host. The head itself (:mod:`hiseg.segmentation.merging`) reads them; inference
+  (:meth:`hiseg.segmentation.Pipeline.graph_weights`) and training (the Lightning module: the
+  head alone with the network frozen, or both jointly) call :class:`TorchEdgeFeatures`.
+
+Three ways to the features of one RAG: :func:`edge_features` (a numpy array, computed in torch
+without gradient), :func:`edge_features_torch` (a tensor, differentiable in the map) and
+:func:`hiseg.export.features.numpy_edge_features` (numpy only, no torch); for many maps of the
+same RAGs, one :class:`TorchEdgeFeatures` called on each.
 
 torch is imported at its first use: the onnxruntime path (:mod:`hiseg.export.features`, the
 same features in numpy; ``tests/test_export.py`` checks they equal :class:`TorchEdgeFeatures`
@@ -17,7 +24,7 @@ to 1e-12 on real maps) reads the definitions and the frontier pixel pairs withou
 
 The smoothed statistics (``*_s2``, ``*_s4``) smooth in float64 with OpenCV's kernel and
 border (``cv2.GaussianBlur``, which blurs float32 maps in float32, differs by < 3e-7); the
-shipped heads' weights moved by at most 1.2e-8 when their numpy twin (cv2 in float32) was
+shipped heads' weights moved by at most 1.2e-8 when their former cv2 float32 implementation was
 removed, and their benchmark figures did not change (``tests/test_shipped_figures.py``). On
 one 481x321 map with 1857 superpixels (one CPU thread, loaded machine) the shipped head's 14
 features cost 5 ms once per RAG (indices and the constant features) then 13 ms per map,
@@ -33,8 +40,8 @@ from ..core._lazy import lazy_torch
 from ..core.graph import RegionAdjacencyGraph, batch_graphs
 from ..core.ultrametric import packed_copy
 
-__all__ = ["FEATURES", "MergeHeadError", "frontier_pixel_pairs", "batch_frontier_pixels", "frontier_mean",
-           "rag_frontier_mean", "TorchEdgeFeatures", "edge_features", "edge_features_torch"]
+__all__ = ["frontier_pixel_pairs", "batch_frontier_pixels", "frontier_mean", "rag_frontier_mean", "FEATURES",
+           "MergeHeadError", "TorchEdgeFeatures", "edge_features_torch", "edge_features"]
 
 #: imported at its first use (:mod:`hiseg.core._lazy`): the definitions and the frontier pixel pairs need no torch
 torch = lazy_torch()
@@ -139,7 +146,9 @@ def rag_frontier_mean(rag: RegionAdjacencyGraph, boundary) -> torch.Tensor:
 
 # --------------------------------------------------------------------------- the merge head's features
 class MergeHeadError(ValueError):
-    """A merge head's settings that are unknown, malformed or do not fit the network."""
+    """A merge head's settings that are unknown, malformed or do not fit the network (defined
+    here, below :mod:`hiseg.segmentation.merging`, which raises it too, because the feature
+    names are checked here)."""
 
 
 class _Ctx:
@@ -256,6 +265,8 @@ def _check_names(names) -> None:
         raise MergeHeadError(f"merge_head.features: unknown feature(s) {unknown}; known: {sorted(FEATURES)}")
 
 
+# --------------------------------------------------------------------------- the smoothing kernel (shared with
+# hiseg.export.features, the numpy twin, so that both smooth alike)
 def _reflect101(p: np.ndarray, n: int) -> np.ndarray:
     """OpenCV's BORDER_REFLECT_101 (``cv2.GaussianBlur``'s default) of indices ``p`` into
     ``0..n-1``, any distance outside (the period is 2 n - 2): ``-1 -> 1``, ``n -> n - 2``."""
@@ -276,9 +287,9 @@ def _gaussian_taps(sigma: float) -> np.ndarray:
 
 # --------------------------------------------------------------------------- the features in torch
 class TorchEdgeFeatures:
-    """The merging head's edge features, in torch, differentiable with respect to the boundary map: the
-    building block of fine-tuning the network and a :class:`MergeHead` jointly through the
-    ultrametric layer (module docstring).
+    """The merging head's edge features, in torch, differentiable with respect to the boundary
+    map: the building block of fine-tuning the network and a
+    :class:`~hiseg.segmentation.merging.MergeHead` jointly through the ultrametric layer.
 
     Everything that depends only on the RAGs and the images is computed once, on the host,
     when the object is made (frontier pixel pairs, the quantiles' ranks, the Gaussian
@@ -302,8 +313,9 @@ class TorchEdgeFeatures:
 
     Calling it on a map (H, W) (one RAG) or (B, H, W) returns (E_total, len(names)) features,
     rows in the order of the RAGs' edges, RAG after RAG (``graph``: their
-    :class:`~hiseg.core.graph.BatchedGraph`, what a ``context`` head reads), differentiable almost everywhere (quantiles and max: the gradient goes to the
-    order statistic; mean, smoothing, interior means: linear). Cost per call O(B H W k + P log P)
+    :class:`~hiseg.core.graph.BatchedGraph`, what a ``context`` head reads), differentiable
+    almost everywhere (quantiles and max: the gradient goes to the order statistic; mean,
+    smoothing, interior means: linear). Cost per call O(B H W k + P log P)
     for kernels of k taps and P frontier pixel pairs.
     """
 
