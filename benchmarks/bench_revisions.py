@@ -22,7 +22,7 @@ they are identical). Command::
 
     python benchmarks/bench_revisions.py --before a76bd82 --after 3e6d459 --runs 5
 
-writes ``benchmarks/results/revisions.md`` (``--table``).
+appends its section to ``benchmarks/results/revisions.md`` (``--table``), earlier ones kept.
 """
 from __future__ import annotations
 
@@ -148,7 +148,9 @@ def main(argv=None) -> int:
             *rows, ""])
         print(text)
         a.table.parent.mkdir(parents=True, exist_ok=True)
-        a.table.write_text(text)
+        earlier = a.table.read_text().rstrip() if a.table.is_file() else ""
+        # one section per comparison, the newest last: earlier comparisons are kept, never overwritten
+        a.table.write_text(f"{earlier}\n\n\n#{text}" if earlier else text)
     finally:
         for tree in trees.values():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],
