@@ -38,8 +38,9 @@ _WHERE = {
                                  "knn_graph", "region_adjacency_graph")},
     **{n: "core.ultrametric" for n in ("Hierarchy", "SubdominantUltrametric", "AverageLinkageUltrametric",
                                        "AverageLinkageHierarchy", "subdominant_ultrametric",
-                                       "average_linkage_ultrametric", "ward_linkage_ultrametric", "build_hierarchy",
+                                       "average_linkage_ultrametric", "build_hierarchy",
                                        "build_average_linkage_hierarchy")},
+    "ward_linkage_ultrametric": "core.ward",
 }
 _MODULES = ("core", "clustering", "io", "segmentation", "models", "metrics", "data", "training", "explorer", "export",
             "cli")

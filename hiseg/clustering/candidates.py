@@ -126,7 +126,7 @@ def candidate_graph(est, X, dissimilarity, k, seed, knn: dict):
                            random_state=0 if seed is None else seed)
     graph, w = knn[k]
     if dissimilarity == "ward":
-        from ..core.ultrametric import ward_linkage_ultrametric
+        from ..core.ward import ward_linkage_ultrametric
 
         w = ward_linkage_ultrametric(graph, X)
     return graph, w

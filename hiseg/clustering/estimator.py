@@ -111,7 +111,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         What the fit sees on each edge of the graph. ``"euclidean"``: the distance of its
         two samples (the paper). ``"ward"``: the height at which Ward's hierarchy,
         constrained to the graph, first joins them
-        (:func:`hiseg.core.ultrametric.ward_linkage_ultrametric`, O(E log E)); an ultrametric
+        (:func:`hiseg.core.ward.ward_linkage_ultrametric`, O(E log E)); an ultrametric
         already, so the closest term alone returns Ward's hierarchy and the size,
         triplet or Dasgupta terms reshape it from there (``init="auto"`` starts at it).
         Choose ``"ward"`` for compact classes in many dimensions: on 64-d Gaussian

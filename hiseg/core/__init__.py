@@ -2,6 +2,7 @@
 
 * :mod:`~hiseg.core.graph`: sparse graphs as edge lists, batching, builders (grid, kNN + MST, RAG);
 * :mod:`~hiseg.core.ultrametric`: the differentiable subdominant / average-linkage layer;
+* :mod:`~hiseg.core.ward`: Ward's hierarchy of points on a graph (a dissimilarity to fit, not a layer);
 * :mod:`~hiseg.core.cuts`: cuts of a hierarchy into clusters;
 * :mod:`~hiseg.core.losses`: closest, cluster-size, triplet and Dasgupta costs;
 * :mod:`~hiseg.core.fitting`: Algorithm 1 (:func:`~hiseg.core.fitting.fit_ultrametric`).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = ("graph", "ultrametric", "cuts", "losses", "fitting")
+_MODULES = ("graph", "ultrametric", "ward", "cuts", "losses", "fitting")
 
 
 def __getattr__(name):
