@@ -199,14 +199,15 @@ def _run_python(code: str, **env) -> subprocess.CompletedProcess:
 
 
 def test_tensor_tests_import_no_torch_and_agree_with_torch_once_it_is_imported():
-    """The lazy torch's ``torch.is_tensor`` and the layer's own test (``core.ultrametric._is_tensor``):
-    False for numpy without importing torch; once torch is imported (by anyone), True for a tensor
-    and a Parameter and False for numpy, as ``torch.is_tensor`` says."""
+    """The lazy torch's ``torch.is_tensor`` (through the layer's module, which tests its weights with
+    it): False for numpy without importing torch; once torch is imported (by anyone), True for a
+    tensor and a Parameter and False for numpy, as ``torch.is_tensor`` says."""
     r = _run_python("""
 import sys
 import numpy as np
 from hiseg.core._lazy import lazy_torch
-from hiseg.core.ultrametric import _is_tensor
+from hiseg.core.ultrametric import torch as layer_torch
+_is_tensor = layer_torch.is_tensor
 lazy = lazy_torch()
 before = [lazy.is_tensor(np.zeros(2)), _is_tensor(np.zeros(2)), 'torch' in sys.modules]
 import torch

@@ -26,7 +26,6 @@ The module is pure computation: no I/O, no Lightning, no image code.
 """
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Optional, Union
 
@@ -58,15 +57,6 @@ GraphLike = Union[EdgeList, BatchedGraph, tuple, "hg.UndirectedGraph"]
 torch = lazy_torch()
 
 
-def _is_tensor(x) -> bool:
-    """Whether ``x`` is a torch tensor, without importing torch (none exists before it is): the
-    lazy torch's ``torch.is_tensor``, kept in this module because every public entry of the layer
-    takes numpy or torch weights and tells them apart (four times for one image's tree), so that
-    one image's weights do not leave the module for a type test."""
-    t = sys.modules.get("torch")
-    return t is not None and isinstance(x, t.Tensor)
-
-
 # ----------------------------------------------------------------------------- validation
 def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
     """Validate an edge-weight array/tensor; return it unchanged.
@@ -80,7 +70,7 @@ def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative
         Not 1-D, length differs from ``num_edges``, NaN or infinite values, or (with
         ``nonnegative``) negative values.
     """
-    _check_values(weights, _is_tensor(weights), num_edges, name=name, nonnegative=nonnegative)
+    _check_values(weights, torch.is_tensor(weights), num_edges, name=name, nonnegative=nonnegative)
     return weights
 
 
@@ -117,7 +107,7 @@ def _checked_input(graph, weights, check: bool, tensor: Optional[bool] = None):
     them as they are. ``tensor``: whether ``weights`` is a tensor, when the caller knows."""
     batch = graph if isinstance(graph, BatchedGraph) else None
     el = as_edge_list(graph, check=check)
-    tensor = _is_tensor(weights) if tensor is None else tensor
+    tensor = torch.is_tensor(weights) if tensor is None else tensor
     if check:
         _check_values(weights, tensor, el.num_edges)
     return el, _host_weights(weights) if tensor else np.asarray(weights), batch
@@ -355,7 +345,7 @@ class Hierarchy:
     def ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
         """``weights[pass_edge]``: the subdominant ultrametric on the graph edges (a numpy
         array for numpy weights, no torch)."""
-        if not _is_tensor(weights):
+        if not torch.is_tensor(weights):
             return np.asarray(weights)[self.pass_edge]
         return self._device_ultrametric(weights)
 
@@ -376,7 +366,7 @@ class Hierarchy:
         Differentiable w.r.t. ``weights``. Virtual top nodes of a batched hierarchy get
         ``max(weights) + 1`` (constant). Numpy weights: a numpy array (no torch).
         """
-        if not _is_tensor(weights):
+        if not torch.is_tensor(weights):
             w = np.asarray(weights)
             nvirt = int(self.mst_edge_map.max(initial=-1)) + 1 - self.num_edges
             if nvirt > 0:
@@ -482,16 +472,10 @@ def _canonical_bpt(sources: np.ndarray, targets: np.ndarray, order: np.ndarray, 
 
 
 def _disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
-    """The error of a disconnected graph, naming its components (or the batch's graphs that
-    are disconnected): scipy's components of the checked edge list, no second normalisation
-    (the three lines of ``core._neighbors.components``, made here so that a graph's error does
-    not send it through the point-cloud module)."""
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
+    from ._neighbors import components
 
     n = el.num_vertices
-    adjacency = coo_matrix((np.ones(el.num_edges, np.int8), (el.sources, el.targets)), shape=(n, n))
-    ncomp, lab = connected_components(adjacency, directed=False)
+    ncomp, lab = components(el.sources, el.targets, n)  # el is checked: no second normalisation
     if batch is not None:
         gi = batch.vertex_graph_index()
         bad = sorted({int(gi[v]) for v in range(n) if lab[v] != lab[batch.vertex_ptr[gi[v]]]})
@@ -528,7 +512,7 @@ def subdominant_ultrametric(graph: GraphLike, weights: torch.Tensor, *, return_h
     ------
     ValueError / TypeError as :func:`build_hierarchy`.
     """
-    if not _is_tensor(weights):
+    if not torch.is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
     h = _single_linkage(*_checked_input(graph, weights, check, tensor=True))
     u = h._device_ultrametric(weights)
@@ -572,7 +556,7 @@ class AverageLinkageHierarchy(Hierarchy):
         edges joining their children (differentiable); virtual top nodes of a batch get
         ``max(weights) + 1`` (constant). Numpy weights: a float64 numpy array (no torch;
         the same sums, :func:`numpy.bincount` for ``index_add``)."""
-        return self._device_altitudes(weights) if _is_tensor(weights) else self._host_altitudes(weights)
+        return self._device_altitudes(weights) if torch.is_tensor(weights) else self._host_altitudes(weights)
 
     def _host_altitudes(self, weights) -> np.ndarray:
         """:meth:`node_altitudes` of numpy weights, in numpy."""
@@ -605,7 +589,7 @@ class AverageLinkageHierarchy(Hierarchy):
     def ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
         """The average-linkage ultrametric on the graph edges: ``altitude(lca(e))`` (a numpy
         array for numpy weights, no torch)."""
-        if not _is_tensor(weights):
+        if not torch.is_tensor(weights):
             return self._host_altitudes(weights)[self.edge_lca]
         return self._device_ultrametric(weights)
 
@@ -616,7 +600,7 @@ class AverageLinkageHierarchy(Hierarchy):
 def _check_lengths(lengths, num_edges: int):
     if lengths is None:
         return None
-    ln = lengths.detach().cpu().numpy() if _is_tensor(lengths) else np.asarray(lengths)
+    ln = lengths.detach().cpu().numpy() if torch.is_tensor(lengths) else np.asarray(lengths)
     if ln.ndim != 1 or ln.shape[0] != num_edges:
         raise ValueError(f"lengths must have one value per edge ({num_edges}), got shape {ln.shape}")
     if not np.issubdtype(ln.dtype, np.number) or np.issubdtype(ln.dtype, np.bool_):
@@ -732,7 +716,7 @@ def average_linkage_ultrametric(graph: GraphLike, weights: torch.Tensor, lengths
     ------
     ValueError / TypeError as :func:`build_average_linkage_hierarchy`.
     """
-    if not _is_tensor(weights):
+    if not torch.is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
     h = _average_linkage(*_checked_average_input(graph, weights, lengths, check, tensor=True))
     u = h._device_ultrametric(weights)
