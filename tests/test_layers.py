@@ -4,7 +4,7 @@ Every ``import`` of hiseg code (at the top of a module or inside a function; imp
 ``if TYPE_CHECKING:`` are for annotations only and are skipped) must go to a unit listed
 *before* the importing one. A new module must be placed in the order to pass.
 
-One module ranks apart from its sub-package (``LOWERED``): ``hiseg.metrics.hierarchy``
+Two modules rank apart from their sub-package (``LOWERED``): ``hiseg.metrics.hierarchy``
 (dendrogram purity, Dasgupta's cost) is core-level code (numpy, higra, :mod:`hiseg.core.graph`)
 that the clustering estimator uses (``score_hierarchy``, the label-free choice of fit in
 ``hiseg.clustering.auto``), while the rest of ``hiseg.metrics`` is the image benchmark
@@ -12,6 +12,9 @@ above the segmentation layer. The measures belong with the other metrics (one pl
 every measure, as issue 30 asks) and the estimator must not import upward, so the module is
 placed just below ``clustering``: it may import only what ``clustering`` may, and no other
 module of ``hiseg.metrics`` (nor may they import anything above it, which they do not need).
+``hiseg.metrics.entropy`` (Li & Pan's structural entropy, by which the estimator may
+choose a hierarchy) is placed the same way, just above ``hiseg.metrics.hierarchy``, whose
+``as_tree`` it reads.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ SUB_ORDER = {
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool",
                      "pipeline", "result", "segmenter", "record", "outputs", "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
-                "predictions", "bsds", "report", "kcut", "hierarchy"],
+                "predictions", "bsds", "report", "kcut", "hierarchy", "entropy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "training": ["callbacks", "steps", "module", "configs", "summary", "help_texts", "cli", "help_render"],
     "explorer": ["page"],
@@ -43,7 +46,7 @@ SUB_ORDER = {
 }
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they
 #: sit just below (see the module docstring for why)
-LOWERED = {("metrics", "hierarchy"): "clustering"}
+LOWERED = {("metrics", "hierarchy"): "clustering", ("metrics", "entropy"): "clustering"}
 
 
 def _imports(tree: ast.AST, package: list[str]):
@@ -66,8 +69,8 @@ def _imports(tree: ast.AST, package: list[str]):
 def _rank(parts: list[str]):
     """(top-level rank, rank inside its sub-package) of a module path under hiseg."""
     top = parts[0] if parts else "__init__"
-    if tuple(parts[:2]) in LOWERED:  # ranks just below that unit, first of its own package
-        return ORDER.index(LOWERED[tuple(parts[:2])]) - 0.5, -1
+    if tuple(parts[:2]) in LOWERED:  # ranks just below that unit, first of its own package (in LOWERED's order)
+        return ORDER.index(LOWERED[tuple(parts[:2])]) - 0.5, list(LOWERED).index(tuple(parts[:2])) - len(LOWERED)
     if top not in ORDER:
         return None
     sub = SUB_ORDER.get(top)

@@ -19,6 +19,9 @@ In the order the numbers flow:
   ``eval_*.txt`` files;
 * :mod:`hiseg.metrics.kcut` -- covering of K-region cuts.
 
+Measures of a whole hierarchy (clustering): :mod:`hiseg.metrics.hierarchy` (dendrogram purity,
+Dasgupta's cost) and :mod:`hiseg.metrics.entropy` (Li & Pan's structural entropy).
+
 The ``hiseg evaluate`` command is :mod:`hiseg.cli.evaluate`.
 
 Submodules are imported lazily (``from hiseg.metrics import evaluate`` works
@@ -46,10 +49,11 @@ _LAZY = {
     "seism_ucm_labels": ("fop", "seism_ucm_labels"),
     "dendrogram_purity": ("hierarchy", "dendrogram_purity"),
     "dasgupta_cost": ("hierarchy", "dasgupta_cost"),
+    "structural_entropy": ("entropy", "structural_entropy"),
 }
 
 _SUBMODULES = ("summary", "matching", "region", "predictions", "bsds", "report", "kcut", "hierarchy", "fop",
-               "seism")
+               "seism", "entropy")
 
 __all__ = sorted(_LAZY) + list(_SUBMODULES)
 
