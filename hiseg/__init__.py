@@ -19,9 +19,7 @@ The product, importable from here (see ``__all__``):
 
 Every name is imported when first used (``import hiseg`` alone costs no torch or higra).
 """
-from __future__ import annotations
-
-import importlib
+import importlib as _importlib
 
 __version__ = "0.1.0"
 
@@ -50,13 +48,14 @@ __all__ = list(_WHERE) + ["__version__"]
 
 def __getattr__(name):
     if name in _WHERE:
-        value = getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+        value = getattr(_importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
         globals()[name] = value  # once
         return value
     if name in _MODULES:
-        return importlib.import_module(f"{__name__}.{name}")
+        return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'hiseg' has no attribute {name!r}")
 
 
 def __dir__():
-    return sorted(set(globals()) | set(__all__) | set(_MODULES))
+    """The public names (``__all__`` and the subpackages), with those already imported."""
+    return sorted({n for n in globals() if not n.startswith("_")} | set(__all__) | set(_MODULES))

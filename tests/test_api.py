@@ -76,3 +76,15 @@ def test_the_core_modules_are_attributes_after_import_hiseg():
             "    getattr(hiseg.core, m)\nprint(hiseg.core.losses.closest.__name__)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and r.stdout.strip() == "closest", r.stderr[-2000:]
+
+
+def test_dir_of_hiseg_holds_only_public_names():
+    """Issue 53, item 11: ``dir(hiseg)`` lists ``__all__`` and the subpackages, nothing the module
+    uses itself (``annotations``, ``importlib``), before and after names are used."""
+    code = ("import hiseg\nfirst = dir(hiseg)\nhiseg.Segmenter; hiseg.core\n"
+            "print(repr((first, dir(hiseg), sorted(hiseg.__all__), sorted(hiseg._MODULES))))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    first, later, public, modules = eval(r.stdout)  # noqa: S307 - our own repr of lists of str
+    for names in (first, later):
+        assert set(names) == set(public) | set(modules), sorted(set(names) ^ (set(public) | set(modules)))

@@ -81,3 +81,19 @@ def test_readme_sections_named_in_words_exist():
             if m.group(1) not in sections:
                 bad.append(f"{f.relative_to(ROOT)}: README section {m.group(1)!r} (sections: {sorted(sections)})")
     assert not bad, "\n".join(bad)
+
+
+def test_markdown_files_named_in_code_spans_exist():
+    """Issue 53, item 11: a ``.md`` file a document names as a path in a code span
+    (``experiments/.../README.md``) exists, from the repository's root or the document's folder;
+    a placeholder (``NAME/results.md``) is no path."""
+    bad = []
+    for md in tracked("*.md"):
+        text = re.sub(r"```.*?```", "", md.read_text(encoding="utf-8"), flags=re.S)
+        for m in re.finditer(r"`([\w./-]+/[\w.-]+\.md)(?:#[\w-]+)?`", text):
+            path = m.group(1)
+            if any(part.isupper() for part in path.split("/")):
+                continue
+            if not ((ROOT / path).exists() or (md.parent / path).exists()):
+                bad.append(f"{md.relative_to(ROOT)}: `{path}` (no such file)")
+    assert not bad, "\n".join(bad)
