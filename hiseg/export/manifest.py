@@ -26,7 +26,8 @@ import hashlib
 import json
 from pathlib import Path
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "ExportError", "sha256_file", "sha256_bytes", "read_manifest", "is_exported"]
+__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST", "ExportError", "sha256_file", "sha256_bytes", "read_manifest", "is_exported",
+           "printable"]
 
 FORMAT = "hiseg-export"
 #: The manifest layout this hiseg writes and the newest it reads.
@@ -36,6 +37,12 @@ MANIFEST = "manifest.json"
 
 class ExportError(ValueError):
     """An export that cannot be made, or an exported folder that cannot be used (one line)."""
+
+
+def printable(text: str) -> str:
+    """``text`` with its control characters escaped (``\\n``, ``\\x1b``...): a manifest's strings
+    reach the terminal, and an edited one must not move the cursor or recolour it."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in str(text))
 
 
 def sha256_file(path) -> str:
