@@ -145,3 +145,100 @@ def test_not_a_hierarchy():
         structural_entropy(np.array([1, 0, 2]), g, np.ones(1))
     with pytest.raises(TypeError, match="not a hierarchy"):
         structural_entropy({"a": 1}, g, np.ones(1))
+
+
+# ----------------------------------------------------------------------------- the relaxed cost
+def naive_relaxed_entropy(g, w, h, s, lam):
+    """The relaxation by its definition: each internal node's soft volume, sum over all
+    vertices z of d_z sigma(lam (a_r - d_u(x, z))) averaged over the two ends x of the node's
+    building edge (all-pairs ultrametric distances by min-max paths), times 4/3."""
+    from scipy.special import expit
+
+    from test_losses import naive_distances
+
+    n = g.num_vertices
+    D = naive_distances(g, w)
+    d = np.bincount(g.sources, s, n) + np.bincount(g.targets, s, n)
+    alt = h.node_altitudes(torch.tensor(w)).numpy()
+    volume = np.array([np.mean([np.dot(d, expit(lam * (alt[n + i] - D[x]))) for x in (g.sources[e], g.targets[e])])
+                       for i, e in enumerate(h.mst_edge_map)]) * 4 / 3
+    lca = h.edge_lca - n
+    return (2 * np.dot(s, np.log2(volume[lca])) - np.dot(d, np.log2(d))) / d.sum()
+
+
+@pytest.mark.parametrize("lam", [0.5, 3.0, 20.0])
+def test_relaxed_entropy_naive_and_gradient(lam, rng):
+    from hiseg.core import losses
+    from hiseg.core.ultrametric import build_hierarchy
+
+    from test_ultrametric import random_connected_graph
+
+    g = random_connected_graph(rng, 16, 16)
+    s = rng.random(g.num_edges) + 0.05
+    w = torch.tensor(rng.random(g.num_edges) + 0.1, requires_grad=True)
+    h = build_hierarchy(g, w)
+    val = losses.structural_entropy(h, w, s, lam=lam)
+    assert val.item() == pytest.approx(naive_relaxed_entropy(g, w.detach().numpy(), h, s, lam), rel=1e-9)
+    val.backward()
+    # finite differences with the hierarchy held fixed (the cost is smooth in the altitudes)
+    eps = 1e-6
+    w0 = w.detach().numpy()
+    for e in rng.choice(g.num_edges, 8, replace=False):
+        wp, wm = w0.copy(), w0.copy()
+        wp[e] += eps
+        wm[e] -= eps
+        fp = losses.structural_entropy(h, torch.tensor(wp), s, lam=lam).item()
+        fm = losses.structural_entropy(h, torch.tensor(wm), s, lam=lam).item()
+        assert w.grad[e].item() == pytest.approx((fp - fm) / (2 * eps), abs=1e-6)
+
+
+def test_relaxed_entropy_tends_to_the_exact_one(rng):
+    """Distinct altitudes at least 1 apart and a steep sigmoid: the soft volumes are the volumes."""
+    from hiseg.core import losses
+    from hiseg.core.ultrametric import build_hierarchy
+
+    from test_ultrametric import random_connected_graph
+
+    g = random_connected_graph(rng, 30, 30)
+    w = rng.permutation(g.num_edges) + 1.0
+    s = rng.random(g.num_edges) + 0.05
+    h = build_hierarchy(g, w)
+    exact = structural_entropy(h, g, s)
+    assert losses.structural_entropy(h, torch.tensor(w), s, lam=40.0).item() == pytest.approx(exact, abs=1e-6)
+
+
+def test_relaxed_entropy_is_a_registered_term(rng):
+    """``loss="entropy"`` fits through the registry (Gaussian similarities of the input
+    distances) and lowers the relaxed cost from its start."""
+    from hiseg import fit_ultrametric
+    from hiseg.core import losses
+
+    from test_ultrametric import random_connected_graph
+
+    assert "entropy" in losses.TERMS
+    g = random_connected_graph(rng, 40, 60)
+    w = torch.tensor(rng.random(g.num_edges) + 0.1)
+    fit = fit_ultrametric(g, w, loss="entropy", max_iter=30, init="average", lr=0.05)
+    assert fit.history[fit.best_iter] <= fit.history[0]
+    with pytest.raises(ValueError, match="entropy_weights"):
+        losses.Objective("entropy", entropy_weights="cosine")(losses.LossInputs(
+            hierarchy=fit.hierarchy, weights=w, graph_weights=w))
+
+
+def test_relaxed_entropy_bad_inputs(rng):
+    from hiseg.core import losses
+    from hiseg.core.graph import grid_graph
+    from hiseg.core.ultrametric import build_hierarchy
+
+    g = grid_graph((3, 3))
+    w = torch.rand(g.num_edges, dtype=torch.float64)
+    h = build_hierarchy(g, w)
+    s = np.ones(g.num_edges)
+    with pytest.raises(ValueError, match="negative"):
+        losses.structural_entropy(h, w, -s)
+    with pytest.raises(ValueError, match="all 0"):
+        losses.structural_entropy(h, w, 0 * s)
+    with pytest.raises(ValueError, match="positive"):
+        losses.structural_entropy(h, w, s, lam=0)
+    with pytest.raises(ValueError, match="leaf_weights"):
+        losses.soft_cardinal(h, w, leaf_weights=np.ones(3))

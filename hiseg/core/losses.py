@@ -14,6 +14,9 @@ Notation: graph :math:`G=(V,E)`, input weights :math:`w`, ultrametric :math:`u =
 ``dasgupta``       :math:`\frac{1}{|E|}\sum_{e_{xy}} \widetilde{|\mathrm{lca}(x,y)|} / w(e_{xy})`
                    (dissimilarity) or :math:`\times w(e_{xy})` (similarity), with the soft
                    cardinal of :func:`soft_cardinal`
+``entropy``        :math:`\frac{1}{\mathrm{vol}(G)}\big(2\sum_{e_{xy}} s_{xy}\log_2
+                   \widetilde{\mathrm{vol}}(\mathrm{lca}(x,y)) - \sum_x d_x\log_2 d_x\big)`,
+                   the structural entropy with soft volumes (:func:`structural_entropy`)
 =================  ==================================================================
 
 The triplets the triplet term reads are drawn by :mod:`hiseg.core.triplets`, the soft cardinal
@@ -21,7 +24,7 @@ under the Dasgupta cost is :mod:`hiseg.core.soft_cardinal`'s (their names are al
 from here, as before they had modules of their own).
 
 The terms are registered by name (:data:`TERMS`, :func:`register_loss`): ``closest``,
-``size``, ``triplet``, ``dasgupta`` and ``pixel`` (the network's pixel term); an
+``size``, ``triplet``, ``dasgupta``, ``entropy`` and ``pixel`` (the network's pixel term); an
 :class:`Objective` is a weighted sum of them, what :func:`hiseg.fit_ultrametric`,
 :class:`hiseg.UltrametricClustering` and the Lightning module minimise. Adding a loss is
 one function and one :func:`register_loss` line.
@@ -46,7 +49,7 @@ from .triplets import make_triplets, sample_batch_triplets, sample_batch_triplet
 from .ultrametric import Hierarchy, check_weights, leaf_lca
 
 __all__ = ["closest", "cluster_size", "triplet", "make_triplets", "sample_batch_triplets",
-           "sample_batch_triplets_torch", "dasgupta",
+           "sample_batch_triplets_torch", "dasgupta", "structural_entropy", "gaussian_similarities",
            "soft_cardinal", "sigmoid_expansion", "balanced_bce", "consensus_targets", "edge_loss",
            "NEEDS", "TERMS", "LossTerm", "LossInputs", "Lazy", "Objective", "register_loss", "unregister_loss",
            "parse_loss"]
@@ -211,6 +214,59 @@ def dasgupta(hierarchy: Hierarchy, weights: torch.Tensor, graph_weights, lam: fl
                        minlength=hierarchy.num_leaves - 1)
     alt_int = hierarchy.node_altitudes(weights)[hierarchy.num_leaves:]
     return soft_cardinal_sum(hierarchy, alt_int, float(lam), float(tol), coef)
+
+
+# ----------------------------------------------------------------------------- structural entropy
+def gaussian_similarities(distances: torch.Tensor) -> torch.Tensor:
+    r"""``exp(-(d / mean d)^2)`` of nonnegative edge lengths ``d`` (all ones when they are all 0):
+    HypCSE's Gaussian weights with the mean length as bandwidth, unit-free."""
+    m = distances.mean() if distances.numel() else distances.new_zeros(())
+    return torch.exp(-(distances / m) ** 2) if float(m) > 0 else torch.ones_like(distances)
+
+
+def structural_entropy(hierarchy: Hierarchy, weights: torch.Tensor, similarities, lam: float = 5.0,
+                       tol: float = 1e-10) -> torch.Tensor:
+    r"""Relaxed structural entropy (Li & Pan 2016) of the hierarchy on its graph, in bits.
+
+    The exact measure (:func:`hiseg.metrics.structural_entropy`) telescopes to
+    :math:`\frac{1}{\mathrm{vol}(G)}\big(2\sum_{e_{xy}} s_{xy}\log_2\mathrm{vol}(\mathrm{lca}(x,y))
+    - \sum_x d_x\log_2 d_x\big)`, Dasgupta's cost with the lca's size replaced by the log of
+    its volume (:math:`d_x` the degree of ``x``, :math:`\mathrm{vol}` the sum of the degrees
+    below a node). The relaxation replaces each volume by the soft cardinal with the degrees
+    as leaf weights (:func:`soft_cardinal`), times 4/3: smooth in the altitudes, it tends to
+    the exact entropy as ``lam`` grows when the altitudes are distinct (the soft cardinal
+    tends to 3/4 of the size).
+
+    Parameters
+    ----------
+    hierarchy : Hierarchy of the current ultrametric (built from ``weights``).
+    weights : (E,) tensor being optimised (gradients flow through the soft volumes).
+    similarities : (E,) nonnegative edge similarities, constants, not all 0.
+    lam : sigmoid slope lambda of the soft cardinal.
+
+    Cost: O(E) + two :func:`soft_cardinal` passes (value, then gradient). Raises ValueError for
+    similarities of the wrong length, negative or all 0, a batch, ``lam`` <= 0.
+    """
+    if hierarchy.batch is not None and hierarchy.batch.num_graphs > 1:
+        raise ValueError("structural_entropy is defined per graph, not on a batch")
+    if not lam > 0:
+        raise ValueError(f"lambda (sigmoid slope) must be positive, got {lam}")
+    sim = torch.as_tensor(similarities, dtype=weights.dtype, device=weights.device)
+    check_weights(sim, hierarchy.num_edges, name="similarities", nonnegative=True)
+    s = sim.detach().cpu().double().numpy()
+    g = hierarchy.graph
+    n = hierarchy.num_leaves
+    degrees = np.bincount(g.sources, s, n) + np.bincount(g.targets, s, n)
+    total = float(degrees.sum())
+    if not total > 0:
+        raise ValueError("the similarities are all 0: structural entropy needs a positive total weight")
+    coef = np.bincount(hierarchy.edge_lca - n, weights=s, minlength=n - 1)  # similarity joined at each node
+    used = torch.from_numpy(np.flatnonzero(coef > 0)).to(weights.device)
+    volume = soft_cardinal(hierarchy, weights, lam=lam, tol=tol, leaf_weights=degrees)[used] * (4.0 / 3.0)
+    coef_t = torch.as_tensor(coef, dtype=weights.dtype, device=weights.device)[used]
+    d = degrees[degrees > 0]
+    constant = float(np.dot(d, np.log2(d)))
+    return (2.0 * (coef_t * torch.log2(volume.clamp_min(np.finfo(np.float64).tiny))).sum() - constant) / total
 
 
 # ----------------------------------------------------------------------------- pixel losses
@@ -413,6 +469,19 @@ register_loss("dasgupta", lambda x, sigmoid_slope=5.0, dasgupta_mode="dissimilar
     x.hierarchy, x.weights, x.graph_weights, lam=sigmoid_slope, mode=dasgupta_mode),
     needs=("hierarchy", "weights", "graph_weights"), options={"sigmoid_slope": 5.0, "dasgupta_mode": "dissimilarity"})
 
+
+
+@register_loss("entropy", needs=("hierarchy", "weights", "graph_weights"),
+               options={"sigmoid_slope": 5.0, "entropy_weights": "gaussian"})
+def _entropy_term(x: LossInputs, sigmoid_slope: float = 5.0, entropy_weights: str = "gaussian") -> torch.Tensor:
+    """The relaxed structural entropy; ``entropy_weights="gaussian"`` reads the graph weights
+    as distances (:func:`gaussian_similarities`, HypCSE's Gaussian weights), ``"similarity"``
+    as the similarities themselves."""
+    if entropy_weights not in ("gaussian", "similarity"):
+        raise ValueError(f"entropy_weights must be 'gaussian' or 'similarity', got {entropy_weights!r}")
+    gw = torch.as_tensor(x.graph_weights, dtype=x.weights.dtype, device=x.weights.device).detach()
+    sim = gaussian_similarities(gw) if entropy_weights == "gaussian" else gw
+    return structural_entropy(x.hierarchy, x.weights, sim, lam=sigmoid_slope)
 
 def _pixel(x: LossInputs, pixel_loss: str = "balanced_bce", dice_weight: float = 1.0) -> torch.Tensor:
     """The pixel term: HED's balanced BCE of the fused logits against ``pixel_target`` (the

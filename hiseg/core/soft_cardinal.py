@@ -78,8 +78,11 @@ def sigmoid_expansion(L: float, tol: float = 1e-10, degree: int = 7, max_terms: 
 
 
 def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: float,
-                        grad_card: Optional[np.ndarray] = None, chunk_elems: int = 1 << 21):
-    """Soft cardinal of internal nodes and (optionally) its vector-Jacobian product.
+                        grad_card: Optional[np.ndarray] = None, chunk_elems: int = 1 << 21,
+                        leaf_weights: Optional[np.ndarray] = None):
+    """Soft cardinal of internal nodes and (optionally) its vector-Jacobian product; with
+    ``leaf_weights`` (N,) >= 0 every leaf counts its weight instead of 1 (the soft volume of
+    the relaxed structural entropy).
 
     Returns (card (N-1,), grad_alt_int (N-1,) or None, err_bound).
     """
@@ -87,21 +90,26 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
 
     nl, n = h.num_leaves, h.num_nodes
     tree = h.tree
-    sizes = h.sizes.astype(np.float64)
     par = h.parents
     s_ends = h.graph.sources[h.mst_edge_map]
     t_ends = h.graph.targets[h.mst_edge_map]
+    if leaf_weights is None:
+        sizes, end_weight, total = h.sizes.astype(np.float64), 1.0, float(nl)
+    else:  # weighted sizes: the sum of the leaf weights under each node
+        lw = np.asarray(leaf_weights, dtype=np.float64)
+        sizes = hg.accumulate_sequential(tree, lw, hg.Accumulators.sum)
+        end_weight, total = 0.5 * (lw[s_ends] + lw[t_ends]), float(lw.sum())
     alt = np.concatenate([np.zeros(nl), alt_int])
     v = sizes[par] - sizes  # sibling area (root: 0)
     v[-1] = 0.0
     lo, hi = float(alt_int.min()), float(alt_int.max())
     H = hi - lo
     sa = 1.0 / (1.0 + np.exp(-lam * alt_int))
-    card = sa.copy()  # from d(x, x) = 0, for both ends: 0.5 * (sa + sa)
+    card = sa * end_weight  # from d(x, x) = 0, for both ends: 0.5 * (w_s sa + w_t sa)
     want_grad = grad_card is not None
-    g_alt = grad_card * lam * sa * (1 - sa) if want_grad else None
+    g_alt = grad_card * lam * sa * (1 - sa) * end_weight if want_grad else None
     if H <= 0:  # all internal altitudes equal: every other term is sigma(0) = 1/2
-        card += 0.5 * (nl - 1)
+        card += 0.5 * (total - end_weight)
         return card, g_alt, 0.0
     # round lam * H up on a fine geometric grid (the expansion is cached per grid value):
     # a larger H only shrinks the range of tau = (a - b) / H inside [-1, 1]
@@ -150,7 +158,7 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
     if want_grad:
         g_b[-1] = 0.0
         g_alt += np.bincount(par[:-1] - nl, weights=g_b[:-1], minlength=n - nl)
-    return card, g_alt, err * nl
+    return card, g_alt, err * total
 
 
 def _polynomial_matrix(c) -> np.ndarray:
@@ -201,10 +209,10 @@ def _sine_terms(bk, w, CB, SB, CA, SA, v, want_grad: bool):
 
 class _SoftCardinal(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, alt_int, h, lam, tol):
+    def forward(ctx, alt_int, h, lam, tol, leaf_weights):
         a = alt_int.detach().cpu().double().numpy()
-        card, _, err = _soft_cardinal_core(h, a, lam, tol)
-        ctx.h, ctx.lam, ctx.tol = h, lam, tol
+        card, _, err = _soft_cardinal_core(h, a, lam, tol, leaf_weights=leaf_weights)
+        ctx.h, ctx.lam, ctx.tol, ctx.leaf_weights = h, lam, tol, leaf_weights
         ctx.save_for_backward(alt_int)
         return torch.from_numpy(card).to(device=alt_int.device, dtype=alt_int.dtype)
 
@@ -212,8 +220,9 @@ class _SoftCardinal(torch.autograd.Function):
     def backward(ctx, g):
         (alt_int,) = ctx.saved_tensors
         a = alt_int.detach().cpu().double().numpy()
-        _, grad, _ = _soft_cardinal_core(ctx.h, a, ctx.lam, ctx.tol, g.detach().cpu().double().numpy())
-        return torch.from_numpy(grad).to(device=alt_int.device, dtype=alt_int.dtype), None, None, None
+        _, grad, _ = _soft_cardinal_core(ctx.h, a, ctx.lam, ctx.tol, g.detach().cpu().double().numpy(),
+                                         leaf_weights=ctx.leaf_weights)
+        return torch.from_numpy(grad).to(device=alt_int.device, dtype=alt_int.dtype), None, None, None, None
 
 
 class _DasguptaFn(torch.autograd.Function):
@@ -242,7 +251,8 @@ def soft_cardinal_sum(hierarchy: Hierarchy, alt_int: torch.Tensor, lam: float, t
     return _DasguptaFn.apply(alt_int, hierarchy, lam, tol, coef)
 
 
-def soft_cardinal(hierarchy: Hierarchy, weights: torch.Tensor, lam: float = 5.0, tol: float = 1e-10):
+def soft_cardinal(hierarchy: Hierarchy, weights: torch.Tensor, lam: float = 5.0, tol: float = 1e-10,
+                  leaf_weights=None):
     r"""Soft cardinal of every internal node (the paper's sigmoid relaxation of its size).
 
     For internal node ``r`` at altitude :math:`a_r` built by MST edge :math:`(s_r, t_r)`:
@@ -250,7 +260,11 @@ def soft_cardinal(hierarchy: Hierarchy, weights: torch.Tensor, lam: float = 5.0,
     .. math:: \widetilde{|r|} = \frac12 \sum_{x\in\{s_r,t_r\}} \sum_{z\in V}
               \sigma\big(\lambda\,(a_r - d_u(x, z))\big),\qquad d_u(x,x)=0,
 
-    which tends to the number of leaves of ``r`` as :math:`\lambda\to\infty`.
+    which tends to 3/4 of the number of leaves of ``r`` as :math:`\lambda\to\infty` (from
+    each end, the leaves of the other child are at distance exactly :math:`a_r` and count 1/2).
+    With ``leaf_weights`` ((N,) nonnegative, constants) every leaf ``z`` counts its weight
+    :math:`m_z` in the sum: a soft *volume* (the relaxed structural entropy's, with the
+    degrees as weights).
 
     Computed exactly up to a bounded error, in O(num_nodes * K) time instead of the
     O(sum of leaf depths) of a direct evaluation: with shifted, scaled altitudes,
@@ -258,7 +272,7 @@ def soft_cardinal(hierarchy: Hierarchy, weights: torch.Tensor, lam: float = 5.0,
     ``K`` sines, :func:`sigmoid_expansion`) whose sup error is below ``tol``; each term
     factorises into a function of :math:`a_r` times a function of the ancestor altitude,
     so the sum over ancestors is a root-to-leaf prefix sum (one higra sweep per term
-    batch). The error on each cardinal is at most ``tol * |V|``. ``K`` grows linearly
+    batch). The error on each cardinal is at most ``tol * |V|`` (``tol * sum(m)``). ``K`` grows linearly
     with :math:`\lambda` times the altitude range (``K`` ~ 20 at 5, ~ 500 at 100).
 
     Returns a (N-1,) tensor (dtype/device of ``weights``), differentiable w.r.t. ``weights``
@@ -270,5 +284,12 @@ def soft_cardinal(hierarchy: Hierarchy, weights: torch.Tensor, lam: float = 5.0,
         raise ValueError(f"lambda (sigmoid slope) must be positive, got {lam}")
     if hierarchy.num_leaves < 2:
         return weights.new_zeros(0)
+    if leaf_weights is not None:
+        leaf_weights = np.asarray(leaf_weights.detach().cpu().numpy() if hasattr(leaf_weights, "detach")
+                                  else leaf_weights, dtype=np.float64)
+        if leaf_weights.shape != (hierarchy.num_leaves,) or not np.all(np.isfinite(leaf_weights)) \
+                or np.any(leaf_weights < 0):
+            raise ValueError(f"leaf_weights must be {hierarchy.num_leaves} finite nonnegative values (one per "
+                             f"leaf), got shape {leaf_weights.shape}")
     alt_int = hierarchy.node_altitudes(weights)[hierarchy.num_leaves:]
-    return _SoftCardinal.apply(alt_int, hierarchy, float(lam), float(tol))
+    return _SoftCardinal.apply(alt_int, hierarchy, float(lam), float(tol), leaf_weights)
