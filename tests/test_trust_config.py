@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from test_checkpoint_safety import train_py
 
-from hiseg.training.configs import TRUSTED_CLASS_PATHS, check_config_text, trusted_class_path
+from hiseg.training.configs import allowed_names, allowed_objects, check_config_text, trusted_class_path
 
 
 @pytest.fixture(autouse=True)
@@ -73,7 +73,7 @@ def test_the_shipped_configs_and_hiseg_classes_pass():
                        "bf16-mixed", "--ckpt_path", "last.ckpt"])
     assert trusted_class_path("torch.optim.AdamW") and trusted_class_path("pytorch_lightning.callbacks.ModelCheckpoint")
     assert not trusted_class_path("pytorch_lightning.callbacks.LambdaCallback")
-    assert "hiseg." in TRUSTED_CLASS_PATHS
+    assert trusted_class_path("hiseg.data.SyntheticDataModule") and not trusted_class_path("hiseg.")
 
 
 def test_trust_config_lets_a_trusted_config_run_its_classes(tmp_path):
@@ -113,9 +113,123 @@ def test_code_next_to_the_dtypes_is_still_refused(tmp_path, value):
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(f"model:\n  init_args:\n    dtype: {value}\n")
+    allowed_names()  # the registry imports its own modules once (hiseg's, torch's, Lightning's)
     before = set(sys.modules)
     with pytest.raises(UntrustedConfigError, match=rf"config {cfg}\.model\.init_args\.dtype names '{value}'"):
         check_config_text(["--config", str(cfg)])
     with pytest.raises(UntrustedConfigError, match="a config is code"):
         check_config_text(["--model.init_args.dtype", value])
     assert set(sys.modules) - before == set()  # nothing imported to tell
+
+
+# issue 52: an exact allow-list, on every way a config arrives
+FULL_PATH_LAMBDA = LAMBDA.replace("pytorch_lightning.callbacks.LambdaCallback",
+                                  "pytorch_lightning.callbacks.lambda_function.LambdaCallback")
+
+
+def _refused(tmp_path, monkeypatch, argv, needle="a config is code"):
+    """``train.py ARGV`` refused in one line naming ``needle``, os.system never called, nothing written."""
+    called = []
+    monkeypatch.setattr("os.system", lambda *a: called.append(a))
+    with pytest.raises(SystemExit) as e:
+        train_py([*argv, "--trainer.default_root_dir", str(tmp_path / "run")])
+    msg = str(e.value).strip()
+    assert needle in msg and "\n" not in msg, msg
+    assert not called and not (tmp_path / "run").exists()
+    return msg
+
+
+@pytest.mark.parametrize("form", ["--config", "--conf", "--con", "-c", "-cFILE", "--config=FILE", "-c=FILE"])
+def test_lambda_callback_by_its_full_path_is_refused_in_every_config_spelling(tmp_path, monkeypatch, form):
+    cfg = tmp_path / "evil.yaml"
+    cfg.write_text(FULL_PATH_LAMBDA)
+    argv = [form.replace("FILE", str(cfg))] if "FILE" in form else [form, str(cfg)]
+    msg = _refused(tmp_path, monkeypatch, ["fit", *argv])
+    assert "LambdaCallback" in msg
+
+
+def test_a_name_under_hiseg_that_is_lightnings_base_class_is_refused(tmp_path, monkeypatch):
+    msg = _refused(tmp_path, monkeypatch, ["fit", "--data", "hiseg.data.datamodule.pl.LightningDataModule"])
+    assert "hiseg.data.datamodule.pl.LightningDataModule" in msg
+    assert not trusted_class_path("hiseg.data.datamodule.pl.LightningDataModule")
+    import pytorch_lightning as pl
+
+    assert pl.LightningDataModule not in allowed_objects()
+
+
+def test_the_parsers_environment_variables_are_checked(tmp_path, monkeypatch):
+    monkeypatch.setenv("JSONARGPARSE_DEFAULT_ENV", "true")
+    monkeypatch.setenv("PL_FIT__TRAINER__CALLBACKS", '[{"class_path": "pytorch_lightning.callbacks.LambdaCallback", '
+                                                     '"init_args": {"on_fit_start": "os.system"}}]')
+    msg = _refused(tmp_path, monkeypatch, ["fit"])
+    assert "PL_FIT__TRAINER__CALLBACKS" in msg
+    cfg = tmp_path / "evil.yaml"
+    cfg.write_text(FULL_PATH_LAMBDA)
+    monkeypatch.delenv("PL_FIT__TRAINER__CALLBACKS")
+    monkeypatch.setenv("PL_FIT__CONFIG", str(cfg))
+    _refused(tmp_path, monkeypatch, ["fit"])
+
+
+def test_configs_included_by_path_are_checked(tmp_path, monkeypatch):
+    (tmp_path / "cb.yaml").write_text("class_path: pytorch_lightning.callbacks.LambdaCallback\n"
+                                      "init_args:\n  on_fit_start: os.system\n")
+    (tmp_path / "data.yaml").write_text("class_path: subprocess.Popen\n")
+    (tmp_path / "main.yaml").write_text("trainer:\n  callbacks:\n    - cb.yaml\n")  # relative to the config
+    _refused(tmp_path, monkeypatch, ["fit", "--data", str(tmp_path / "data.yaml")])
+    _refused(tmp_path, monkeypatch, ["fit", "--trainer.callbacks+", str(tmp_path / "cb.yaml")])
+    from hiseg.training.configs import UntrustedConfigError
+
+    with pytest.raises(UntrustedConfigError, match="LambdaCallback"):
+        check_config_text(["--config", str(tmp_path / "main.yaml")])
+
+
+def test_the_parser_takes_no_abbreviation(tmp_path):
+    """``--conf`` is not ``--config``: the parser refuses it (its value is no config here)."""
+    with pytest.raises(SystemExit) as e:
+        train_py(["fit", "--conf", "trainer: {max_steps: 0}", "--trainer.default_root_dir", str(tmp_path)])
+    assert e.value.code not in (0, None)
+
+
+class _CallMe:
+    def __call__(self, *a):
+        return None
+
+
+@pytest.mark.parametrize("value", ["numpy.add", "functools.partial", "instance", "function", "class", "builtin"])
+def test_any_callable_value_of_the_parsed_config_is_refused(value):
+    import functools
+    import os
+
+    import numpy as np
+    from jsonargparse import Namespace
+
+    from hiseg.training.configs import UntrustedConfigError, check_config_objects
+
+    obj = {"numpy.add": np.add, "functools.partial": functools.partial(print, 1), "instance": _CallMe(),
+           "function": os.system, "class": dict, "builtin": print}[value]
+    with pytest.raises(UntrustedConfigError, match="callable"):
+        check_config_objects(Namespace(trainer=Namespace(callbacks=[Namespace(
+            class_path="pytorch_lightning.callbacks.ModelCheckpoint", init_args=Namespace(f=obj))])))
+
+
+@pytest.mark.parametrize("path", ["pytorch_lightning.callbacks.lambda_function.LambdaCallback",
+                                  "pytorch_lightning.callbacks.LambdaCallback",
+                                  "hiseg.data.datamodule.pl.LightningDataModule", "hiseg.data.datamodule.torch.load",
+                                  "torch.optim.Optimizer", "hiseg.io.atomic_write"])
+def test_parsed_class_paths_are_resolved_and_compared_as_objects(path):
+    from hiseg.training.configs import UntrustedConfigError, check_config_objects
+
+    with pytest.raises(UntrustedConfigError, match="class_path"):
+        check_config_objects({"data": {"class_path": path}})
+
+
+def test_every_name_of_the_registry_resolves_to_an_allowed_class():
+    import inspect
+
+    objects = allowed_objects()
+    names = allowed_names()
+    assert {"hiseg.training.callbacks.CSVLogger", "pytorch_lightning.callbacks.ModelCheckpoint",
+            "pytorch_lightning.callbacks.model_checkpoint.ModelCheckpoint", "hiseg.data.SyntheticDataModule",
+            "hiseg.data.datamodule.SyntheticDataModule", "torch.optim.AdamW"} <= set(names)
+    assert all(inspect.isclass(o) for o in objects)
+    assert all(any(o is v for v in objects) for v in names.values() for o in [v])

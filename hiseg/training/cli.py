@@ -21,7 +21,7 @@ from pytorch_lightning.cli import LightningCLI
 
 from ..io import DataError
 from ..models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
-from .configs import (TRUST_FLAG, UntrustedConfigError, check_config_objects, check_config_text, current_class_paths,
+from .configs import (TRUST_FLAG, ConfigFileError, UntrustedConfigError, check_config_objects, check_config_text, current_class_paths,
                       is_file_path)
 from .help_texts import shown_config
 from .module import HierarchicalSegmentationModule
@@ -342,18 +342,18 @@ def _quiet_lightning() -> None:
 
 
 def _trusted_argv(argv: list) -> list:
-    """``argv`` without ``--trust-config`` (remembered for the run) and with today's class paths;
-    without it, the configs and options it names are checked (:func:`check_config_text`: a
-    refusal in one line)."""
+    """``argv`` without ``--trust-config`` (remembered for the run) and with today's class paths.
+    Its config files are read within bounds first, trusted or not (:func:`check_config_text`:
+    a FIFO, a huge file, an alias bomb refused); without it, the configs, options and
+    environment variables it names are held to the allow-list. Each refusal in one line."""
     global _TRUST_CONFIG
     _TRUST_CONFIG = TRUST_FLAG in argv
-    argv = current_class_paths([a for a in argv if a != TRUST_FLAG])
-    if not _TRUST_CONFIG:
-        try:
-            check_config_text(argv)
-        except UntrustedConfigError as e:
-            raise _refuse(e) from e
-    return argv
+    argv = [a for a in argv if a != TRUST_FLAG]
+    try:
+        check_config_text(argv, allow_list=not _TRUST_CONFIG)
+        return current_class_paths(argv)
+    except (UntrustedConfigError, ConfigFileError) as e:
+        raise _refuse(e) from e
 
 
 def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = None, run: bool = True):
@@ -372,7 +372,10 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     names_config = any(a.split("=")[0] in ("-c", "--config", "--data", "--data.class_path") for a in argv)
     if run and (not argv or argv[0] not in SUBCOMMANDS + ("-h", "--help", "--print_config")):
         argv = ["fit"] + argv  # (run=False: no subcommand, the classes are only built)
-    parser_kwargs = {sub: {"description": SUBCOMMAND_HELP[sub]} for sub in SUBCOMMANDS}
+    # no abbreviations (`--conf FILE` is not `--config FILE`): every option is read by its full name,
+    # as the config check reads it (jsonargparse 5 drops them too)
+    parser_kwargs = {"allow_abbrev": False, **{sub: {"description": SUBCOMMAND_HELP[sub], "allow_abbrev": False}
+                                              for sub in SUBCOMMANDS}}
     if default_config is not None:
         if not names_config:  # the default run, with the command's overrides
             for sub in SUBCOMMANDS:
