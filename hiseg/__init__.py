@@ -8,7 +8,8 @@ The product, importable from here (see ``__all__``):
 
 * images: :class:`Segmenter` (``hiseg predict``), :class:`SegmentationResult`,
   :class:`Pipeline` (every choice from the image to the hierarchy), :class:`Weights` (the
-  shipped models), :class:`ExportedSegmenter` (a folder of ``hiseg export``, onnxruntime, no torch);
+  shipped models; ``ExportedSegmenter``, the former name of a Segmenter of an exported folder, is
+  :class:`Segmenter` itself);
 * samples: :class:`UltrametricClustering` (a scikit-learn estimator);
 * the core (no I/O, no Lightning): graphs (:func:`grid_graph`, :func:`knn_graph`,
   :func:`region_adjacency_graph`, :func:`batch_graphs`), the differentiable ultrametric layer
@@ -28,7 +29,7 @@ _WHERE = {
     "Segmenter": "segmentation.segmenter", "SegmentationResult": "segmentation.result",
     "Pipeline": "segmentation.pipeline",
     "Weights": "models.weights",
-    "ExportedSegmenter": "export.runtime",
+    "ExportedSegmenter": "segmentation.segmenter",
     "UltrametricClustering": "clustering",
     "fit_ultrametric": "core.fitting", "FitResult": "core.fitting",
     "cut_hierarchy": "core.cuts",
@@ -47,12 +48,20 @@ __all__ = list(_WHERE) + ["__version__"]
 
 
 def __getattr__(name):
-    if name in _WHERE:
-        value = getattr(_importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
+    if name in _WHERE or name in _MODULES:
+        try:
+            module = _importlib.import_module(f"{__name__}.{_WHERE.get(name, name)}")
+        except ModuleNotFoundError as e:  # the torch-free install: one line saying what to install
+            from .core._lazy import missing_package, needs
+
+            if missing_package(e) is None:
+                raise
+            raise ModuleNotFoundError(needs(f"hiseg.{name}", missing_package(e)), name=e.name) from None
+        if name in _MODULES:
+            return module
+        value = getattr(module, name)
         globals()[name] = value  # once
         return value
-    if name in _MODULES:
-        return _importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'hiseg' has no attribute {name!r}")
 
 

@@ -9,3 +9,6 @@ SHIPPED_NAMES = ("bsds500", "bsds500_merge", "bsds500_ensemble")
 #: The name of the default shipped model (``Segmenter.from_pretrained()``, benchmarks): the best on
 #: every BSDS val figure within 1 s per 481x321 image on a CPU (``models/README.md``).
 DEFAULT_PRETRAINED = "bsds500_ensemble"
+
+#: What runs a model's network (``Segmenter(backend=...)``, ``--backend``): the vocabulary.
+BACKENDS = ("auto", "torch", "onnxruntime")

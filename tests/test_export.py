@@ -48,8 +48,8 @@ def _synthetic(h: int = 96, w: int = 120, seed: int = 0) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def segmenters():
-    """(folded, unfolded) Segmenters of the shipped default model."""
-    return Segmenter(), Segmenter(fold=False)
+    """(folded, unfolded) Segmenters of the shipped default model, on the torch backend."""
+    return Segmenter(backend="torch"), Segmenter(fold=False, backend="torch")
 
 
 # ----------------------------------------------------------------------------- BatchNorm folded
@@ -97,21 +97,21 @@ def test_folded_maps_ucms_and_cuts_on_val_images(segmenters):
 
 
 def test_ensemble_members_are_read_unfolded():
-    seg = Segmenter("bsds500", fold=False)
+    seg = Segmenter("bsds500", fold=False, backend="torch")
     assert count_batchnorm(seg.model) > 0
 
 
 # ----------------------------------------------------------------------------- numpy features
-def test_numpy_edge_features_equal_torch_ones(segmenters):
-    from hiseg.export.features import numpy_edge_features
-    from hiseg.segmentation.pooling import FEATURES, edge_features
+def test_the_chain_features_equal_their_differentiable_twin(segmenters):
+    """The one chain's edge features (numpy) and the training's twin (torch) agree to 1e-12."""
+    from hiseg.segmentation.pooling import FEATURES, edge_features, edge_features_torch
 
     seg = segmenters[0]
     img = _synthetic(120, 150, seed=3)
     res = seg.segment(img)
     names = list(FEATURES)
     a = edge_features(res.rag, res.boundary, img, names)
-    b = numpy_edge_features(res.rag, res.boundary, img, names)
+    b = edge_features_torch(res.rag, torch.from_numpy(res.boundary).double(), img, names).numpy()
     assert a.shape == b.shape and float(np.abs(a - b).max()) <= 1e-12
 
 
@@ -149,13 +149,16 @@ def test_export_writes_graphs_and_manifest(exported):
     assert m["network"]["scales"] == [0.5, 1.0] and m["network"]["batchnorm_folded"] is True
     assert m["merge_head"]["features"][0] == "mean" and m["pipeline"]["linkage"] == "average"
     assert all(sha256_file(out / n) == d for n, d in m["files"].items())
+    from hiseg.models.weights import Weights
+
+    ckpt = Weights.from_name("bsds500_ensemble").path()
+    assert m["checkpoint"] == {"file": ckpt.name, "sha256": sha256_file(ckpt)}
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary file left
 
 
 def test_exported_maps_equal_torch_ones(exported, segmenters):
-    from hiseg.export.runtime import ExportedSegmenter
-
-    seg = ExportedSegmenter.from_exported(exported[0], threads=1)
+    seg = Segmenter.from_checkpoint(exported[0], threads=1)
+    assert seg.backend.name == "onnxruntime"
     images = [_synthetic(77, 131, seed=1)]
     if VAL.is_dir():
         from hiseg.io import read_image
@@ -167,22 +170,20 @@ def test_exported_maps_equal_torch_ones(exported, segmenters):
 
 
 def test_exported_merge_head_equals_torch_one(exported, segmenters):
-    from hiseg.export.runtime import ExportedModel
+    from hiseg.export.runtime import OnnxBackend
 
-    model = ExportedModel(exported[0], threads=1)
+    head = OnnxBackend(exported[0], threads=1).head
     img = _synthetic(seed=7)
     res = segmenters[0].segment(img)
-    got = model.edge_weights(res.rag, res.boundary, img)
-    ref = segmenters[0].pipeline.edge_weights(res.rag, res.boundary, img).numpy()
+    got = segmenters[0].pipeline.edge_weights(res.rag, res.boundary, img, head)
+    ref = segmenters[0].pipeline.edge_weights(res.rag, res.boundary, img)
     assert float(np.abs(got - ref).max()) <= 1e-12
 
 
 def test_exported_hierarchy_of_the_same_map_is_the_same(exported, segmenters):
     """Given one boundary map, the exported chain's superpixels, tree, UCM and cuts are the torch
     path's (the maps themselves differ by float32 rounding, ~1e-5)."""
-    from hiseg.export.runtime import ExportedSegmenter
-
-    seg = ExportedSegmenter.from_exported(exported[0], threads=1)
+    seg = Segmenter.from_checkpoint(exported[0], threads=1)
     img = _synthetic(110, 140, seed=11)
     pmap = segmenters[0].boundary_map(img)
     a, b = seg.finish(img, pmap), segmenters[0].finish(img, pmap)
@@ -227,9 +228,9 @@ def test_exported_path_imports_no_torch(exported, tmp_path):
     cv2.imwrite(str(img), (_synthetic(90, 110, seed=2) * 255).astype(np.uint8))
     code = f"""
 import sys
-from hiseg.export.runtime import ExportedSegmenter
+from hiseg import Segmenter
 from hiseg.segmentation.outputs import write_outputs
-seg = ExportedSegmenter.from_exported({str(exported[0])!r}, threads=1)
+seg = Segmenter.from_checkpoint({str(exported[0])!r}, threads=1)
 res = seg.segment({str(img)!r})
 res.cut(n_regions=4)
 write_outputs({str(tmp_path / 'out')!r}, "im", res, seg.read({str(img)!r})[2], n_regions=4)
@@ -258,7 +259,7 @@ print(rc, 'torch' in sys.modules)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[-2:] == ["0", "False"], r.stdout + r.stderr
     r = _run_python(code.replace('"-q"', '"-q", "--device", "cuda"').replace("/out'", "/out2'"))
-    assert "an exported model runs on the CPU (onnxruntime); --device cpu or auto" in r.stderr, r.stderr
+    assert "--device 'cuda'" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "out2").exists()
 
 
@@ -268,11 +269,10 @@ def test_the_library_resume_of_an_exported_model_checks_the_run_record(exported,
     is refused in one line (the run record of hiseg.segmentation.record)."""
     import cv2
 
-    from hiseg.export.runtime import ExportedSegmenter
     from hiseg.segmentation.outputs import predict_file
 
     cv2.imwrite(str(tmp_path / "a.png"), (_synthetic(90, 110, seed=6) * 255).astype(np.uint8))
-    seg, out = ExportedSegmenter.from_exported(exported[0], threads=1), tmp_path / "out"
+    seg, out = Segmenter.from_checkpoint(exported[0], threads=1), tmp_path / "out"
     assert predict_file(seg, tmp_path / "a.png", out, n_regions=4) is not None
     record = json.loads((out / ".hiseg-predict.json").read_text())
     assert record["options"][0]["checkpoint"] == str(exported[0]) and record["options"][0]["sha256"]
@@ -411,7 +411,7 @@ def test_a_damaged_folder_is_refused_in_one_line(exported, tmp_path, damage, mes
 
 
 def test_graph_inputs_that_do_not_match_the_manifest(exported, tmp_path):
-    from hiseg.export.runtime import ExportedModel
+    from hiseg.export.runtime import OnnxBackend
 
     folder = _copy(exported[0], tmp_path / "swapped")
     (folder / "merge_head.onnx").write_bytes((folder / "boundary.onnx").read_bytes())
@@ -419,7 +419,7 @@ def test_graph_inputs_that_do_not_match_the_manifest(exported, tmp_path):
     m["files"]["merge_head.onnx"] = sha256_file(folder / "merge_head.onnx")
     (folder / MANIFEST).write_text(json.dumps(m))
     with pytest.raises(ExportError, match="merge_head.onnx's inputs are"):
-        ExportedModel(folder)
+        OnnxBackend(folder)
 
 
 def test_onnxruntime_missing_names_the_extra(exported, tmp_path):
@@ -435,25 +435,29 @@ sys.exit(main(['predict', {str(tmp_path / 'x.png')!r}, '-c', {str(exported[0])!r
     r = _run_python(code)
     assert r.returncode == 2
     lines = [ln for ln in r.stderr.splitlines() if "error" in ln]
-    assert len(lines) == 1 and 'pip install "hiseg[onnx]"' in lines[0], r.stderr
+    assert len(lines) == 1 and "pip install onnxruntime" in lines[0], r.stderr
     assert not (tmp_path / "o").exists() or not [p for p in (tmp_path / "o").iterdir() if p.suffix == ".png"]
 
 
 def test_an_image_too_small_for_the_exported_graph(exported):
-    from hiseg.export.runtime import ExportedSegmenter
-
-    seg = ExportedSegmenter.from_exported(exported[0], threads=1)
+    seg = Segmenter.from_checkpoint(exported[0], threads=1)
     with pytest.raises(ValueError, match="at least 32 pixels"):
         seg.segment(np.random.default_rng(0).random((20, 80, 3), dtype=np.float32))
 
 
-def test_an_exported_folder_given_as_a_checkpoint_says_how_to_run_it(exported, tmp_path):
-    """A newcomer's ``Segmenter.from_checkpoint(folder)``: the error names the exported-model loader,
-    not a missing file; any other folder is named as a folder."""
-    from hiseg.models.weights import CheckpointError
+def test_an_exported_folder_given_as_a_checkpoint_runs_on_onnxruntime(exported, tmp_path):
+    """``Segmenter.from_checkpoint(folder)`` runs an exported folder (one class for every model);
+    the torch backend refuses it in one line; any other folder is named as a folder; the torch
+    loader, given the folder, names the way to run it."""
+    from hiseg.models.weights import CheckpointError, load_checkpoint_file
 
     assert MANIFEST == "manifest.json"  # the name hiseg.models.weights looks for (it may not import export)
-    with pytest.raises(CheckpointError, match=r"written by hiseg export.*ExportedSegmenter\.from_exported"):
-        Segmenter.from_checkpoint(exported[0])
+    seg = Segmenter.from_checkpoint(exported[0])
+    assert seg.backend.name == "onnxruntime" and seg.model is None and seg.name == "bsds500_ensemble"
+    assert "backend='onnxruntime'" in repr(seg) and "model='bsds500_ensemble'" in repr(seg)
+    with pytest.raises(ValueError, match="written by hiseg export: it runs on onnxruntime"):
+        Segmenter.from_checkpoint(exported[0], backend="torch")
+    with pytest.raises(CheckpointError, match=r"written by hiseg export.*Segmenter\.from_checkpoint"):
+        load_checkpoint_file(exported[0])
     with pytest.raises(FileNotFoundError, match="is a folder, not a checkpoint file"):
         Segmenter.from_checkpoint(tmp_path)

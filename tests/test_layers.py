@@ -14,7 +14,10 @@ placed just below ``clustering``: it may import only what ``clustering`` may, an
 module of ``hiseg.metrics`` (nor may they import anything above it, which they do not need).
 ``hiseg.metrics.entropy`` (Li & Pan's structural entropy, by which the estimator may
 choose a hierarchy) is placed the same way, just above ``hiseg.metrics.hierarchy``, whose
-``as_tree`` it reads.
+``as_tree`` it reads. ``hiseg.export.manifest`` and ``hiseg.export.runtime`` (an exported
+folder's manifest and its onnxruntime backend) rank just below ``segmentation``: the Segmenter
+runs them as one of its backends, while the exporter (``hiseg.export.onnx``) loads models
+through the Segmenter and stays above it.
 """
 from __future__ import annotations
 
@@ -35,18 +38,19 @@ SUB_ORDER = {
     "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool",
-                     "pipeline", "result", "segmenter", "record", "outputs", "predict_ddp"],
+                     "pipeline", "backends", "result", "segmenter", "record", "outputs", "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy", "entropy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "training": ["callbacks", "steps", "module", "configs", "summary", "help_texts", "cli", "help_render"],
     "explorer": ["page"],
-    "export": ["manifest", "features", "onnx", "runtime"],
+    "export": ["manifest", "runtime", "onnx"],
     "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "export", "train", "__main__"],
 }
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they
 #: sit just below (see the module docstring for why)
-LOWERED = {("metrics", "hierarchy"): "clustering", ("metrics", "entropy"): "clustering"}
+LOWERED = {("metrics", "hierarchy"): "clustering", ("metrics", "entropy"): "clustering",
+           ("export", "manifest"): "segmentation", ("export", "runtime"): "segmentation"}
 
 
 def _imports(tree: ast.AST, package: list[str]):

@@ -82,8 +82,25 @@ def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run ``hiseg ARGV``; the exit status (0, 1: some images failed, 2: nothing ran)."""
+    """Run ``hiseg ARGV``; the exit status (0, 1: some images failed, 2: nothing ran). A command
+    that needs what this install lacks (torch, Lightning, ... in an install without torch) says
+    so in one line, with the line that installs it, and exits 2."""
+    from ..core._lazy import INSTALL_TORCH, missing_package, needs
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(argv)
+    except ModuleNotFoundError as e:
+        package = missing_package(e)
+        if package is None:
+            raise
+        command = next((a for a in argv if not a.startswith("-")), "")
+        message = str(e) if INSTALL_TORCH in str(e) else needs(f"hiseg {command}".strip(), package)
+        print(f"hiseg {command}: error: {message}", file=sys.stderr)
+        return 2
+
+
+def _main(argv: list) -> int:
     if not argv:  # `hiseg` alone: what it can do, not only that a command is required
         build_parser("").print_help()
         return 2

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Sequence
 
 from .._lifetime import first_process
+from .._shipped import BACKENDS
 
 __all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_pixel_limit", "pixel_limit_of", "add_workers",
            "add_quiet", "add_overwrite", "add_model", "add_deprecated", "image_command", "add_regions", "add_level",
@@ -218,9 +219,14 @@ def add_model(p: argparse.ArgumentParser, when: str = "") -> None:
     p.add_argument("--classical", action="store_true",
                    help=f"{when}the classical path, the no-network baseline: colour gradient, colour-watershed "
                         "superpixels, closest ultrametric fit (same as --checkpoint none)")
+    p.add_argument("--backend", type=str.lower, choices=BACKENDS, default="auto",
+                   help="what runs the network: onnxruntime (exported models; the shipped ones ship exported: the "
+                        "fastest on a CPU, no torch), torch (any checkpoint, any device: the training's maps "
+                        "exactly), auto: onnxruntime for an exported folder or a shipped model on the CPU when "
+                        "onnxruntime is installed, else torch" + default_text("auto"))
     p.add_argument("--device", default="auto", metavar="DEVICE",
-                   help="torch device of the network: auto (CUDA when present, else the CPU), cpu, cuda, cuda:1, mps"
-                        + default_text("auto"))
+                   help="torch device of the network: auto (CUDA when present, else the CPU), cpu, cuda, cuda:1, mps "
+                        "(onnxruntime: the CPU)" + default_text("auto"))
     p.add_argument("--max-pixels", type=option_type(int, _check_max_pixels), default=None, metavar="N",
                    help="working resolution: larger images are processed at N pixels (>= 4096) and their outputs "
                         "drawn back at full size; 0: no limit" + default_text("the checkpoint's pipeline, 500000"))
@@ -297,6 +303,20 @@ def _own_outputs(names: list[Path]) -> set[Path]:
     return {q for q in names for suf in OUTPUT_SUFFIXES if q.name.endswith(suf) and q.name[:-len(suf)] in stems}
 
 
+def archive_layout(path: Path, command: str = "hiseg") -> Path:
+    """``path``, or where a missing BSDS500 path (``datasets/BSDS500/images/val``) lies in the
+    official archive's layout (``datasets/BSDS500/data/images/val``, :func:`hiseg.io.bsds_archive_path`),
+    said in one line on stderr: ``datasets/README.md`` accepts both layouts."""
+    from ..io import bsds_archive_path, display_path
+
+    twin = bsds_archive_path(path)
+    if twin is None:
+        return path
+    print(f"{command}: {display_path(path)} not found: reading {display_path(twin)} (the BSDS500 archive's "
+          "layout, datasets/README.md)", file=sys.stderr)
+    return twin
+
+
 def collect_images(inputs: Sequence[str], command: str = "hiseg", out=None) -> list[Path]:
     """The image files of ``inputs`` (files and folders), each once: a file given twice, or
     a file and its folder, is one input. FileNotFoundError for a missing input or a folder
@@ -309,7 +329,7 @@ def collect_images(inputs: Sequence[str], command: str = "hiseg", out=None) -> l
 
     files = []
     for x in inputs:
-        p = Path(x)
+        p = archive_layout(Path(x), command)
         if _loop(p):
             raise ValueError(f"input {display_path(p)} is a symbolic link loop (it never reaches a file)")
         if p.is_dir():
@@ -363,33 +383,38 @@ def exported_folder(args):
 
 
 def make_segmenter(args):
-    """The Segmenter of ``--checkpoint`` (a path or a shipped model's name; none: the shipped
-    default model; a folder written by ``hiseg export``: its
-    :class:`~hiseg.export.runtime.ExportedSegmenter`, onnxruntime on the CPU; ``--classical``: the classical path) on ``--device``, its pipeline overridden
-    by ``--scales``/``--flip``/``--linkage``/``--max-pixels``. Raises ValueError (a bad device, or
-    a network option on the classical path), FileNotFoundError, CheckpointError."""
+    """The Segmenter of ``--checkpoint`` (a shipped model's name, a checkpoint file or a folder
+    written by ``hiseg export``; none: the shipped default model; ``--classical``: no network) on
+    ``--backend`` and ``--device``, its pipeline overridden by ``--scales``/``--flip``/``--linkage``/
+    ``--max-pixels``. ``--scales`` or ``--flip`` run a shipped model on torch under ``--backend
+    auto`` (its exported network holds its own). Raises ValueError (a bad device or backend, a
+    network option on the classical path), FileNotFoundError, CheckpointError, ExportError."""
+    from ..segmentation.segmenter import Segmenter
+
     scales, flip, linkage = getattr(args, "scales", None), getattr(args, "flip", None), getattr(args, "linkage", None)
-    if exported_folder(args) is not None and not _classical(args):
-        from ..export.runtime import ExportedSegmenter
+    backend = getattr(args, "backend", "auto")
+    device = args.device
+    if str(device).strip().lower() not in ("auto", "cpu"):
+        from ..segmentation.backends import resolve_device
 
-        # no torch here: resolving a torch device would import it, 1.5 s of the exported path's start-up
-        if str(args.device).strip().lower() not in ("auto", "cpu"):
-            raise ValueError(f"--checkpoint {args.checkpoint}: an exported model runs on the CPU (onnxruntime); "
-                             "--device cpu or auto")
-        seg = ExportedSegmenter.from_exported(args.checkpoint)
+        device = resolve_device(device, "--device")  # before any checkpoint is read; a GPU means torch
+    if _classical(args):
+        given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
+                                ("--linkage", linkage)) if v is not None]
+        if given:
+            raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline; --classical (the no-network "
+                             "baseline: colour gradient, closest fit) has none")
+        if backend == "onnxruntime":
+            raise ValueError("--classical has no network for --backend onnxruntime to run")
+        seg = Segmenter.classical(device=device)
     else:
-        from ..segmentation.segmenter import Segmenter, resolve_device
-
-        device = resolve_device(args.device, "--device")  # before any checkpoint is read
-        if _classical(args):
-            given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
-                                    ("--linkage", linkage)) if v is not None]
-            if given:
-                raise ValueError(f"{' and '.join(given)} set(s) the network's pipeline; --classical (the no-network "
-                                 "baseline: colour gradient, closest fit) has none")
-            seg = Segmenter.classical(device=device)
-        else:
-            seg = Segmenter(model_name(args), device=device)
+        if backend == "auto" and (scales is not None or flip is not None) and exported_folder(args) is None:
+            backend = "torch"  # a shipped model's exported network holds its scales and flip
+        try:
+            seg = Segmenter(model_name(args), device=device, backend=backend)
+        except ValueError as e:
+            raise ValueError(str(e).replace("backend ", "--backend ", 1) if str(e).startswith("backend ")
+                             else str(e)) from None
     seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage, max_pixels=args.max_pixels)
     return seg
 
@@ -398,10 +423,11 @@ def announce(command: str, seg, args) -> None:
     """The one line naming the model and the device (unless ``--quiet``)."""
     if getattr(args, "quiet", False) or not first_process():
         return  # quiet, or not the first process of a DDP run
-    what = (f"exported model {seg.exported.name} (onnxruntime)" if getattr(seg, "exported", None) is not None else
-            "the classical path (no network)" if seg.model is None else
-            f"model {seg.name}" + (" (the shipped default; --classical: the no-network baseline)"
-                                   if args.checkpoint is None else ""))
+    if seg.backend.name == "classical":
+        what = "the classical path (no network)"
+    else:
+        what = (f"model {seg.name}" + (" (the shipped default; --classical: the no-network baseline)"
+                                       if args.checkpoint is None else "") + f", {seg.backend.name}")
     print(f"{command}: {what} on {seg.device}", flush=True)
 
 

@@ -110,9 +110,11 @@ def run(args) -> int:
     ddp = args.devices > 1 or args.num_nodes > 1
     if ddp and args.html:
         raise ValueError("--html writes its pages in one process: not with --devices / --num-nodes")
-    if ddp and exported_folder(args) is not None:
+    if ddp and (exported_folder(args) is not None or args.backend == "onnxruntime"):
         raise ValueError("--devices / --num-nodes distribute a torch network; an exported model runs with "
                          "onnxruntime (use --workers N)")
+    if ddp:
+        args.backend = "torch"  # a shipped model's network, distributed
     if ddp and model_name(args) == "classical":
         raise ValueError("--devices / --num-nodes distribute the network; the classical path has none "
                          "(use --workers N)")
@@ -375,8 +377,8 @@ def _predict_pool(seg, files: list, opts: dict, workers: int, failures: list, do
     # thread pools may hold a lock at fork time (a forked worker hung in cv2.setNumThreads in CI);
     # the workers import hiseg themselves (a few seconds once), then run one thread each.
     ctx = mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
-    cpu_seg = seg.worker_copy()  # the workers' steps need no network (an exported model's: the whole chain)
-    network = seg.model is not None
+    cpu_seg = seg.worker_copy()  # the workers' steps need no torch network (onnxruntime's: the whole chain there)
+    network = seg.backend.name == "torch"
     window = 2 * workers  # images in flight per stage: bounded memory whatever the folder's size
     finishing: dict = {}   # index -> future of its last step
     outcomes: dict = {}    # index -> value (None: failed), until reported in order

@@ -40,6 +40,7 @@ from __future__ import annotations
 import numbers
 
 import numpy as np
+from ._lazy import import_higra
 
 __all__ = ["cut_hierarchy", "kcut_merges", "resolve_min_size", "check_count",
            "AUTO_MIN_CLUSTER_FRACTION", "AUTO_MIN_REGION_FRACTION"]
@@ -113,7 +114,7 @@ def _leaf_weights(leaf_size, n: int) -> np.ndarray:
 
 def _smaller_child_size(parents: np.ndarray, leaf: np.ndarray) -> np.ndarray:
     """(N - 1,) weight of the lighter child of every merge."""
-    import higra as hg
+    hg = import_higra()
 
     size = hg.accumulate_sequential(hg.Tree(parents), leaf, hg.Accumulators.sum)
     child = np.argsort(parents[:-1], kind="stable").reshape(-1, 2)  # the two children of N, N+1, ...
@@ -166,7 +167,7 @@ def _building_edges(hierarchy):
 def _labels_from_tree(parents: np.ndarray, n: int, keep: np.ndarray) -> np.ndarray:
     """Labels of a cut whose kept merges are closed downward (no kept merge above an undone
     one): every leaf takes its highest ancestor reached through kept merges. O(N)."""
-    import higra as hg
+    hg = import_higra()
 
     n_nodes = parents.shape[0]
     condition = np.zeros(n_nodes, dtype=bool)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, Sequence
 
 import numpy as np
+from ._lazy import import_higra
 
 __all__ = [
     "EdgeList",
@@ -45,7 +46,7 @@ class EdgeList(NamedTuple):
 
     def to_higra(self):
         """The same graph as a ``higra.UndirectedGraph`` (edge ids preserved)."""
-        import higra as hg
+        hg = import_higra()
 
         g = hg.UndirectedGraph(self.num_vertices)
         g.add_edges(self.sources, self.targets)
@@ -501,7 +502,7 @@ def _region_adjacency_graph_higra(labels) -> RegionAdjacencyGraph:
     label's rank (merging the components of a disconnected label), its edges renumbered in
     lexicographic order of those ranks, its edge map put in ``grid_graph``'s order.
     """
-    import higra as hg
+    hg = import_higra()
 
     lab = _checked_compact_labels(labels)
     h, w = lab.shape

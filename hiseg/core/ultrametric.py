@@ -29,11 +29,12 @@ from __future__ import annotations
 import threading
 from typing import Optional, Union
 
-import higra as hg
 import numpy as np
 
-from ._lazy import lazy_torch
+from ._lazy import import_higra, lazy_torch
 from .graph import BatchedGraph, EdgeList, as_edge_list
+
+hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
 
 __all__ = [
     "Hierarchy",

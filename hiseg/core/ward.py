@@ -3,11 +3,12 @@ dissimilarity of the clustering estimator's fits (``dissimilarity="ward"``), not
 differentiable), hence apart from :mod:`hiseg.core.ultrametric`."""
 from __future__ import annotations
 
-import higra as hg
 import numpy as np
 
-from ._lazy import lazy_torch
+from ._lazy import import_higra, lazy_torch
 from .graph import _normalised_points, as_edge_list, connected_components
+
+hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
 
 __all__ = ["ward_linkage_ultrametric"]
 

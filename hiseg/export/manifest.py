@@ -14,11 +14,13 @@ Format version 1::
      "merge_head": {"file": "merge_head.onnx", "input": "features", "output": "weights",
                     "features": [...], "output_kind": "sigmoid", "network": "ee8de67c4333c4ad"} | null,
      "pipeline": {... Pipeline.to_dict() without merge_head ...},
+     "checkpoint": {"file": "hiseg_bsds500_ensemble.ckpt", "sha256": "<sha256>"},
      "files": {"boundary.onnx": "<sha256>", "merge_head.onnx": "<sha256>"}}
 
 The network graph takes one float32 image ``(1, 3, H, W)`` in [0, 1] (H, W dynamic) and
 returns the boundary probability ``(1, H, W)``: the pipeline's scales, flips and the
-ensemble's mean are inside it, so its map is the torch path's ``Pipeline.maps``.
+ensemble's mean are inside it, so its map is the torch path's ``Pipeline.maps``. ``checkpoint``
+(optional) names the file it was made from: a shipped model's exported form runs only beside it.
 """
 from __future__ import annotations
 

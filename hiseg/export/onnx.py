@@ -28,7 +28,7 @@ import torch
 
 from .. import __version__
 from ..io import AtomicFiles
-from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, ExportError, read_manifest, sha256_bytes
+from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, ExportError, read_manifest, sha256_bytes, sha256_file
 
 __all__ = ["export_model", "OPSET", "CHECK_ATOL", "min_side"]
 
@@ -86,7 +86,7 @@ def _load(spec, overrides=None):
     from ..segmentation.segmenter import Segmenter
 
     try:
-        seg = Segmenter(spec, device="cpu")  # BatchNorm folded at load
+        seg = Segmenter(spec, device="cpu", backend="torch")  # BatchNorm folded at load
     except CheckpointError as e:
         raise ExportError(f"cannot export {spec}: {e}") from None
     if seg.model is None:
@@ -102,6 +102,15 @@ def _load(spec, overrides=None):
         raise ExportError(f"cannot export {spec}: it is not a boundary model (images (B, 3, H, W) -> logits "
                           f"(B, 1, H, W)); it returned {getattr(out, 'shape', type(out).__name__)}")
     return seg
+
+
+def _source(spec) -> dict:
+    """The checkpoint file an export was made from, by name and sha256: a shipped model's exported
+    form is run only beside the very file it was made from (:func:`hiseg.segmentation.backends.shipped_export`)."""
+    from ..models.weights import Weights
+
+    path = Path(Weights.resolve(spec))
+    return {"file": path.name, "sha256": sha256_file(path)}
 
 
 def _network_graph(seg) -> tuple[bytes, dict]:
@@ -183,6 +192,7 @@ def export_model(spec, out_dir, overwrite: bool = False, **overrides) -> dict:
                 "merge_head": ({"file": "merge_head.onnx", **graphs["merge_head.onnx"][1]} if head is not None
                                else None),
                 "pipeline": pipeline,
+                "checkpoint": _source(spec),
                 "files": {n: sha256_bytes(g[0]) for n, g in graphs.items()}}
     out.mkdir(parents=True, exist_ok=True)
     with AtomicFiles(overwrite) as files:

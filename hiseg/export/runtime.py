@@ -1,38 +1,41 @@
-"""Inference from an exported folder (``hiseg export``) with onnxruntime and numpy: no torch.
+"""The onnxruntime backend of :class:`hiseg.Segmenter`: an exported folder's network (and merge
+head) run by onnxruntime, without torch.
 
->>> from hiseg.export.runtime import ExportedSegmenter
->>> seg = ExportedSegmenter.from_exported("bsds500_onnx")    # checks the manifest and checksums
->>> res = seg.segment("photo.jpg")                           # a SegmentationResult, as Segmenter's
->>> res.saliency, res.cut(n_regions=10)
+>>> from hiseg import Segmenter
+>>> seg = Segmenter.from_checkpoint("bsds500_onnx")     # a folder written by `hiseg export`
+>>> seg                                                 # Segmenter(model='bsds500_ensemble', backend='onnxruntime', ...)
 
-The chain is the torch path's (:class:`hiseg.segmentation.Pipeline`), step by step: the
-boundary map is the network graph's (scales, flips and the ensemble inside it); superpixels,
-the region adjacency graph, the merge head's features (:func:`~hiseg.export.features.numpy_edge_features`,
-numpy) and its MLP (the head graph), the hierarchy (higra, :mod:`hiseg.core.ultrametric` on numpy
-weights), UCMs, cuts and files are the same functions. Importing this module, opening a
-folder and segmenting images import no torch (``tests/test_export.py`` checks
-``sys.modules`` in a fresh process). onnxruntime comes with ``pip install "hiseg[onnx]"``.
+A backend makes the boundary map, nothing else: the chain after it (superpixels, the region
+adjacency graph, the edge features, the hierarchy, UCMs, cuts, files) is the one every backend
+shares (:meth:`hiseg.segmentation.Pipeline.hierarchy_of_map`). The network graph holds the
+pipeline's scales, flips and an ensemble's mean, so those settings are fixed at export
+(:attr:`OnnxBackend.fixed`); the merge head's MLP runs here too (:class:`OnnxHead`), on the
+chain's numpy features. Importing this module, opening a folder and segmenting import no torch
+(``tests/test_export.py`` checks ``sys.modules`` in a fresh process). It imports nothing of
+hiseg above :mod:`hiseg.export.manifest`, so that the Segmenter (below the exporter) can use it.
 """
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from ..segmentation.segmenter import Segmenter
-from .manifest import MANIFEST, ExportError, read_manifest
+from .manifest import MANIFEST, ExportError, printable, read_manifest
 
-__all__ = ["ExportedModel", "ExportedSegmenter", "onnxruntime_module", "INSTALL_HINT"]
+__all__ = ["OnnxBackend", "OnnxHead", "onnxruntime_module", "onnxruntime_available", "INSTALL_HINT"]
 
-INSTALL_HINT = 'pip install "hiseg[onnx]"'
-#: The superpixel methods and linkages the exported chain runs (the closest fit needs torch).
-SUPERPIXELS = ("boundary_watershed", "all_minima", "color_watershed")
-LINKAGES = ("average", "single")
+INSTALL_HINT = "pip install onnxruntime"
+
+
+def onnxruntime_available() -> bool:
+    """Whether onnxruntime can be imported here (found, not imported: no cost)."""
+    return importlib.util.find_spec("onnxruntime") is not None
 
 
 def onnxruntime_module():
-    """onnxruntime, or ExportError naming the extra that installs it."""
+    """onnxruntime, or ExportError naming the line that installs it."""
     try:
         import onnxruntime
     except ImportError:
@@ -57,18 +60,32 @@ def _open(ort, path: Path, options, inputs, outputs, where: str):
     return sess
 
 
-class ExportedModel:
-    """The graphs and settings of an exported folder (manifest checked, sessions open).
+class OnnxHead:
+    """An exported merge head: ``features`` (the names the chain computes) and
+    :meth:`edge_weights`, the call :meth:`hiseg.segmentation.Pipeline.edge_weights` makes of a
+    head (the torch one is :meth:`hiseg.segmentation.merging.MergeHead.edge_weights`)."""
+
+    def __init__(self, session, features):
+        self.session, self.features = session, tuple(features)
+        self._input = session.get_inputs()[0].name
+
+    def edge_weights(self, features: np.ndarray, rag=None) -> np.ndarray:
+        """(E,) float64 weights of (E, F) float64 features (``rag``: unused, context-free heads only)."""
+        return self.session.run(None, {self._input: np.ascontiguousarray(features, dtype=np.float64)})[0]
+
+
+class OnnxBackend:
+    """The graphs of an exported folder (manifest and checksums checked, sessions open).
 
     ``threads``: onnxruntime's intra-op threads (None: its default, one per core; on a busy
-    machine 1 is faster: 0.43-0.53 s a pass of the default model against 0.74-0.76 for 2 at
-    load average 6 on 2 cores).
-    ``max_pixels``: the working resolution (default: the manifest's pipeline's). Raises
-    ExportError (:func:`hiseg.export.manifest.read_manifest`, a graph that does not load or
-    whose inputs differ from the manifest's, settings this chain does not run, onnxruntime
-    missing)."""
+    machine 1 is faster). Raises ExportError (:func:`hiseg.export.manifest.read_manifest`, a
+    graph that does not load or whose inputs differ from the manifest's, onnxruntime missing)."""
 
-    def __init__(self, folder, threads: Optional[int] = None, max_pixels: Optional[int] = None):
+    name = "onnxruntime"
+    #: the pipeline settings inside the network graph: fixed at export
+    fixed = ("scales", "flip")
+
+    def __init__(self, folder, threads: Optional[int] = None):
         self.folder = Path(folder)
         where = f"exported model {self.folder}"
         self.manifest = m = read_manifest(self.folder)
@@ -85,125 +102,43 @@ class ExportedModel:
         net = m["network"]
         self.network = _open(ort, self.folder / net["file"], so, [(net.get("input", "image"), 4, "tensor(float)")],
                              [(net.get("output", "boundary"), 3, "tensor(float)")], where)
+        self._input = self.network.get_inputs()[0].name
         self.min_side = int(net.get("min_side", 1))
         head = m.get("merge_head")
-        self.head, self.features = None, ("mean",)
+        self.head = None
         if head is not None:
-            self.head = _open(ort, self.folder / head["file"], so, [(head.get("input", "features"), 2, "tensor(double)")],
-                              [(head.get("output", "weights"), 1, "tensor(double)")], where)
-            self.features = tuple(head["features"])
-        p = dict(m.get("pipeline") or {})
-        self.superpixels = p.get("superpixels", "boundary_watershed")
-        self.linkage = p.get("linkage", "average")
-        self.region_size, self.sigma = float(p.get("region_size", 8.0)), float(p.get("sigma", 1.0))
-        self.max_pixels = int(p.get("max_pixels", 500_000) if max_pixels is None else max_pixels)
-        self.scales, self.flip = tuple(net.get("scales", (1.0,))), bool(net.get("flip", False))
-        if self.superpixels not in SUPERPIXELS or self.linkage not in LINKAGES:
-            raise ExportError(f"{where}: superpixels {self.superpixels!r} / linkage {self.linkage!r}: the exported "
-                              f"chain runs superpixels {SUPERPIXELS} and linkages {LINKAGES}")
-        self.name = str(m.get("model", self.folder))
+            sess = _open(ort, self.folder / head["file"], so, [(head.get("input", "features"), 2, "tensor(double)")],
+                         [(head.get("output", "weights"), 1, "tensor(double)")], where)
+            self.head = OnnxHead(sess, head["features"])
+        #: the model's name as the manifest gives it, control characters escaped (printed as is)
+        self.model_name = printable(str(m.get("model", self.folder)))
 
-    # the settings as Segmenter.read and the run record read them from a Pipeline
-    def working_size(self, height: int, width: int) -> tuple[int, int]:
-        """As :meth:`hiseg.segmentation.Pipeline.working_size`."""
-        if self.max_pixels == 0 or height * width <= self.max_pixels:
-            return int(height), int(width)
-        f = (self.max_pixels / float(height * width)) ** 0.5
-        return max(1, int(height * f)), max(1, int(width * f))
+    def settings(self) -> dict:
+        """The pipeline settings of the export (``Pipeline.from_dict`` reads them): the manifest's,
+        with the network graph's scales and flip; the merge head is :attr:`head`, run here."""
+        net = self.manifest["network"]
+        p = {k: v for k, v in (self.manifest.get("pipeline") or {}).items() if k != "merge_head"}
+        return {**p, "scales": list(net.get("scales", (1.0,))), "flip": bool(net.get("flip", False))}
 
-    def boundary_map(self, image: np.ndarray) -> np.ndarray:
-        """(H, W) float32 boundary probability of an (H, W, 3) float image in [0, 1]."""
+    def boundary_map(self, image: np.ndarray, pipeline=None, tile: int = 0) -> np.ndarray:
+        """(H, W) float32 boundary probability of an (H, W, 3) float image in [0, 1], one pass
+        (the pipeline's scales and flips are inside the graph; ``tile``: the torch backend's)."""
         img = np.asarray(image, np.float32)
         h, w = img.shape[:2]
         if min(h, w) < self.min_side:
             raise ValueError(f"image of {h}x{w} pixels: the exported network computes images of at least "
-                             f"{self.min_side} pixels a side (its smallest scale, {min(self.scales)}, would go "
-                             "below two cells of its stride); use the torch path (Segmenter) for smaller ones")
+                             f"{self.min_side} pixels a side (its smallest scale would go below two cells of its "
+                             "stride); use the torch backend (backend='torch', --backend torch) for smaller ones")
         x = np.ascontiguousarray(img[..., :3].transpose(2, 0, 1))[None]
-        return self.network.run(None, {self.network.get_inputs()[0].name: x})[0][0]
+        return self.network.run(None, {self._input: x})[0][0]
 
-    def edge_weights(self, rag, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> np.ndarray:
-        """(E,) float64 weights of one RAG's edges: the merge head's on the edge features, or
-        the mean boundary along each frontier (as :meth:`hiseg.segmentation.Pipeline.edge_weights`)."""
-        from .features import numpy_edge_features
-
-        x = numpy_edge_features(rag, boundary, image, self.features)
-        if self.head is None:
-            return x[:, 0]
-        return self.head.run(None, {self.head.get_inputs()[0].name: np.ascontiguousarray(x)})[0]
-
-    def make_superpixels(self, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> np.ndarray:
-        from ..segmentation.superpixels import make_superpixels
-
-        return make_superpixels(self.superpixels, boundary, image, self.region_size, self.sigma)
-
-    def hierarchy_of_map(self, boundary: np.ndarray, image: Optional[np.ndarray] = None):
-        """(rag, ultrametric, hierarchy) of a boundary map, as :meth:`hiseg.segmentation.Pipeline.hierarchy_of_map`."""
-        from ..core.graph import region_adjacency_graph
-        from ..core.ultrametric import build_average_linkage_hierarchy, build_hierarchy
-
-        rag = region_adjacency_graph(self.make_superpixels(boundary, image))
-        if rag.graph.num_vertices == 1:
-            return rag, np.zeros(0), None
-        w = self.edge_weights(rag, boundary, image)
-        if self.linkage == "single":
-            h = build_hierarchy(rag.graph, w)
-        else:
-            h = build_average_linkage_hierarchy(rag.graph, w, rag.frontier_lengths().astype(np.float64))
-        return rag, h.ultrametric(w), h
-
-    def with_overrides(self, scales=None, flip=None, linkage=None, max_pixels=None) -> "ExportedModel":
-        """Itself with ``max_pixels`` set (``hiseg predict --max-pixels``); the scales, the flip
-        and the linkage are the export's (ValueError: export the model again with them)."""
-        given = [n for n, v in (("--scales", scales), ("--flip", flip), ("--linkage", linkage)) if v is not None]
-        if given:
-            raise ValueError(f"{' and '.join(given)}: an exported model's pipeline is fixed at export; export it "
-                             "again with them (hiseg export MODEL --scales ... -o DIR)")
-        if max_pixels is not None:  # checked where it is parsed (hiseg predict --max-pixels)
-            self.max_pixels = int(max_pixels)
+    def worker_copy(self) -> "OnnxBackend":
+        """What a worker process of ``hiseg predict --workers`` runs the chain with: this backend
+        (its merge head), reopened there with one thread (:meth:`__reduce__`)."""
         return self
 
-    def to_dict(self) -> dict:
-        """The pipeline settings (the manifest's), as ``Pipeline.to_dict`` gives them."""
-        return {**(self.manifest.get("pipeline") or {}), "scales": list(self.scales), "flip": self.flip,
-                "max_pixels": self.max_pixels}
-
-
-class ExportedSegmenter(Segmenter):
-    """A :class:`~hiseg.segmentation.segmenter.Segmenter` of an exported folder: the same
-    ``segment``, ``read``, results and files, with the network and the merge head run by
-    onnxruntime and the rest in numpy, without torch. ``pipeline`` is the
-    :class:`ExportedModel` (its settings and steps); ``model`` is None, ``device`` "cpu"."""
-
-    def __init__(self, folder, threads: Optional[int] = None, max_pixels: Optional[int] = None):
-        self.exported = ExportedModel(folder, threads, max_pixels)
-        self.pipeline = self.exported
-        self.model, self.device = None, "cpu"
-        self.name = f"{self.exported.name} (exported, {self.exported.folder})"
-        # what a run record names it by (hiseg.segmentation.record): the folder, its manifest's digest
-        self.checkpoint, self.checkpoint_file = str(self.exported.folder), self.exported.folder / MANIFEST
-
-    @classmethod
-    def from_exported(cls, folder, threads: Optional[int] = None, **kwargs) -> "ExportedSegmenter":
-        """The Segmenter of a folder written by ``hiseg export`` (see the class)."""
-        return cls(folder, threads, **kwargs)
+    def __reduce__(self):  # sessions are not picklable: a worker process opens the folder again, one thread
+        return (type(self), (str(self.folder), 1))
 
     def __repr__(self) -> str:
-        return f"ExportedSegmenter({str(self.exported.folder)!r}, model={self.exported.name!r})"
-
-    def __reduce__(self):  # a worker process opens the folder again (sessions are not picklable), one thread
-        return (type(self), (str(self.exported.folder), 1, self.exported.max_pixels))
-
-    def boundary_map(self, image: np.ndarray) -> np.ndarray:
-        return self.exported.boundary_map(image)
-
-    def network_map(self, img: np.ndarray, tile: int = 0) -> np.ndarray:
-        """The boundary map of the working image (one pass: ``tile`` is the torch path's)."""
-        pmap = self.exported.boundary_map(img)
-        bad = int(np.count_nonzero(~np.isfinite(pmap)))
-        if bad:
-            raise ValueError(f"the exported network's boundary map has {bad} NaN or infinite values (of {pmap.size})")
-        return pmap
-
-    def worker_copy(self) -> "ExportedSegmenter":
-        return self
+        return f"OnnxBackend({str(self.folder)!r}, model={self.model_name!r})"

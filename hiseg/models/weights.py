@@ -256,8 +256,8 @@ def load_checkpoint_file(path, map_location: Any = "cpu") -> Any:
     if p.is_dir():
         if (p / "manifest.json").is_file():  # hiseg.export.manifest.MANIFEST (export sits above models)
             raise CheckpointError(f"{p.resolve()} is a folder written by hiseg export, not a checkpoint: run it "
-                                  "with hiseg.ExportedSegmenter.from_exported(folder) (onnxruntime, no torch) or "
-                                  "hiseg predict --checkpoint folder")
+                                  "with Segmenter.from_checkpoint(folder) or hiseg predict --checkpoint folder "
+                                  "(onnxruntime, no torch)")
         raise FileNotFoundError(f"checkpoint {p.resolve()} is a folder, not a checkpoint file (a .ckpt or .pt)")
     if not p.is_file():
         raise FileNotFoundError(f"checkpoint file not found: {p.resolve()}{_not_a_shipped_name(path)}")

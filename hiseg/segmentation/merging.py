@@ -24,8 +24,9 @@ was trained on), inside the pipeline settings of a checkpoint: it travels with t
 pipeline wherever the pipeline goes. :func:`network_fingerprint` identifies a network by
 its weights, so a head is refused on the maps of another network.
 
-The features are :mod:`hiseg.segmentation.pooling`'s (:class:`~hiseg.segmentation.pooling.TorchEdgeFeatures`:
-the head's input, in torch, batched); this module is the head that reads them.
+The features are :mod:`hiseg.segmentation.pooling`'s (:func:`~hiseg.segmentation.pooling.edge_features`
+in numpy for inference, :class:`~hiseg.segmentation.pooling.TorchEdgeFeatures` in torch for
+training); this module is the head that reads them.
 """
 from __future__ import annotations
 
@@ -178,11 +179,17 @@ class MergeHead(torch.nn.Module):
         a, b = hr[src], hr[dst]
         return torch.cat([a + b, (a - b).abs()], 1)
 
+    def edge_weights(self, features: np.ndarray, rag: RegionAdjacencyGraph) -> np.ndarray:
+        """(E,) float64 weights of one RAG's (E, F) edge features, numpy in and out, no gradient:
+        the head as the one chain runs it (:meth:`hiseg.segmentation.Pipeline.edge_weights`;
+        an exported model's head answers the same call with onnxruntime)."""
+        with torch.no_grad():
+            return self(torch.from_numpy(np.asarray(features, np.float64)),
+                        rag.graph if self.context else None).numpy()
+
     def weights(self, rag: RegionAdjacencyGraph, boundary, image=None) -> torch.Tensor:
         """(E,) float64 edge weights of one RAG (no gradient)."""
-        with torch.no_grad():
-            return self(torch.from_numpy(edge_features(rag, boundary, image, self.features)),
-                        rag.graph if self.context else None)
+        return torch.from_numpy(self.edge_weights(edge_features(rag, boundary, image, self.features), rag))
 
     # ------------------------------------------------------------------ storage
     def to_spec(self) -> dict:

@@ -60,16 +60,17 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Mapping, Optional
 
 import numpy as np
-import torch
-import torch.nn.functional as F
 
-from ..core.fitting import fit_ultrametric
+from ..core._lazy import lazy_torch
 from ..core.graph import BatchedGraph, region_adjacency_graph
 from ..core.ultrametric import build_average_linkage_hierarchy, build_hierarchy, subdominant_ultrametric, upload_indices
-from .hostpool import average_linkage_batch
-from .merging import MergeHead, MergeHeadError
-from .pooling import TorchEdgeFeatures, batch_frontier_pixels, frontier_mean
+from .pooling import MergeHeadError, TorchEdgeFeatures, batch_frontier_pixels, edge_features, frontier_mean
 from .superpixels import color_gradient, make_superpixels
+
+#: imported at its first use (:mod:`hiseg.core._lazy`): the settings and the chain after the network
+#: (:meth:`Pipeline.hierarchy_of_map`, numpy and higra) need none; the network's maps and the
+#: differentiable twins of the training step do
+torch = lazy_torch()
 
 __all__ = ["Pipeline", "PipelineError", "SUPERPIXEL_METHODS", "LINKAGES", "tiled_forward"]
 
@@ -119,6 +120,7 @@ def rescale(images: torch.Tensor, s: float) -> torch.Tensor:
     least one pixel a side (torch refuses a 0 size: a 1-pixel-high image at 0.5 stays 1 high).
     Cost: one interpolation."""
     h, w = images.shape[-2:]
+    F = torch.nn.functional
     if int(h * s) >= 1 and int(w * s) >= 1:
         return F.interpolate(images, scale_factor=s, mode="bilinear", align_corners=False,
                              recompute_scale_factor=False)
@@ -168,6 +170,8 @@ class Pipeline:
         object.__setattr__(self, "flip", bool(self.flip))
         head = None
         if self.merge_head is not None:
+            from .merging import MergeHead  # a torch module: only a pipeline with a learned head imports torch
+
             if isinstance(self.merge_head, MergeHead):
                 object.__setattr__(self, "merge_head", self.merge_head.to_spec())
             try:
@@ -244,7 +248,6 @@ class Pipeline:
         f = (self.max_pixels / float(height * width)) ** 0.5
         return max(1, int(height * f)), max(1, int(width * f))
 
-    @torch.inference_mode()
     def boundary_map(self, model: Optional[torch.nn.Module], image: np.ndarray, device="cpu",
                      tile: int = 512) -> np.ndarray:
         """(H, W) float32 boundary probability of ``model`` on an (H, W, 3) float image:
@@ -256,8 +259,9 @@ class Pipeline:
         self.check_model(model)
         if model is None:
             return color_gradient(image, self.sigma)
-        x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
-        return self.maps(lambda t: tiled_forward(model, t, tile), x)[0].cpu().numpy()
+        with torch.inference_mode():
+            x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
+            return self.maps(lambda t: tiled_forward(model, t, tile), x)[0].cpu().numpy()
 
     # ------------------------------------------------------------------ the batched, differentiable steps
     def maps(self, forward, images: torch.Tensor, prob: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -275,7 +279,7 @@ class Pipeline:
             if self.flip:
                 p = 0.5 * (p + torch.sigmoid(forward(xs.flip(-1)).float()).flip(-1))
             if p.shape[-2:] != (h, w):
-                p = F.interpolate(p, size=(h, w), mode="bilinear", align_corners=False)
+                p = torch.nn.functional.interpolate(p, size=(h, w), mode="bilinear", align_corners=False)
             acc = p if acc is None else acc + p
         return (acc / len(self.scales))[:, 0]
 
@@ -343,6 +347,8 @@ class Pipeline:
         ``lengths``: the frontier lengths (average linkage). A training batch goes through
         :meth:`batch_ultrametric`."""
         if self.linkage == "closest":  # single linkage of the fitted ultrametric
+            from ..core.fitting import fit_ultrametric
+
             weights = weights / weights.max().clamp_min(1e-12)
             check = self.fit_iterations == 0
             if not check:  # the fit checks the graph and the weights; its output needs no second check
@@ -362,26 +368,49 @@ class Pipeline:
         arrays either way. Kept apart from the one image's path, which never needs a pool."""
         if self.linkage != "average" or not isinstance(graph, BatchedGraph):
             return self.ultrametric(graph, weights, lengths, host_weights=host_weights, lca=lca)
+        from .hostpool import average_linkage_batch
+
         h = average_linkage_batch(graph, weights if host_weights is None else host_weights, lengths, pool, lca=lca)
         upload_indices(h, weights.device, lca=lca)
         return h.ultrametric(weights), h
 
-    def edge_weights(self, rag, boundary: np.ndarray, image: Optional[np.ndarray] = None) -> torch.Tensor:
-        """(E,) float64 weights of one RAG's edges, without gradient: :meth:`graph_weights` of a
-        batch of one (the merge head's output on the edge features, or the frontier mean)."""
-        b = torch.from_numpy(np.asarray(boundary)).to(torch.float64)[None]
+    # ------------------------------------------------------------------ the chain after the network (numpy, higra)
+    def hierarchy_of_map(self, boundary: np.ndarray, image: Optional[np.ndarray] = None, head=None):
+        """(rag, ultrametric ndarray, hierarchy) of a boundary map: the one chain after the network,
+        whatever backend made the map (torch, onnxruntime, another detector's): superpixels, their
+        region adjacency graph, its edge weights (:meth:`edge_weights`), the hierarchy
+        (:meth:`hierarchy`). numpy and higra only (the ``closest`` linkage's fit excepted). The
+        hierarchy is None for a map of one region. ``head``: the backend's merge head (see
+        :meth:`edge_weights`)."""
+        rag = region_adjacency_graph(self.make_superpixels(boundary, image))
+        if rag.graph.num_vertices == 1:
+            return rag, np.zeros(0), None
+        u, h = self.hierarchy(rag, self.edge_weights(rag, boundary, image, head))
+        return rag, u, h
+
+    def edge_weights(self, rag, boundary: np.ndarray, image: Optional[np.ndarray] = None, head=None) -> np.ndarray:
+        """(E,) float64 weights of one RAG's edges: the merge head's output on the edge features
+        (:func:`~hiseg.segmentation.pooling.edge_features`), or the mean boundary along each
+        frontier without one. ``head``: an object with ``features`` (names) and
+        ``edge_weights(features, rag) -> (E,)`` (an exported model's, run by onnxruntime); default
+        the pipeline's own :class:`~hiseg.segmentation.merging.MergeHead` (torch). PipelineError for
+        a map or image that does not fit the head's features."""
+        head = self._head if head is None else head
         try:
-            with torch.no_grad():
-                return self.graph_weights([rag], b, [image])
+            x = edge_features(rag, boundary, image, ("mean",) if head is None else head.features)
+            return x[:, 0] if head is None else np.asarray(head.edge_weights(x, rag), np.float64)
         except MergeHeadError as e:
             raise PipelineError(str(e)) from None
 
-    def hierarchy_of_map(self, boundary: np.ndarray, image: Optional[np.ndarray] = None):
-        """(rag, ultrametric ndarray, hierarchy) of a boundary map: the chain after the network."""
-        sp = self.make_superpixels(boundary, image)
-        rag = region_adjacency_graph(sp)
-        if rag.graph.num_vertices == 1:
-            return rag, np.zeros(0), None
-        w = self.edge_weights(rag, boundary, image)
-        u, h = self.ultrametric(rag, w, rag.frontier_lengths().astype(np.float64))
-        return rag, u.numpy(), h
+    def hierarchy(self, rag, weights: np.ndarray):
+        """(ultrametric ndarray, hierarchy) of one RAG's edge weights by the configured linkage
+        (average: with the frontier lengths). The ``closest`` linkage fits by gradient descent
+        (:meth:`ultrametric`, torch)."""
+        if self.linkage == "closest":
+            u, h = self.ultrametric(rag.graph, torch.from_numpy(np.asarray(weights, np.float64)))
+            return u.numpy(), h
+        if self.linkage == "single":
+            h = build_hierarchy(rag.graph, weights)
+        else:
+            h = build_average_linkage_hierarchy(rag.graph, weights, rag.frontier_lengths().astype(np.float64))
+        return h.ultrametric(weights), h

@@ -3,24 +3,20 @@
 Two poolings, one module, because both read the same frontier pixel pairs of a RAG
 (:func:`frontier_pixel_pairs`: the two pixels of every pixel-grid edge on a frontier):
 
-* :func:`frontier_mean`, the mean boundary along each frontier: the edge weight of a
-  pipeline without a merge head, batched, differentiable, on the map's device;
+* the mean boundary along each frontier: the edge weight of a pipeline without a merge head
+  (the ``mean`` feature of :func:`edge_features`; batched and differentiable on the map's
+  device for training, :func:`frontier_mean`);
 * the merge head's edge features (:data:`FEATURES`): statistics of the (smoothed) map along
-  each frontier (a :class:`_MapFeature`), computed in torch by :class:`TorchEdgeFeatures`,
-  differentiably, for training and the torch path, or functions of the RAG and the image
-  alone (length, region sizes, colour and texture differences), computed once per RAG on
-  the host. The head itself (:mod:`hiseg.segmentation.merging`) reads them; inference
-  (:meth:`hiseg.segmentation.Pipeline.graph_weights`) and training (the Lightning module: the
-  head alone with the network frozen, or both jointly) call :class:`TorchEdgeFeatures`.
+  each frontier (a :class:`_MapFeature`), or functions of the RAG and the image alone
+  (length, region sizes, colour and texture differences), computed once per RAG on the
+  host. The head itself (:mod:`hiseg.segmentation.merging`) reads them.
 
-Three ways to the features of one RAG: :func:`edge_features` (a numpy array, computed in torch
-without gradient), :func:`edge_features_torch` (a tensor, differentiable in the map) and
-:func:`hiseg.export.features.numpy_edge_features` (numpy only, no torch); for many maps of the
-same RAGs, one :class:`TorchEdgeFeatures` called on each.
-
-torch is imported at its first use: the onnxruntime path (:mod:`hiseg.export.features`, the
-same features in numpy; ``tests/test_export.py`` checks they equal :class:`TorchEdgeFeatures`
-to 1e-12 on real maps) reads the definitions and the frontier pixel pairs without it.
+Two ways to the features of one RAG: :func:`edge_features`, numpy, no torch: the one chain's
+after the network, whatever backend made the map (:meth:`hiseg.segmentation.Pipeline.hierarchy_of_map`);
+and its differentiable twin in torch, :class:`TorchEdgeFeatures` (many maps of the same RAGs,
+batched, on the maps' device; :func:`edge_features_torch` for one), which training needs for
+gradients through the features. ``tests/test_merge_head.py`` holds the two equal to 1e-12 on
+real maps. torch is imported at its first use: the chain never imports it.
 
 The smoothed statistics (``*_s2``, ``*_s4``) smooth in float64 with OpenCV's kernel and
 border (``cv2.GaussianBlur``, which blurs float32 maps in float32, differs by < 3e-7); the
@@ -265,8 +261,8 @@ def _check_names(names) -> None:
         raise MergeHeadError(f"merge_head.features: unknown feature(s) {unknown}; known: {sorted(FEATURES)}")
 
 
-# --------------------------------------------------------------------------- the smoothing kernel (shared with
-# hiseg.export.features, the numpy twin, so that both smooth alike)
+# --------------------------------------------------------------------------- the smoothing kernel (shared by
+# edge_features and its torch twin, so that both smooth alike)
 def _reflect101(p: np.ndarray, n: int) -> np.ndarray:
     """OpenCV's BORDER_REFLECT_101 (``cv2.GaussianBlur``'s default) of indices ``p`` into
     ``0..n-1``, any distance outside (the period is 2 n - 2): ``-1 -> 1``, ``n -> n - 2``."""
@@ -480,17 +476,72 @@ def edge_features_torch(rag: RegionAdjacencyGraph, boundary: torch.Tensor, image
 
 
 def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequence[str] = ("mean",)) -> np.ndarray:
-    """(E, len(names)) float64 features of every RAG edge (see :data:`FEATURES`), without
-    gradient: :class:`TorchEdgeFeatures` of one RAG on the CPU, as a numpy array.
+    """(E, len(names)) float64 features of one RAG's edges (:data:`FEATURES`) from its (H, W)
+    boundary map, in numpy: the one chain's (every backend's inference), no torch.
+    :class:`TorchEdgeFeatures` is its differentiable twin (the same sums, to float64 rounding;
+    ``tests/test_merge_head.py`` holds them equal to 1e-12 on real maps).
 
-    ``boundary``: the (H, W) map the superpixels were built from; ``image``: the (H, W, 3)
-    float RGB image in [0, 1] (needed by the colour and texture features). Cost
-    O(H W k + P log P) for P frontier pixel pairs and smoothing kernels of k taps; a few ms
-    for 481x321. MergeHeadError for an unknown name or a map of another size.
+    ``image``: the (H, W, 3) float RGB image in [0, 1] (the colour and texture features).
+    Cost O(H W k + P log P) for P frontier pixel pairs and smoothing kernels of k taps; a few ms
+    for 481x321. MergeHeadError for an unknown name or a map of another size than the superpixels.
     """
     _check_names(names)
-    b = torch.as_tensor(np.asarray(boundary))
-    if tuple(b.shape) != rag.labels.shape:
-        raise MergeHeadError(f"boundary map {tuple(b.shape)} and superpixels {rag.labels.shape} differ in size")
-    with torch.no_grad():
-        return TorchEdgeFeatures(rag, names, image, shape=rag.labels.shape)(b).numpy()
+    x = np.asarray(boundary, dtype=np.float64)
+    if x.shape != rag.labels.shape:
+        raise MergeHeadError(f"boundary map {x.shape} and superpixels {rag.labels.shape} differ in size")
+    g, ne = rag.graph, int(rag.graph.num_edges)
+    pa, pb, edge = frontier_pixel_pairs(rag)
+    lengths = rag.frontier_lengths().astype(np.int64)
+    start = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    ctx, cache = _Ctx(rag, image), {}
+
+    def values(sigma):  # the map (smoothed as TorchEdgeFeatures._smooth) at both pixels of each frontier pair
+        if ("v", sigma) not in cache:
+            flat = (_smooth_numpy(x, sigma) if sigma > 0 else x).reshape(-1)
+            cache["v", sigma] = 0.5 * (flat[pa] + flat[pb])
+        return cache["v", sigma]
+
+    def sorted_values(sigma):
+        if ("s", sigma) not in cache:
+            v = values(sigma)
+            cache["s", sigma] = v[np.lexsort((v, edge))]
+        return cache["s", sigma]
+
+    def interior(which):
+        if "interior" not in cache:
+            s = (np.bincount(rag.labels.ravel(), weights=x.ravel(), minlength=rag.num_regions)
+                 / np.maximum(np.bincount(rag.labels.ravel(), minlength=rag.num_regions), 1))
+            cache["interior"] = (s[g.sources], s[g.targets])
+        a, b = cache["interior"]
+        return np.minimum(a, b) if which == "min" else np.maximum(a, b)
+
+    cols = []
+    for n in names:
+        spec = getattr(FEATURES[n], "torch_spec", None)
+        if spec is None:
+            cols.append(np.asarray(FEATURES[n](ctx), np.float64) if ne else np.zeros(0))
+        elif spec[0] == "interior":
+            cols.append(interior(spec[1]))
+        elif spec[1] == "mean":
+            cols.append(np.bincount(edge, weights=values(spec[2]), minlength=ne) / lengths)
+        else:
+            _, kind, sigma, q = spec
+            rank = start + lengths - 1 if kind == "max" else start + np.floor(q * (lengths - 1) + 0.5).astype(np.int64)
+            cols.append(sorted_values(sigma)[rank])
+    return np.stack(cols, 1) if cols else np.zeros((ne, 0))
+
+
+def _smooth_numpy(x: np.ndarray, sigma: float) -> np.ndarray:
+    """As :meth:`TorchEdgeFeatures._smooth`: reflected rows, taps summed in order, then columns."""
+    taps = _gaussian_taps(sigma)
+    r = len(taps) // 2
+    h, w = x.shape
+
+    def conv(xp, axis, n):
+        take = (lambda i: xp[i:i + n]) if axis == 0 else (lambda i: xp[:, i:i + n])
+        y = take(0) * taps[0]
+        for i in range(1, len(taps)):
+            y = y + take(i) * taps[i]
+        return y
+    y = conv(x[_reflect101(np.arange(-r, h + r), h)], 0, h)
+    return conv(y[:, _reflect101(np.arange(-r, w + r), w)], 1, w)

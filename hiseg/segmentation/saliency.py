@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..core._lazy import lazy_torch
+from ..core._lazy import import_higra, lazy_torch
 from ..core.cuts import check_count, cut_hierarchy
 from ..core.graph import EdgeList, RegionAdjacencyGraph, connected_components
 from ..core.ultrametric import Hierarchy, build_hierarchy
@@ -72,7 +72,7 @@ def _check_ultrametric(ultrametric, num_edges: int) -> np.ndarray:
 
 def _khalimsky(shape, horizontal: np.ndarray, vertical: np.ndarray) -> np.ndarray:
     """higra's ucm2 of pixel-edge values given as the two views of :func:`ucm2_edge_views`."""
-    import higra as hg
+    hg = import_higra()
 
     h, w = shape
     both = np.zeros((h, w, 2))  # higra's edge order: for every pixel, its right then its bottom edge
@@ -201,7 +201,7 @@ class UCM2Blocks:
 
 def _ucm2_from_labels_higra(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
     """:func:`ucm2_from_labels` by higra: the same map, kept for the equality tests and the benchmark."""
-    import higra as hg
+    hg = import_higra()
 
     lab = np.asarray(labels)
     h, w = lab.shape
@@ -273,7 +273,7 @@ def cut_at_threshold(rag: RegionAdjacencyGraph, ultrametric, threshold: float) -
 def _cut_at_threshold_higra(rag: RegionAdjacencyGraph, ultrametric, threshold: float) -> np.ndarray:
     """:func:`cut_at_threshold` by higra (the hierarchy of ``u``, then its horizontal cut):
     the same labels, kept for the equality tests and the benchmark."""
-    import higra as hg
+    hg = import_higra()
 
     from ..core.cuts import _first_occurrence_order
 

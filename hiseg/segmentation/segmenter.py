@@ -3,15 +3,15 @@ UCMs, cuts); their files are :mod:`hiseg.segmentation.outputs`.
 
 >>> from hiseg.segmentation.segmenter import Segmenter
 >>> seg = Segmenter()                   # the shipped default model; Segmenter("bsds500"), a .ckpt path,
->>>                                     # or Segmenter.classical() (no network)
+>>>                                     # a folder of `hiseg export`, or Segmenter.classical() (no network)
 >>> res = seg.segment(image)            # image: (H, W, 3) float in [0, 1], or a path
 >>> res.saliency                        # (H, W) ultrametric contour map in [0, 1]
 >>> res.cut(n_regions=10)               # (H, W) labels, exactly 10 regions
 >>> res.cut(threshold=0.3)              # regions merged below 0.3 (nested in higher thresholds)
 
-Without a checkpoint the classical path runs: the colour gradient magnitude (Scharr
-derivatives of the smoothed Lab image) pooled along superpixel frontiers, then the closest ultrametric fitted by
-:func:`hiseg.fit_ultrametric` — a saliency map for anyone, at once.
+One class for every model: the network is a backend (:mod:`hiseg.segmentation.backends`: torch,
+onnxruntime, or none for the classical path), the only step that differs; the chain after the
+boundary map is the pipeline's, the same for all (:meth:`hiseg.segmentation.Pipeline.hierarchy_of_map`).
 """
 
 from __future__ import annotations
@@ -23,17 +23,14 @@ from typing import Optional, Union
 
 import numpy as np
 
-from ..core._lazy import lazy_torch
 from ..core.ultrametric import build_hierarchy
 from ..io import decode_image, display_path, reduce_image, rgb_view, to_float_rgb
+from .backends import (BACKENDS, ClassicalBackend, TorchBackend, check_backend, choose_backend, fold_for_inference,
+                       load_named, resolve_device, stored_pipeline)
 from .result import SegmentationResult
 
-__all__ = ["Segmenter", "check_tile", "MIN_TILE", "resolve_device", "fold_for_inference", "stored_pipeline",
-           "BAND_PIXELS"]
-
-#: imported at its first use (:mod:`hiseg.core._lazy`): reading images, the steps after the network
-#: and the output files need no torch (the onnxruntime path, :mod:`hiseg.export.runtime`)
-torch = lazy_torch()
+__all__ = ["Segmenter", "ExportedSegmenter", "check_tile", "MIN_TILE", "resolve_device", "fold_for_inference",
+           "stored_pipeline", "BAND_PIXELS", "BACKENDS"]
 
 #: Pixels of the image per band where a large image is reduced to the working resolution
 #: (:meth:`Segmenter.read`) and its full-size outputs are drawn (:func:`~hiseg.segmentation.outputs.write_outputs`): a
@@ -55,6 +52,9 @@ def _release_heap() -> None:
         pass
 
 
+#: How far outside [0, 1] a boundary map may stray (float rounding of a sigmoid resized) before it is refused.
+MAP_SLACK = 1e-4
+
 #: The smallest network tile (pixels a side) of :meth:`Segmenter.segment`: each tile also
 #: computes a margin of context around it, so smaller tiles cost many times the image.
 MIN_TILE = 64
@@ -68,152 +68,136 @@ def check_tile(tile, name: str = "tile") -> int:
     return int(tile)
 
 
-def resolve_device(device, name: str = "device") -> torch.device:
-    """The torch device of a setting: ``"auto"`` is CUDA when present, else the CPU; a device
-    that cannot run the network here (``meta``, CUDA or MPS without one, an index beyond the
-    GPUs, an unknown name) is a ValueError naming ``name``."""
-    if isinstance(device, torch.device):
-        d = device
-    elif str(device).strip().lower() == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        try:
-            d = torch.device(str(device).strip())
-        except (RuntimeError, ValueError, TypeError):
-            raise ValueError(f"{name} {device!r} is not a torch device: use auto, cpu, cuda or cuda:N") from None
-    if d.type == "cuda":
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
-        if n == 0:
-            raise ValueError(f"{name} {device!r}: CUDA is not available here (no GPU, or a CPU-only torch); "
-                             "use auto or cpu")
-        if d.index is not None and d.index >= n:
-            raise ValueError(f"{name} {device!r}: this machine has {n} CUDA device(s), cuda:0 to cuda:{n - 1}")
-    elif d.type == "mps":
-        if not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-            raise ValueError(f"{name} {device!r}: Apple's MPS is not available here; use auto or cpu")
-    elif d.type != "cpu":
-        raise ValueError(f"{name} {device!r}: hiseg runs on cpu, cuda (cuda:N) or mps"
-                         + (" (meta tensors hold no data: nothing can be computed on them)" if d.type == "meta"
-                            else "") + "; use auto for CUDA when present, else the CPU")
-    return d
-
-
-def _load_named(spec, pipeline=None):
-    """(name, network, pipeline) of a shipped model's name, ``"default"`` or a checkpoint file;
-    a file that is a shipped model's is named as that model. ``pipeline``: the one to use
-    instead of the checkpoint's (which is then not read: an old checkpoint has none)."""
-    from ..models.weights import Weights, load_model, read_checkpoint
-
-    if str(spec) == "default":
-        spec = Weights.default().name.lower()
-    path = Weights.resolve(spec)
-    name = str(spec).lower() if path is not spec else str(spec)
-    if path is spec:  # a file: a shipped model's own is called by its name
-        import warnings
-
-        for w in Weights:
-            try:
-                with warnings.catch_warnings():  # a $HISEG_WEIGHTS_DIR without the other models: not this load's
-                    warnings.simplefilter("ignore")
-                    if Path(path).resolve() == w.path().resolve():
-                        name = w.name.lower()
-            except OSError:  # FileNotFoundError: that model is not here
-                pass
-    ck = read_checkpoint(path)  # read once
-    if pipeline is not None:
-        return name, load_model(ck), pipeline
-    return name, load_model(ck), stored_pipeline(ck)
-
-
-def fold_for_inference(model: torch.nn.Module, channels_last: bool = False) -> torch.nn.Module:
-    """``model`` (in eval mode) with its BatchNorm layers folded into their convolutions
-    (:func:`hiseg.models.fold.fold_batchnorm`, in place), keeping the identity a merge head
-    checks (``hiseg_fingerprint``: the :func:`~hiseg.segmentation.merging.network_fingerprint`
-    of the weights as trained, computed once here instead of at every image).
-    ``channels_last``: its weights in the channels-last memory format, which oneDNN's CPU
-    convolutions then use (measured on the default model, one thread, 481x321: 1.37 s
-    against 1.56 s for the folded network's pass, best of 6, maps within 4e-7)."""
-    from ..models.fold import fold_batchnorm
-    from .merging import network_fingerprint
-
-    fingerprint = network_fingerprint(model)
-    fold_batchnorm(model)
-    if channels_last:
-        model.to(memory_format=torch.channels_last)
-    model.hiseg_fingerprint = fingerprint
-    return model
-
-
-def stored_pipeline(ck):
-    """The :class:`~hiseg.segmentation.Pipeline` a read checkpoint holds (``metadata["pipeline"]``
-    of a slim file, else the ``pipeline`` hyper-parameter; the defaults where it has none)."""
-    from .pipeline import Pipeline
-
-    stored = ck.metadata.get("pipeline")
-    if stored is None:
-        stored = ck.hyper_parameters.get("pipeline")
-    return Pipeline.from_dict(stored, source=f"checkpoint {ck.path}")
-
-
 class Segmenter:
-    """Turns images into hierarchies with a trained boundary network or the classical path.
+    """Turns images into hierarchies: a boundary map from the model's backend, then the one chain
+    (superpixels, region adjacency graph, edge weights, hierarchy) of its pipeline.
 
     ``Segmenter()`` is the shipped default model (:meth:`hiseg.models.Weights.default`,
-    ``bsds500_ensemble``), as ``hiseg predict`` without ``--checkpoint``;
-    :meth:`classical` is the no-network baseline (``hiseg predict --classical``).
+    ``bsds500_ensemble``), as ``hiseg predict`` without ``--checkpoint``; :meth:`classical` is the
+    no-network baseline (``hiseg predict --classical``).
 
     Parameters
     ----------
     model : str, path, torch.nn.Module or None
-        ``"default"`` (the default: the shipped default model), a shipped model's name
-        (``"bsds500"``, ...), a checkpoint file (read as :meth:`from_checkpoint` does), a
-        boundary network (logits), or ``None``: no network (the boundary map comes from the
-        pipeline's classical path, ``Pipeline.classical``).
+        ``"default"`` (the shipped default model), a shipped model's name (``"bsds500"``, ...), a
+        checkpoint file, a folder written by ``hiseg export``, a boundary network (logits), or
+        ``None``: no network (the pipeline's classical path, ``Pipeline.classical``).
     device : str or torch.device
-        ``"auto"`` (the default, as ``hiseg predict --device``'s: CUDA when present, else the CPU),
-        ``"cpu"``, ``"cuda"``, ``"cuda:N"`` or ``"mps"``; a device unavailable here is a ValueError
-        (:func:`resolve_device`).
+        ``"auto"`` (the default: CUDA when present, else the CPU), ``"cpu"``, ``"cuda"``,
+        ``"cuda:N"`` or ``"mps"``; a device unavailable here is a ValueError. onnxruntime runs on the CPU.
     pipeline : Pipeline or dict, optional
         The :class:`~hiseg.segmentation.Pipeline` from the image to the hierarchy (default: the
-        checkpoint's; ``Pipeline()`` for a bare network, ``Pipeline.classical()`` without one).
-
+        model's; ``Pipeline()`` for a bare network, ``Pipeline.classical()`` without one).
+    backend : ``"auto"`` (default), ``"torch"`` or ``"onnxruntime"``
+        What runs the network (:func:`~hiseg.segmentation.backends.choose_backend`): ``auto`` runs
+        an exported folder, and a shipped model on a CPU, on onnxruntime when it is installed (the
+        shipped models ship exported: 2-3x faster, no torch imported), anything else on torch.
+        ``torch`` reproduces the training's maps exactly.
     fold : bool
-        Fold the BatchNorm layers of a network this Segmenter loads (a name or a file) into
-        their convolutions (:func:`fold_for_inference`: the same maps to float32 rounding,
-        faster); a network passed as a module is used as given. Default True.
+        Fold the BatchNorm layers of a torch network this Segmenter loads into their convolutions
+        (:func:`~hiseg.segmentation.backends.fold_for_inference`: the same maps to float32
+        rounding, faster); a network passed as a module is used as given. Default True.
+    threads : int, optional
+        onnxruntime's intra-op threads (None: one per core).
 
-    Attributes: ``model``, ``device``, ``pipeline``, ``name`` (the shipped model's registered
-    name, the checkpoint's path, ``"classical"`` without a network, else the network's class) and
-    ``checkpoint`` (that name or path when this Segmenter loaded it, else None).
-    Loading a checkpoint raises FileNotFoundError, CheckpointError, ArchitectureMismatchError,
-    PipelineError (see :meth:`from_checkpoint`).
+    Attributes: ``backend`` (its ``name``: ``"torch"``, ``"onnxruntime"`` or ``"classical"``),
+    ``model`` (the torch network, else None), ``device``, ``pipeline``, ``name`` (the shipped
+    model's name, the checkpoint's or folder's path, ``"classical"``, else the network's class)
+    and ``checkpoint`` (that name or path when this Segmenter loaded it, else None). Loading
+    raises FileNotFoundError, CheckpointError, ArchitectureMismatchError, PipelineError,
+    ExportError, ValueError (a backend that cannot run this model here).
     """
 
-    def __init__(self, model: Union[str, os.PathLike, torch.nn.Module, None] = "default",
-                 device: Union[str, torch.device] = "auto", pipeline=None, fold: bool = True):
+    def __init__(self, model="default", device="auto", pipeline=None, fold: bool = True,
+                 backend: str = "auto", threads: Optional[int] = None):
         from .pipeline import Pipeline
 
-        self.device = resolve_device(device)
-        name = None
-        #: the shipped model's name or the checkpoint file it was loaded from (None: a network given as a
-        #: module, or none): what the run record of a folder of its files names (hiseg.segmentation.record)
+        backend = check_backend(backend)
+        #: the shipped model's name, the checkpoint file or the exported folder it was loaded from (None: a
+        #: network given as a module, or none): what the run record of its files names (hiseg.segmentation.record)
         self.checkpoint = None
+        #: the file whose digest identifies the model in a run record (None: the checkpoint's own file)
+        self.checkpoint_file = None
         if isinstance(model, (str, os.PathLike)):
-            name, model, pipeline = _load_named(model, pipeline)
+            if str(model) == "default":
+                from .._shipped import DEFAULT_PRETRAINED as model
+            kind, folder = choose_backend(model, backend, device)
+            if kind == "onnxruntime":
+                self._open_exported(model, folder, device, pipeline, threads)
+                return
+            self.device = resolve_device(device)
+            name, net, pipeline = load_named(model, pipeline)
             self.checkpoint = name
             if fold:
-                model = fold_for_inference(model, channels_last=self.device.type == "cpu")
-        self.model = model.to(self.device).eval() if model is not None else None
-        self.name = name or ("classical" if model is None else type(model).__name__)
+                net = fold_for_inference(net, channels_last=self.device.type == "cpu")
+            self.name = name
+            self._backend = TorchBackend(net, self.device)
+        elif model is not None:
+            if backend == "onnxruntime":
+                raise ValueError("backend onnxruntime runs exported models: a torch module runs on torch")
+            self.device = resolve_device(device)
+            self.name = type(model).__name__
+            self._backend = TorchBackend(model, self.device)
+        else:
+            self.device = resolve_device(device) if str(device).strip().lower() != "auto" else "cpu"
+            self.name = "classical"
+            self._backend = ClassicalBackend()
         if pipeline is None:
-            pipeline = Pipeline() if model is not None else Pipeline.classical()
-        elif not isinstance(pipeline, Pipeline):
-            pipeline = Pipeline.from_dict(pipeline, source="pipeline argument")
+            pipeline = Pipeline.classical() if model is None else Pipeline()
         self.pipeline = pipeline
 
+    def _open_exported(self, model, folder, device, pipeline, threads):
+        """The onnxruntime backend of an exported folder (a shipped model's or given)."""
+        from ..export.manifest import MANIFEST
+        from ..export.runtime import OnnxBackend
+        from .pipeline import Pipeline
+
+        if str(device).strip().lower() not in ("auto", "cpu"):
+            raise ValueError(f"{model}: the onnxruntime backend runs on the CPU; use device cpu or auto, or "
+                             "backend torch for another device")
+        self._backend = OnnxBackend(folder, threads)
+        self.device = "cpu"
+        shipped = not Path(str(model)).expanduser().exists()
+        self.name = str(model).lower() if shipped else self._backend.model_name
+        self.checkpoint = str(model).lower() if shipped else str(folder)
+        self.checkpoint_file = folder / MANIFEST  # a run record names it by the manifest's digest
+        stored = Pipeline.from_dict(self._backend.settings(), source=f"exported model {folder}")
+        self.pipeline = stored if pipeline is None else pipeline
+
+    @property
+    def backend(self):
+        """What makes the boundary map (:mod:`hiseg.segmentation.backends`)."""
+        return self._backend
+
+    @property
+    def model(self):
+        """The torch network (None on onnxruntime and on the classical path)."""
+        return getattr(self._backend, "model", None)
+
+    @property
+    def pipeline(self):
+        """The chain's settings (:class:`~hiseg.segmentation.Pipeline`); the ones an exported
+        network holds inside its graph (``scales``, ``flip``) cannot be set to other values."""
+        return self._pipeline
+
+    @pipeline.setter
+    def pipeline(self, pipeline):
+        from .pipeline import Pipeline
+
+        if not isinstance(pipeline, Pipeline):
+            pipeline = Pipeline.from_dict(pipeline, source="pipeline argument")
+        old = getattr(self, "_pipeline", None)
+        if old is not None:
+            fixed = [k for k in self._backend.fixed if getattr(pipeline, k) != getattr(old, k)]
+            if fixed:
+                raise ValueError(f"{' and '.join(fixed)}: an exported model's network holds them (fixed at export); "
+                                 "export it again with them (hiseg export MODEL --scales ... -o DIR) or use the "
+                                 "torch backend")
+        self._pipeline = pipeline
+
     def __repr__(self) -> str:
-        """One line: the model's name, the device and the pipeline's settings that differ from
-        ``Pipeline()``'s (a learned merging head shown as ``merge_head='learned'``)."""
+        """One line: the model's name, the backend, the device and the pipeline's settings that
+        differ from ``Pipeline()``'s (a learned merging head shown as ``merge_head='learned'``)."""
         import dataclasses
 
         from .pipeline import Pipeline
@@ -223,11 +207,13 @@ class Segmenter:
                for f in dataclasses.fields(self.pipeline)
                if f.name in {g.name for g in dataclasses.fields(base)}
                and getattr(self.pipeline, f.name) != getattr(base, f.name)]
-        return f"Segmenter(model={self.name!r}, device={str(self.device)!r}, pipeline=Pipeline({', '.join(own)}))"
+        if self._backend.head is not None:
+            own.append("merge_head='learned'")
+        return (f"Segmenter(model={self.name!r}, backend={self._backend.name!r}, device={str(self.device)!r}, "
+                f"pipeline=Pipeline({', '.join(own)}))")
 
     @classmethod
-    def classical(cls, region_size: float = 8.0, fit_iterations: int = 50,
-                  device: Union[str, torch.device] = "auto") -> "Segmenter":
+    def classical(cls, region_size: float = 8.0, fit_iterations: int = 50, device="auto") -> "Segmenter":
         """The no-network baseline: Scharr colour gradient, colour-watershed superpixels of
         about ``region_size`` pixels across, closest ultrametric fitted in ``fit_iterations``
         steps (0: single linkage) (``Pipeline.classical``; ``hiseg predict --classical``)."""
@@ -236,21 +222,25 @@ class Segmenter:
         return cls(None, device=device, pipeline=Pipeline.classical(region_size, fit_iterations))
 
     @classmethod
-    def from_checkpoint(cls, path, device: Union[str, torch.device] = "auto", **kwargs) -> "Segmenter":
-        """Load a checkpoint by path (Lightning or :func:`~hiseg.models.weights.save_weights` format).
-
-        Read with ``weights_only=True`` (a checkpoint is data, never code), mapped to
-        ``device``. The segmentation :class:`~hiseg.segmentation.Pipeline` comes from the
-        checkpoint (``metadata["pipeline"]`` or the ``pipeline`` hyper-parameter) unless
-        ``pipeline=`` is given. Raises FileNotFoundError, CheckpointError (corrupt, not a
-        checkpoint, no architecture named), ArchitectureMismatchError, PipelineError (no
-        pipeline settings, or unknown ones).
+    def from_checkpoint(cls, path, device="auto", **kwargs) -> "Segmenter":
+        """A checkpoint file (Lightning or :func:`~hiseg.models.weights.save_weights` format), a
+        shipped model's name, or a folder written by ``hiseg export`` (see the class for
+        ``backend``). A checkpoint is read with ``weights_only=True`` (data, never code); an
+        exported folder's manifest and every file's sha256 are checked. The
+        :class:`~hiseg.segmentation.Pipeline` is the model's unless ``pipeline=`` is given.
+        Raises FileNotFoundError, CheckpointError (corrupt, not a checkpoint, no architecture
+        named), ArchitectureMismatchError, PipelineError, ExportError.
         """
-        return cls(Path(path), device=device, **kwargs)
+        return cls(path if isinstance(path, str) and not Path(path).exists() else Path(path), device=device,
+                   **kwargs)
 
     @classmethod
-    def from_pretrained(cls, name: Optional[str] = None, device: Union[str, torch.device] = "auto",
-                        **kwargs) -> "Segmenter":
+    def from_exported(cls, folder, threads: Optional[int] = None, **kwargs) -> "Segmenter":
+        """A folder written by ``hiseg export``, on onnxruntime: ``from_checkpoint(folder)``."""
+        return cls(Path(folder), threads=threads, backend="onnxruntime", **kwargs)
+
+    @classmethod
+    def from_pretrained(cls, name: Optional[str] = None, device="auto", **kwargs) -> "Segmenter":
         """A shipped model by name (:class:`hiseg.models.Weights`), from any folder; no download.
         The default (``None``: :data:`hiseg.models.weights.DEFAULT_PRETRAINED`, what ``Segmenter()``
         and ``hiseg predict`` load), ``"bsds500_ensemble"``, is the best on every BSDS val figure
@@ -265,9 +255,9 @@ class Segmenter:
 
     # ------------------------------------------------------------------ steps
     def boundary_map(self, image: np.ndarray) -> np.ndarray:
-        """(H, W) boundary probability of the network (float32; multi-scale if the pipeline
-        says so; in ``torch.inference_mode``); the colour gradient on the classical path."""
-        return self.pipeline.boundary_map(self.model, image, self.device)
+        """(H, W) float32 boundary probability of the backend's network (multi-scale if the
+        pipeline says so); the colour gradient on the classical path."""
+        return self._backend.boundary_map(image, self.pipeline, 0 if self._backend.name == "onnxruntime" else 512)
 
     def segment(self, image, tile: int = 512) -> SegmentationResult:
         """Hierarchy of one image (array (H, W[, 3|4]) or path). See :class:`SegmentationResult`.
@@ -288,11 +278,15 @@ class Segmenter:
     def network_map(self, img: np.ndarray, tile: int = 512) -> np.ndarray:
         """The boundary map of :meth:`segment` on the working image ``img`` (the step that
         needs the network; ``hiseg predict --workers`` runs it in the main process)."""
-        pmap = self.pipeline.boundary_map(self.model, img, self.device, tile=tile)
+        pmap = self._backend.boundary_map(img, self.pipeline, tile)
         bad = int(np.count_nonzero(~np.isfinite(pmap)))
         if bad:
             raise ValueError(f"the network's boundary map has {bad} NaN or infinite values (of {pmap.size}): "
                              "the checkpoint's weights diverged or do not suit this image; use another checkpoint")
+        lo, hi = float(pmap.min(initial=0.0)), float(pmap.max(initial=0.0))
+        if self._backend.name != "classical" and (lo < -MAP_SLACK or hi > 1 + MAP_SLACK):  # a network's probability
+            raise ValueError(f"the network's boundary map ranges over [{lo:.4g}, {hi:.4g}], not probabilities in "
+                             "[0, 1]: the model is broken (an edited export?); export it again or use another")
         return pmap
 
     def finish(self, img: np.ndarray, pmap: np.ndarray, out_shape=None, t: Optional[dict] = None) -> SegmentationResult:
@@ -302,7 +296,7 @@ class Segmenter:
         if out_shape is not None:  # a large image's outputs come next: the network's freed memory back first
             _release_heap()
         t0 = time.perf_counter()
-        rag, u, h = self.pipeline.hierarchy_of_map(pmap, img)
+        rag, u, h = self.pipeline.hierarchy_of_map(pmap, img, self._backend.head)
         t["hierarchy"] = time.perf_counter() - t0
         if h is None:
             return self._flat(rag, t, out_shape)
@@ -350,5 +344,12 @@ class Segmenter:
 
     def worker_copy(self) -> "Segmenter":
         """What a worker process of ``hiseg predict --workers`` runs :meth:`finish` with: this
-        pipeline without the network (the main process runs it: :meth:`network_map`)."""
-        return Segmenter(None, device="cpu", pipeline=self.pipeline)
+        pipeline and the backend's merge head, without the network (the main process runs it:
+        :meth:`network_map`)."""
+        copy = object.__new__(Segmenter)
+        copy.__dict__.update(self.__dict__, _backend=self._backend.worker_copy(), device="cpu")
+        return copy
+
+
+#: The name of the exported models' Segmenter before there was one class (the same class).
+ExportedSegmenter = Segmenter

@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from ..core._lazy import import_higra
 
 __all__ = [
     "make_superpixels",
@@ -316,7 +317,7 @@ def boundary_watershed(boundary: np.ndarray, region_size: float = 8.0, sigma: fl
 def all_minima_watershed(boundary: np.ndarray) -> np.ndarray:
     """The finest oversegmentation of a boundary map: its watershed from every regional
     minimum (higra's ``labelisation_watershed`` on the 4-adjacency graph), int64 labels."""
-    import higra as hg
+    hg = import_higra()
 
     b = np.asarray(boundary, dtype=np.float64)
     g = hg.get_4_adjacency_graph(b.shape)
