@@ -19,7 +19,7 @@ from .._shipped import BACKENDS
 __all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_pixel_limit", "pixel_limit_of", "add_workers",
            "add_quiet", "add_overwrite", "add_model", "add_deprecated", "image_command", "add_regions", "add_level",
            "add_min_region_size", "EXIT_STATUS", "collect_images", "default_workers", "resolve_workers", "make_segmenter",
-           "exported_folder", "model_name", "announce",
+           "exported_folder", "model_name", "model_backend", "announce",
            "first_process", "PER_FILE_ERRORS", "per_file", "report_failures"]
 
 #: The epilog of the image commands (predict, view).
@@ -382,6 +382,25 @@ def exported_folder(args):
     return Path(spec) if spec is not None and Path(spec).is_dir() else None
 
 
+def model_backend(args) -> tuple:
+    """(backend, exported folder or None) that ``--checkpoint``, ``--classical``, ``--backend``,
+    ``--device``, ``--scales`` and ``--flip`` select, without loading anything (the run record names
+    the model by it before the model is built): ``"classical"``, ``"torch"`` or ``"onnxruntime"``."""
+    from ..segmentation.backends import choose_backend
+
+    if _classical(args):
+        return "classical", None
+    backend = getattr(args, "backend", "auto")
+    if backend == "auto" and (getattr(args, "scales", None) is not None or getattr(args, "flip", None) is not None) \
+            and exported_folder(args) is None:
+        backend = "torch"  # a shipped model's exported network holds its scales and flip
+    try:
+        return choose_backend(model_name(args), backend, args.device)
+    except ValueError as e:
+        raise ValueError(str(e).replace("backend ", "--backend ", 1) if str(e).startswith("backend ")
+                         else str(e)) from None
+
+
 def make_segmenter(args):
     """The Segmenter of ``--checkpoint`` (a shipped model's name, a checkpoint file or a folder
     written by ``hiseg export``; none: the shipped default model; ``--classical``: no network) on
@@ -408,13 +427,7 @@ def make_segmenter(args):
             raise ValueError("--classical has no network for --backend onnxruntime to run")
         seg = Segmenter.classical(device=device)
     else:
-        if backend == "auto" and (scales is not None or flip is not None) and exported_folder(args) is None:
-            backend = "torch"  # a shipped model's exported network holds its scales and flip
-        try:
-            seg = Segmenter(model_name(args), device=device, backend=backend)
-        except ValueError as e:
-            raise ValueError(str(e).replace("backend ", "--backend ", 1) if str(e).startswith("backend ")
-                             else str(e)) from None
+        seg = Segmenter(model_name(args), device=device, backend=model_backend(args)[0])
     seg.pipeline = seg.pipeline.with_overrides(scales=scales, flip=flip, linkage=linkage, max_pixels=args.max_pixels)
     return seg
 

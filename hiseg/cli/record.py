@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from ..segmentation.record import RECORD, RunRecord, checkpoint_identity, models_own
-from .options import model_name
+from .options import model_backend, model_name
 
 __all__ = ["RECORD", "RunRecord", "output_options"]
 
@@ -21,20 +21,22 @@ def output_options(args) -> dict:
     one pass, 3e-7 at most on a 623x801 working image with the shipped models), so that a run that
     ran out of memory can be resumed with smaller tiles."""
     name = model_name(args)
-    model = _identity(name) if name != "classical" else {"checkpoint": name, "sha256": None}
+    backend, folder = model_backend(args)
+    model = _identity(name, folder) if name != "classical" else {"checkpoint": name, "sha256": None}
     return json.loads(json.dumps({  # as read back from the file (lists, floats)
         **model, "scales": args.scales, "flip": args.flip, "linkage": args.linkage, "max-pixels": args.max_pixels,
         "regions": args.regions, "level": args.level, "min-region-size": args.min_region_size,
-        "html": bool(args.html), "models-own": _models_own(name)}))
+        "html": bool(args.html), "models-own": _models_own(str(folder) if folder is not None else name)}))
 
 
-def _identity(spec: str) -> dict:
+def _identity(spec: str, folder=None) -> dict:
     """The model ``spec`` as the record names it (:func:`~hiseg.segmentation.record.checkpoint_identity`);
-    an exported model's folder by its manifest, which holds every file's sha256."""
-    if Path(spec).is_dir():
+    run from an exported folder (given, or a shipped model's exported form: ``folder``) by its
+    manifest, which holds every file's sha256: the two backends' files are not mixed by a resume."""
+    if folder is not None:
         from ..export.manifest import MANIFEST
 
-        return checkpoint_identity(spec, Path(spec) / MANIFEST)
+        return checkpoint_identity(spec, Path(folder) / MANIFEST)
     return checkpoint_identity(spec)
 
 
@@ -56,7 +58,7 @@ def _models_own(spec: str):
                 "max-pixels": p.get("max_pixels")}
     import warnings
 
-    from ..segmentation.segmenter import stored_pipeline
+    from ..segmentation.backends import stored_pipeline
     from ..models.weights import CheckpointError, Weights, read_checkpoint
     from ..segmentation.pipeline import Pipeline, PipelineError
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-__all__ = ["lazy_torch", "lazy_names", "import_higra", "TORCH_STACK", "INSTALL_TORCH", "missing_package", "needs"]
+__all__ = ["lazy_torch", "lazy_names", "import_higra", "installed", "TORCH_STACK", "INSTALL_TORCH", "missing_package", "needs"]
 
 
 #: What the torch-free install (README, "Without torch") leaves out: training, torch models,
@@ -24,6 +24,16 @@ TORCH_STACK = ("torch", "torchvision", "pytorch_lightning", "lightning", "lightn
 #: The line that installs them.
 INSTALL_TORCH = ("pip install torch torchvision --index-url https://download.pytorch.org/whl/cpu, then the rest "
                  "of hiseg's dependencies with `pip install hiseg` (`pip install .` in its folder)")
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported here, found without importing it (no cost)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, a broken entry
+        return False
 
 
 def missing_package(error: BaseException):
@@ -130,17 +140,16 @@ def _lazy_attr(module: str, name: str):
 def _defer_higra_plotting(hidden) -> None:
     """Give ``higra.plot``'s modules the names their hidden imports would have bound, imported at
     first use, where the packages are installed (higra's own globals, set only if it left them unset)."""
-    import importlib.util
-
     graph, tree = sys.modules.get("higra.plot.plot_graph"), sys.modules.get("higra.plot.plot_tree")
-    if "matplotlib.pyplot" in hidden and importlib.util.find_spec("matplotlib") is not None:
+    if "matplotlib.pyplot" in hidden and installed("matplotlib"):
         for mod in (graph, tree):
             if mod is not None and "plt" not in vars(mod):
                 mod.plt = _LazyModule("matplotlib.pyplot")
                 vars(mod)["__matplotlib_available"] = True
         if graph is not None and "LineCollection" not in vars(graph):
             graph.LineCollection = _lazy_attr("matplotlib.collections", "LineCollection")
-    if "scipy.cluster.hierarchy" in hidden and tree is not None and "dendrogram" not in vars(tree):
+    if "scipy.cluster.hierarchy" in hidden and tree is not None and "dendrogram" not in vars(tree) \
+            and installed("scipy"):
         tree.dendrogram = _lazy_attr("scipy.cluster.hierarchy", "dendrogram")
         tree.set_link_color_palette = _lazy_attr("scipy.cluster.hierarchy", "set_link_color_palette")
         vars(tree)["__scipy_available"] = True

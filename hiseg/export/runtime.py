@@ -16,13 +16,13 @@ hiseg above :mod:`hiseg.export.manifest`, so that the Segmenter (below the expor
 """
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Optional
 
 import numpy as np
 
-from .manifest import MANIFEST, ExportError, printable, read_manifest
+from ..core._lazy import installed
+from .manifest import ExportError, printable, read_manifest
 
 __all__ = ["OnnxBackend", "OnnxHead", "onnxruntime_module", "onnxruntime_available", "INSTALL_HINT"]
 
@@ -31,7 +31,7 @@ INSTALL_HINT = "pip install onnxruntime"
 
 def onnxruntime_available() -> bool:
     """Whether onnxruntime can be imported here (found, not imported: no cost)."""
-    return importlib.util.find_spec("onnxruntime") is not None
+    return installed("onnxruntime")
 
 
 def onnxruntime_module():

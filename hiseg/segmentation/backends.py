@@ -14,7 +14,6 @@ merge head, or None: the pipeline's own), ``boundary_map(image, pipeline, tile)`
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from typing import Optional
 import numpy as np
 
 from .._shipped import BACKENDS
-from ..core._lazy import lazy_torch
+from ..core._lazy import installed, lazy_torch
 
 __all__ = ["BACKENDS", "TorchBackend", "ClassicalBackend", "check_backend", "choose_backend", "shipped_export",
            "resolve_device", "fold_for_inference", "stored_pipeline", "load_named"]
@@ -190,7 +189,7 @@ def _gpu_present() -> bool:
     (1.5 s of a CPU start-up): torch's answer once imported, else the NVIDIA driver's files."""
     if sys.modules.get("torch") is not None:
         return bool(sys.modules["torch"].cuda.is_available())
-    return os.path.exists("/proc/driver/nvidia/version") and importlib.util.find_spec("torch") is not None
+    return os.path.exists("/proc/driver/nvidia/version") and installed("torch")
 
 
 def choose_backend(model, backend: str, device) -> tuple[str, Optional[Path]]:

@@ -283,7 +283,7 @@ class Segmenter:
         if bad:
             raise ValueError(f"the network's boundary map has {bad} NaN or infinite values (of {pmap.size}): "
                              "the checkpoint's weights diverged or do not suit this image; use another checkpoint")
-        lo, hi = float(pmap.min(initial=0.0)), float(pmap.max(initial=0.0))
+        lo, hi = (float(pmap.min()), float(pmap.max())) if pmap.size else (0.0, 0.0)
         if self._backend.name != "classical" and (lo < -MAP_SLACK or hi > 1 + MAP_SLACK):  # a network's probability
             raise ValueError(f"the network's boundary map ranges over [{lo:.4g}, {hi:.4g}], not probabilities in "
                              "[0, 1]: the model is broken (an edited export?); export it again or use another")
