@@ -25,6 +25,7 @@ from .configs import (TRUST_FLAG, ConfigFileError, UntrustedConfigError, check_c
                       is_file_path)
 from .help_texts import shown_config
 from .module import HierarchicalSegmentationModule
+from .run_folders import ExclusiveSaveConfig
 from .summary import fit_summary
 
 SUBCOMMANDS = ("fit", "validate", "test")
@@ -61,6 +62,7 @@ _CKPT_KEYWORDS = ("last", "best", "hpc", "registry")
 
 
 _TRUST_CONFIG = False  # --trust-config given: class paths and callables of the configs are not checked
+_RESUMED_LOGGERS: list = []  # (name, version) of the loggers of the checkpoint a fit resumes: theirs to log into
 
 
 class HisegCLI(LightningCLI):
@@ -124,7 +126,10 @@ class HisegCLI(LightningCLI):
         """The log folders this run will create (see :func:`_remove_unused_log_dirs`); every
         checkpoint of the run written atomically (:class:`hiseg.training.callbacks.AtomicCheckpointIO`)."""
         from .callbacks import use_atomic_checkpoints
+        from .run_folders import refuse_replacing_loggers
 
+        if not _TRUST_CONFIG:  # before anything is written
+            refuse_replacing_loggers(self.trainer.loggers, _RESUMED_LOGGERS)
         use_atomic_checkpoints(self.trainer)
         global _NEW_LOG_DIRS
         _NEW_LOG_DIRS = (self.trainer, _new_dirs([lg.log_dir for lg in self.trainer.loggers if lg.log_dir]))
@@ -297,6 +302,8 @@ def _resume_log_versions(trainer_cfg, checkpoint) -> None:
     logged to (matched by position, class and name), so the resumed run logs there; only
     for loggers that append (:func:`_appends_on_resume`), the others start a new version."""
     saved = (checkpoint.get("hiseg") or {}).get("loggers") or [] if isinstance(checkpoint, dict) else []
+    global _RESUMED_LOGGERS
+    _RESUMED_LOGGERS = [(old.get("name"), old.get("version")) for old in saved if isinstance(old, dict)]
     entries = trainer_cfg.get("logger")
     entries = entries if isinstance(entries, list) else [entries]
     for entry, old in zip(entries, saved):
@@ -400,15 +407,15 @@ def main(argv: Optional[Sequence[str]] = None, default_config: Optional[Path] = 
     _quiet_lightning()
     if from_command_line:
         sys.argv = sys.argv[:1] + argv
-    global _NEW_LOG_DIRS
-    _NEW_LOG_DIRS = None  # set by the subcommand's before_* hook
+    global _NEW_LOG_DIRS, _RESUMED_LOGGERS
+    _NEW_LOG_DIRS, _RESUMED_LOGGERS = None, []  # set by the subcommand's before_* hook, by a resume
     try:
         cli = HisegCLI(
             HierarchicalSegmentationModule,
             pl.LightningDataModule,
             subclass_mode_data=True,
             seed_everything_default=0,
-            save_config_kwargs={"overwrite": True},
+            save_config_callback=ExclusiveSaveConfig,  # never over a file (hiseg.training.run_folders)
             parser_kwargs=parser_kwargs,
             # from the command line, LightningCLI reads sys.argv itself (passing args too warns)
             args=None if from_command_line else argv,
