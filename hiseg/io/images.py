@@ -57,15 +57,22 @@ def check_pixels(height: int, width: int, path, what: str = "image") -> None:
 
 
 def _header_size(src):
-    """(H, W) of an image as stored, from its header (Pillow, its own pixel limit off: ours is
-    :func:`check_pixels`), or None where Pillow cannot read the header."""
+    """(H, W, several frames?) of an image as stored, from its header (Pillow, its own pixel
+    limit off: ours is :func:`check_pixels`), or None where Pillow cannot read the header.
+    Several frames: an animated GIF, PNG or WebP, a multi-page TIFF (of which only the first is
+    decoded)."""
     try:
         from PIL import Image
 
         with _pillow_unlimited(), Image.open(src) as im:
-            return im.size[1], im.size[0]
+            return im.size[1], im.size[0], bool(getattr(im, "is_animated", False))
     except Exception:  # noqa: BLE001 - a format Pillow does not know: OpenCV's own limit then applies
         return None
+
+
+#: The warning for a file of several frames (:func:`decode_image`).
+MULTI_FRAME = ("it holds several frames (an animated image or a multi-page TIFF): only the first frame is "
+               "segmented")
 
 
 _PILLOW = {"depth": 0, "was": None}
@@ -121,9 +128,14 @@ def decode_image(path) -> tuple[np.ndarray, bool]:
         data = fh.read()
     if not data:
         raise DataError(f"cannot read image {display_path(path)}: not an image (0 bytes)")
-    size = _header_size(_io.BytesIO(data))
+    header = _header_size(_io.BytesIO(data))
+    size = None if header is None else header[:2]
     if size is not None:
         check_pixels(*size, path)  # before any pixel is decoded
+        if header[2]:
+            import warnings
+
+            warnings.warn(f"{display_path(path)}: {MULTI_FRAME}", UserWarning, stacklevel=2)
     try:
         arr = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
     except cv2.error as e:  # OpenCV's own limits (CV_IO_MAX_IMAGE_PIXELS, ...): the next decoder, or one line

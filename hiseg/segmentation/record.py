@@ -176,6 +176,32 @@ def _call_shown(opts: dict, k: str, digest: bool, other: dict) -> str:
     return f"{_CALL_NAMES.get(k, k)}={v!r}"
 
 
+#: The largest run record read (about 40 bytes an image: a million images' record is under 64 MiB).
+MAX_RECORD_BYTES = 64 << 20
+
+
+def _read_record(path: Path) -> bytes:
+    """The bytes of the run record ``path``, read only when it is a regular file of at most
+    :data:`MAX_RECORD_BYTES` (``os.stat`` first: a link to ``/dev/zero`` or a FIFO is never
+    opened); ValueError naming it otherwise, FileNotFoundError when there is none."""
+    import os
+    import stat
+
+    from ..io import display_path
+
+    st = os.stat(path)
+    what = f"{display_path(path)} is not a hiseg predict run record"
+    if not stat.S_ISREG(st.st_mode):
+        raise ValueError(f"{what} (not a regular file: a folder, FIFO or device); remove it, and --resume goes on "
+                         "without checking the options of the images there")
+    with open(path, "rb") as fh:
+        raw = fh.read(MAX_RECORD_BYTES + 1)
+    if len(raw) > MAX_RECORD_BYTES:
+        raise ValueError(f"{what} (larger than {MAX_RECORD_BYTES >> 20} MiB); remove it, and --resume goes on "
+                         "without checking the options of the images there")
+    return raw
+
+
 class RunRecord:
     """The run record of ``hiseg predict`` in a folder (:data:`RECORD`, JSON): the option sets
     (:func:`call_options`, :func:`hiseg.cli.record.output_options`) of the runs that wrote into
@@ -191,7 +217,7 @@ class RunRecord:
         self.path = Path(out) / RECORD
         self.options, self.images, self.text, self.made_folder = [], {}, None, False
         try:
-            raw = self.path.read_bytes()
+            raw = _read_record(self.path)
         except FileNotFoundError:
             self.found = False
             return

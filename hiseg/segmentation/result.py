@@ -4,6 +4,7 @@ threshold), at the working resolution and at the image's own."""
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -96,7 +97,7 @@ class SegmentationResult:
         not apply to ``threshold`` cuts. Raises ValueError for both or neither of
         ``n_regions`` and ``threshold``, an ``n_regions`` below 1, a ``threshold`` outside
         [0, 1] or a bad ``min_size``; TypeError for an ``n_regions`` that is not an integer
-        (:func:`hiseg.core.cuts.check_count`).
+        (:func:`hiseg.core.cuts.check_count`) or a ``threshold`` that is not a number (``'0.3'``).
         """
         labels = self.working_cut(n_regions, threshold, min_size)
         return upsample_labels(labels, self.shape) if self.upsampled else labels
@@ -127,7 +128,11 @@ class SegmentationResult:
                               f"(min_size={min_size!r}); returning {n_regions} regions of at least "
                               f"{used / scale:.0f} pixels", stacklevel=3)
         else:
-            if not 0.0 <= float(threshold) <= 1.0:  # also refuses nan
+            if isinstance(threshold, bool) or not isinstance(threshold, numbers.Real):
+                raise TypeError(f"cut: threshold must be a number in [0, 1] (the UCM's range), got {threshold!r} "
+                                f"({type(threshold).__name__})")
+            threshold = float(threshold)
+            if not 0.0 <= threshold <= 1.0:  # also refuses nan
                 raise ValueError(f"threshold must be in [0, 1] (the UCM's range), got {threshold!r}")
             labels = cut_at_threshold(self.rag, self.ultrametric, threshold)
         return labels
