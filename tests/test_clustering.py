@@ -630,3 +630,41 @@ def test_refinement_never_raises_the_exact_cost_of_its_start(seed, n, d, k):
         assert costs[s] <= refine.exact_dasgupta(h, sim) + 1e-12
     assert -max(c["score"] for c in est.candidates_)[0] == min(costs.values())
     assert np.unique(est.labels_).size == min(k, np.unique(X, axis=0).shape[0])
+
+
+@pytest.mark.parametrize("loss", ["auto", "dasgupta", "closest+size"])
+@pytest.mark.parametrize("copies", [(30, 30), (5, 40), (20, 20, 20)])
+def test_duplicated_points_cluster_correctly(loss, copies):
+    """Distinct points each repeated: every copy of a point in its own cluster (issue 52: the
+    default's start, divided by its mean, reached 500 times the mean on the one edge between the
+    copies, beyond the sigmoid expansion's 4096 terms)."""
+    points = np.array([[0.0, 0.0], [1.0, 1.0], [5.0, -3.0]])[:len(copies)]
+    X = np.repeat(points, copies, axis=0)
+    y = np.repeat(np.arange(len(copies)), copies)
+    labels = UltrametricClustering(len(copies), loss=loss).fit_predict(X)
+    assert _accuracy(y, labels) == 1.0
+
+
+def test_a_long_fit_says_what_it_will_take_before_the_work(monkeypatch):
+    """A 1e6 x 2 clustering warns with its estimated duration before any graph is built (the
+    work is replaced by an error here: the warning comes first); a small fit says nothing."""
+    import warnings
+
+    from hiseg.clustering import estimator
+
+    def no_work(*args, **kwargs):
+        raise RuntimeError("the work would start here")
+
+    monkeypatch.setattr(estimator, "fit_candidates", no_work)
+    monkeypatch.setattr(estimator, "fit_refined", no_work)
+    X = np.random.default_rng(0).random((10 ** 6, 2))
+    with pytest.warns(estimator.LongFitWarning, match=r"fitting 1,000,000 samples x 2 features will take about"), \
+            pytest.raises(RuntimeError, match="the work would start here"):
+        UltrametricClustering(5).fit(X)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", estimator.LongFitWarning)
+        with pytest.raises(RuntimeError, match="the work would start here"):
+            UltrametricClustering(3).fit(X[:300])
+    monkeypatch.setattr(estimator, "LONG_FIT_SECONDS", 0.0)  # any fit is long: the same line
+    with pytest.warns(estimator.LongFitWarning, match="300 samples x 2 features"), pytest.raises(RuntimeError):
+        UltrametricClustering(3).fit(X[:300])

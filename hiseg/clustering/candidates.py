@@ -92,6 +92,8 @@ def fit_candidates(est, X, y, loss):
         timings["graph"] += time.perf_counter() - t0
         # the fit sees distances in units of their mean: scale-free losses and settings
         scale = float(w.mean()) if w.size and w.max() > 0 else 1.0
+        if "graph_weights" in needs:  # the soft cardinal's costs: a bounded altitude range (duplicates)
+            scale = max(scale, float(w.max()) / refine.START_MAX_SPREAD)
         fit_w = w / scale
         if "graph_weights" in needs:
             # duplicated samples give zero distances, which the dissimilarity mode divides by

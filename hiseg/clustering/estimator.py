@@ -19,7 +19,54 @@ from . import auto
 from .candidates import fit_candidates, fit_refined
 from .params import check_params, check_partial_labels, validate_data
 
-__all__ = ["UltrametricClustering"]
+__all__ = ["UltrametricClustering", "LongFitWarning", "estimated_fit_seconds", "LONG_FIT_SECONDS"]
+
+#: ``fit`` warns before a fit estimated to take longer than this (:func:`estimated_fit_seconds`)
+LONG_FIT_SECONDS = 60.0
+
+
+class LongFitWarning(UserWarning):
+    """``fit`` will take long: its estimated duration, said before the work starts."""
+
+
+def estimated_fit_seconds(n: int, d: int, loss: str, max_iter, n_neighbors=None) -> tuple:
+    """(graph seconds, fit seconds): a rough estimate of ``fit`` on ``n`` samples in ``d``
+    dimensions, from the measured costs of ``benchmarks/results/clustering_scale.md`` (one CPU
+    core: 1e6 points in 16-d, 100 s of graph and 161 iterations of ~1.5 s on 4e6 edges) and
+    ``clustering_purity.md`` (the default's refinement: ~1 s per 100 iterations on 600 samples),
+    every iteration run (``patience`` often stops earlier). Within a factor of a few; O(1)."""
+    from .refine import REFINE_MAX_ITER
+
+    refined = auto.resolved_loss(loss, n) == auto.AUTO_LOSS
+    k = (10 if refined else 5) if n_neighbors is None else int(n_neighbors)
+    edges = 0.78 * k * n  # the kNN graph, its pairs counted once, and the spanning edges (measured)
+    if n <= auto.AUTO_SELECT_MAX_POINTS:  # exact neighbours and Prim's MST: n^2 d
+        graph = 2e-9 * n * n * max(d, 1)
+    else:  # a random-projection forest and NN-descent, or a KD-tree in few dimensions
+        graph = 1e-4 * n * max(1.0, d / 16)
+    iterations = (REFINE_MAX_ITER if refined else 200) if max_iter is None else int(max_iter)
+    per_iteration = 3e-7 * edges  # one sort, one canonical BPT and its lcas
+    if refined or "dasgupta" in loss or "entropy" in loss:  # the soft cardinals: ~30 sigmoid terms per node
+        per_iteration += 3e-7 * 30 * n
+    starts = 2 if refined else 1
+    return graph, starts * iterations * per_iteration
+
+
+def _announce_long_fit(est, n: int, d: int) -> None:
+    """A :class:`LongFitWarning` (one line on stderr) when the fit is estimated above
+    :data:`LONG_FIT_SECONDS`: the user learns what it will take before the work starts."""
+    graph, fit = estimated_fit_seconds(n, d, est.loss, est.max_iter, est.n_neighbors)
+    if graph + fit <= LONG_FIT_SECONDS:
+        return
+    import warnings
+
+    def when(t):
+        return f"{t / 60:.0f} min" if t >= 90 else f"{t:.0f} s"
+
+    warnings.warn(f"{type(est).__name__}: fitting {n:,} samples x {d} features will take about "
+                  f"{when(graph + fit)} on one core (graph ~{when(graph)}, fit up to ~{when(fit)}; a rough "
+                  f"estimate)",
+                  LongFitWarning, stacklevel=3)
 
 
 def _keep_duplicates_together(X, labels, n_clusters) -> np.ndarray:
@@ -319,6 +366,9 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
         Warns
         -----
+        LongFitWarning
+            Before a fit estimated to take more than :data:`LONG_FIT_SECONDS` (60 s): its
+            estimated duration (:func:`estimated_fit_seconds`).
         sklearn.exceptions.ConvergenceWarning
             Fewer distinct samples than ``n_clusters`` (duplicated rows, as
             scikit-learn's ``KMeans`` warns): ``labels_`` then has one cluster per distinct
@@ -329,6 +379,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         n = X.shape[0]
         check_count(self.n_clusters, n)
         y = check_partial_labels(self, y, n)
+        _announce_long_fit(self, n, X.shape[1])
         loss = auto.resolved_loss(self.loss, n)
         if loss == auto.AUTO_LOSS:
             best, self.candidates_, self.timings_ = fit_refined(self, X)

@@ -23,8 +23,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["gaussian_similarities", "exact_dasgupta", "start_ultrametric", "refine", "RefinedFit", "REFINE_STARTS",
-           "REFINE_NEIGHBORS", "REFINE_LR", "REFINE_MAX_ITER"]
+__all__ = ["gaussian_similarities", "exact_dasgupta", "exact_entropy", "exact_cost", "start_ultrametric", "refine",
+           "RefinedFit", "REFINE_STARTS", "REFINE_NEIGHBORS", "REFINE_LR", "REFINE_MAX_ITER", "REFINE_COSTS",
+           "START_MAX_SPREAD"]
 
 #: the settings of ``loss="auto"``, chosen on pilot draws of generated sets only (seeds 100-102
 #: of ``experiments/clustering/sets.py``; ``experiments/clustering/refine_settings.py``): the
@@ -34,6 +35,14 @@ REFINE_STARTS = ("ward", "average")
 REFINE_NEIGHBORS = 10
 REFINE_LR = 0.3
 REFINE_MAX_ITER = 100
+#: the costs a refinement descends on (relaxed) and keeps the lowest of (exact)
+REFINE_COSTS = ("dasgupta", "entropy")
+#: the highest altitude of a start, in units of its unit (:func:`start_ultrametric`): the
+#: unit is the start's mean, or its highest altitude over this where the mean is smaller
+#: (duplicated samples: most edges at 0, the mean near 0). The soft cardinal's sigmoid
+#: expansion needs ~5 terms per unit of slope x altitude range and stops at 4096; the
+#: generated and benchmark sets' starts reach 42 at most, which this leaves unchanged
+START_MAX_SPREAD = 64.0
 
 
 def gaussian_similarities(lengths) -> np.ndarray:
@@ -53,9 +62,23 @@ def exact_dasgupta(hierarchy, similarities) -> float:
     return cost / total if total > 0 else 0.0
 
 
+def exact_entropy(hierarchy, similarities) -> float:
+    """Structural entropy (Li & Pan 2016, :func:`hiseg.metrics.structural_entropy`) of a
+    :class:`hiseg.core.ultrametric.Hierarchy` on its own graph, in bits (lower is better). O(E)."""
+    from ..metrics.entropy import structural_entropy
+
+    return structural_entropy(hierarchy, hierarchy.graph, similarities)
+
+
+def exact_cost(cost: str, hierarchy, similarities) -> float:
+    """The exact ``cost`` (:data:`REFINE_COSTS`) of a hierarchy on its graph."""
+    return exact_dasgupta(hierarchy, similarities) if cost == "dasgupta" else exact_entropy(hierarchy, similarities)
+
+
 def start_ultrametric(kind, graph, lengths, X) -> tuple:
     """``(start / m, m)``: the start of a refinement divided by its mean ``m`` (the
-    relaxation's slope is then unit-free; ``m`` gives the fit back in the unit of ``X``).
+    relaxation's slope is then unit-free; ``m`` gives the fit back in the unit of ``X``), or
+    by its highest value / :data:`START_MAX_SPREAD` where that is larger (duplicated samples).
 
     ``kind``: ``"ward"`` (Ward's heights on the graph), ``"average"`` (the average-linkage
     ultrametric of the edge lengths on the graph), ``"input"`` (the edge lengths: the
@@ -77,7 +100,7 @@ def start_ultrametric(kind, graph, lengths, X) -> tuple:
     else:
         u = np.asarray(kind.detach().cpu().numpy() if hasattr(kind, "detach") else kind, dtype=np.float64)
         check_weights(torch.as_tensor(u), lengths.size, name="init", nonnegative=True)
-    m = float(u.mean()) if u.size else 0.0
+    m = max(float(u.mean()), float(u.max()) / START_MAX_SPREAD) if u.size else 0.0
     return (u / m, m) if m > 0 else (np.ones_like(u), 1.0)
 
 
@@ -100,41 +123,48 @@ class _LowestExactCost:
     """The relaxed cost as a loss for :func:`hiseg.fit_ultrametric`, which also measures the
     exact cost of every iterate's hierarchy and keeps the weights of the lowest."""
 
-    def __init__(self, similarities: np.ndarray, sigmoid_slope: float):
+    def __init__(self, similarities: np.ndarray, sigmoid_slope: float, cost: str = "dasgupta"):
         self.s = similarities
         self.s_t = torch.as_tensor(similarities, dtype=torch.float64)
         self.slope = float(sigmoid_slope)
+        self.cost = cost
         self.best_cost, self.best_weights, self.best_iter, self.calls = np.inf, None, -1, 0
 
     def __call__(self, h, u, wt, w):
-        from ..core.losses import dasgupta
+        from ..core.losses import dasgupta, structural_entropy
 
-        cost = exact_dasgupta(h, self.s)
+        cost = exact_cost(self.cost, h, self.s)
         if cost < self.best_cost:  # the first iterate is the start
             self.best_cost, self.best_weights, self.best_iter = cost, wt.detach().clone(), self.calls
         self.calls += 1
+        if self.cost == "entropy":
+            return structural_entropy(h, wt, self.s_t, lam=self.slope)
         return dasgupta(h, wt, self.s_t, lam=self.slope, mode="similarity")
 
 
 def refine(graph, similarities, start: np.ndarray, *, start_name: str = "array", sigmoid_slope: float = 5.0,
            lr: float = REFINE_LR, max_iter: int = REFINE_MAX_ITER, patience=50, optimizer: str = "amsgrad",
-           positivity="softplus") -> RefinedFit:
-    """Descend on the relaxed Dasgupta cost from the ultrametric ``start`` (E,) and keep the
-    iterate of lowest exact cost (the start's hierarchy when none is lower).
+           positivity="softplus", cost: str = "dasgupta") -> RefinedFit:
+    """Descend on the relaxed ``cost`` (Dasgupta's, or the structural entropy ``"entropy"``) from
+    the ultrametric ``start`` (E,) and keep the iterate of lowest exact cost (the start's
+    hierarchy when none is lower).
 
     ``sigmoid_slope``, ``lr``, ``max_iter``, ``patience``, ``optimizer``, ``positivity``: as in
     :func:`hiseg.fit_ultrametric`. O(max_iter (E log E + N K)), K the terms of the sigmoid
-    expansion (:func:`hiseg.core.losses.soft_cardinal`).
+    expansion (:func:`hiseg.core.losses.soft_cardinal`; the entropy's gradient costs one more
+    such pass).
     """
     from ..core.fitting import fit_ultrametric
     from ..core.ultrametric import build_hierarchy
 
     s = np.asarray(similarities, dtype=np.float64)
     u0 = torch.as_tensor(np.asarray(start, dtype=np.float64))
-    J = _LowestExactCost(s, sigmoid_slope)
+    if cost not in REFINE_COSTS:
+        raise ValueError(f"a refinement descends on one of {REFINE_COSTS}, got {cost!r}")
+    J = _LowestExactCost(s, sigmoid_slope, cost)
     res = fit_ultrametric(graph, u0, loss=J, init=u0, lr=lr, max_iter=max_iter, patience=patience,
                           optimizer=optimizer, positivity=positivity)
-    start_cost = exact_dasgupta(build_hierarchy(graph, u0, check=False), s)
+    start_cost = exact_cost(cost, build_hierarchy(graph, u0, check=False), s)
     weights, cost, best_iter = J.best_weights, J.best_cost, J.best_iter
     if start_cost < cost:  # the first iterate is the start up to the positivity's rounding
         weights, cost, best_iter = u0, start_cost, 0

@@ -31,23 +31,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .hierarchy import as_tree
+from .hierarchy import as_tree, graph_similarities
 
 __all__ = ["structural_entropy"]
-
-
-def _similarities(graph, similarities):
-    """The edge list of ``graph`` and its similarities as float64, checked."""
-    from ..core.graph import as_edge_list
-
-    g = as_edge_list(graph)
-    s = np.asarray(similarities, dtype=np.float64)
-    if s.shape != (g.num_edges,):
-        raise ValueError(f"similarities must have one value per edge ({g.num_edges}), got shape {s.shape}")
-    if not np.all(np.isfinite(s)) or np.any(s < 0):
-        raise ValueError("similarities must be finite and nonnegative (structural entropy takes similarities, "
-                         "not distances)")
-    return g, s
 
 
 def structural_entropy(hierarchy, graph, similarities) -> float:
@@ -84,10 +70,8 @@ def structural_entropy(hierarchy, graph, similarities) -> float:
     import higra as hg
 
     tree = as_tree(hierarchy)
-    g, s = _similarities(graph, similarities)
     n = tree.num_leaves()
-    if g.num_vertices != n:
-        raise ValueError(f"the graph has {g.num_vertices} vertices but the hierarchy has {n} leaves")
+    g, s = graph_similarities(graph, similarities, n, "structural entropy")
     degrees = np.bincount(g.sources, s, n) + np.bincount(g.targets, s, n)
     total = float(degrees.sum())
     if not total > 0:

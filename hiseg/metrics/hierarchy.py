@@ -27,7 +27,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["as_tree", "dendrogram_purity", "dasgupta_cost"]
+__all__ = ["as_tree", "dendrogram_purity", "dasgupta_cost", "graph_similarities"]
 
 
 def _check_parents(parents) -> np.ndarray:
@@ -223,6 +223,25 @@ def _sampled_purity(tree, codes, class_sizes, class_pairs, area, n_pairs: int, r
     return float(np.mean(num / area[lca]))
 
 
+def graph_similarities(graph, similarities, n_leaves: int, measure: str):
+    """(the :class:`hiseg.core.graph.EdgeList` of ``graph``, its ``similarities`` as float64),
+    checked for a measure of a hierarchy of ``n_leaves`` leaves named ``measure``: ValueError
+    for a vertex count that is not the leaf count, or similarities of the wrong length,
+    negative or not finite. O(E)."""
+    from ..core.graph import as_edge_list
+
+    g = as_edge_list(graph)
+    if g.num_vertices != n_leaves:
+        raise ValueError(f"the graph has {g.num_vertices} vertices but the hierarchy has {n_leaves} leaves")
+    s = np.asarray(similarities, dtype=np.float64)
+    if s.shape != (g.num_edges,):
+        raise ValueError(f"similarities must have one value per edge ({g.num_edges}), got shape {s.shape}")
+    if not np.all(np.isfinite(s)) or np.any(s < 0):
+        raise ValueError(f"similarities must be finite and nonnegative ({measure} takes similarities, "
+                         "not distances)")
+    return g, s
+
+
 def dasgupta_cost(hierarchy, graph, similarities, *, normalize: bool = False) -> float:
     r"""Dasgupta's cost (Dasgupta 2016) of a hierarchy on a graph with similarity weights.
 
@@ -252,19 +271,9 @@ def dasgupta_cost(hierarchy, graph, similarities, *, normalize: bool = False) ->
     """
     import higra as hg
 
-    from ..core.graph import as_edge_list
-
     tree = as_tree(hierarchy)
-    g = as_edge_list(graph)
+    g, s = graph_similarities(graph, similarities, tree.num_leaves(), "Dasgupta's cost")
     n = tree.num_leaves()
-    if g.num_vertices != n:
-        raise ValueError(f"the graph has {g.num_vertices} vertices but the hierarchy has {n} leaves")
-    s = np.asarray(similarities, dtype=np.float64)
-    if s.shape != (g.num_edges,):
-        raise ValueError(f"similarities must have one value per edge ({g.num_edges}), got shape {s.shape}")
-    if not np.all(np.isfinite(s)) or np.any(s < 0):
-        raise ValueError("similarities must be finite and nonnegative (Dasgupta's cost takes similarities, "
-                         "not distances)")
     area = hg.attribute_area(tree).astype(np.float64)
     lca = tree.lowest_common_ancestor(g.sources, g.targets)
     cost = float(np.sum(s * area[lca]))
