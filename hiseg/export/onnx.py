@@ -30,7 +30,7 @@ from .. import __version__
 from ..io import AtomicFiles
 from .manifest import FORMAT, FORMAT_VERSION, MANIFEST, ExportError, read_manifest, sha256_bytes, sha256_file
 
-__all__ = ["export_model", "OPSET", "CHECK_ATOL", "min_side"]
+__all__ = ["export_model", "check_destination", "EXPORT_FILES", "OPSET", "CHECK_ATOL", "min_side"]
 
 #: ONNX opset of the graphs: 17 has ``Resize`` with ``half_pixel`` coordinates and the
 #: ``scales`` input (torch's ``F.interpolate(..., align_corners=False)``) and is read by
@@ -72,7 +72,7 @@ def _session(data: bytes):
         import onnxruntime as ort
     except ImportError:
         raise ExportError('hiseg export checks the graphs with onnxruntime, which is not installed: '
-                          'pip install "hiseg[onnx]"') from None
+                          'pip install onnxruntime') from None
     so = ort.SessionOptions()
     so.log_severity_level = 3
     return ort.InferenceSession(data, so, providers=["CPUExecutionProvider"])
@@ -159,6 +159,39 @@ def _head_graph(head) -> tuple[bytes, dict]:
     return data, info
 
 
+#: The files an export writes (the merge head's only for a model with one).
+EXPORT_FILES = ("boundary.onnx", "merge_head.onnx", MANIFEST)
+
+
+def check_destination(out: Path, overwrite: bool) -> None:
+    """Refuse, in one line and before anything is exported, a destination the export could not
+    write: a dangling symbolic link, a path that exists and is not a folder, a folder holding
+    an export's file (without ``overwrite``: FileExistsError naming it), a folder that cannot be
+    created or written (a read-only parent, ``/proc``: a probe file is made there and removed)."""
+    import os
+    import tempfile
+
+    if out.is_symlink() and not out.exists():
+        raise ExportError(f"{out} is a symbolic link to {os.readlink(out)}, which does not exist: give a folder")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"{out} exists and is not a folder")
+    if not overwrite:
+        there = [n for n in EXPORT_FILES if os.path.lexists(out / n)]
+        if there:
+            raise FileExistsError(f"{out / there[0]} exists: remove it or pass --overwrite")
+    base = out
+    while not base.exists() and base != base.parent:
+        base = base.parent
+    if not base.is_dir():
+        raise ExportError(f"cannot make {out}: {base} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(dir=base, prefix=".hiseg-export-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise ExportError(f"cannot write {out}: {base} is not writable ({e.strerror or e})") from None
+
+
 def export_model(spec, out_dir, overwrite: bool = False, **overrides) -> dict:
     """Export a shipped model's name or a checkpoint (module docstring) into ``out_dir``;
     returns the manifest. ``overrides``: pipeline settings over the model's (``scales``,
@@ -167,20 +200,12 @@ def export_model(spec, out_dir, overwrite: bool = False, **overrides) -> dict:
     checkpoint without a boundary network, a graph that does not reproduce it, a merge head
     that cannot be exported; FileNotFoundError, CheckpointError as loading a model raises."""
     out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"{out} exists and is not a folder")
-    names = ["boundary.onnx", MANIFEST]
+    check_destination(out, overwrite)  # before the model is loaded and traced (~20 s)
     seg = _load(spec, overrides)
     if seg.pipeline.linkage not in ("average", "single"):
         raise ExportError(f"cannot export {spec}: linkage {seg.pipeline.linkage!r} (a fit in torch) does not run "
                           "from an exported folder; use --linkage average or single")
     head = seg.pipeline.head
-    if head is not None:
-        names.insert(1, "merge_head.onnx")
-    if not overwrite:
-        there = [n for n in names if (out / n).exists()]
-        if there:
-            raise FileExistsError(f"{out / there[0]} exists: remove it or pass --overwrite")
     graphs = {"boundary.onnx": _network_graph(seg)}
     if head is not None:
         graphs["merge_head.onnx"] = _head_graph(head)
