@@ -668,3 +668,26 @@ def test_a_long_fit_says_what_it_will_take_before_the_work(monkeypatch):
     monkeypatch.setattr(estimator, "LONG_FIT_SECONDS", 0.0)  # any fit is long: the same line
     with pytest.warns(estimator.LongFitWarning, match="300 samples x 2 features"), pytest.raises(RuntimeError):
         UltrametricClustering(3).fit(X[:300])
+
+
+def test_selection_by_structural_entropy_keeps_the_lowest(blobs):
+    """``selection="entropy"``: every start and its refinement are candidates, and the kept
+    hierarchy has the lowest structural entropy among them, measured here by the metric on the
+    estimator's graph; ``"dasgupta"`` (the default) is today's choice; a bad value is refused."""
+    from hiseg.clustering import refine
+    from hiseg.metrics import structural_entropy
+
+    X, _ = blobs
+    est = UltrametricClustering(3, max_iter=20, selection="entropy").fit(X)
+    sim = refine.gaussian_similarities(est.edge_weights_)
+    assert [(c["init"], c["refined"]) for c in est.candidates_] == [
+        ("ward", False), ("ward", True), ("average", False), ("average", True)]
+    kept = structural_entropy(est, est.graph_, sim)
+    assert kept == pytest.approx(min(-c["score"][0] for c in est.candidates_), abs=1e-12)
+    starts, _ = _start_hierarchies(est, X)
+    assert kept <= min(structural_entropy(h, est.graph_, sim) for h in starts.values()) + 1e-12
+    default = UltrametricClustering(3, max_iter=20).fit(X)
+    explicit = UltrametricClustering(3, max_iter=20, selection="dasgupta").fit(X)
+    np.testing.assert_array_equal(default.parents_, explicit.parents_)
+    with pytest.raises(ValueError, match=r"selection must be one of \('dasgupta', 'entropy'\), got 'purity'"):
+        UltrametricClustering(3, selection="purity").fit(X)

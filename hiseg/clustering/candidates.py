@@ -32,8 +32,9 @@ def seed_of(est):
 
 def fit_refined(est, X):
     """``loss="auto"``: refine each start (:func:`hiseg.clustering.auto.refine_starts`) on
-    the Euclidean graph and keep the lowest exact Dasgupta cost (ties: the first start).
-    Returns what :func:`fit_candidates` returns; reads no label."""
+    the Euclidean graph and keep the lowest exact Dasgupta cost (ties: the first start), or
+    with ``selection="entropy"`` the lowest structural entropy of the refined fits and their
+    starts. Returns what :func:`fit_candidates` returns; reads no label."""
     n = X.shape[0]
     seed = seed_of(est)
     k = auto.refine_neighbours(est.n_neighbors, n, type(est).__name__)
@@ -52,16 +53,21 @@ def fit_refined(est, X):
         t = time.perf_counter()
         u0, scale = refine.start_ultrametric(start, graph, w, X)
         name = start if isinstance(start, str) else "array"
-        fit = refine.refine(graph, similarities, u0, start_name=name, **settings)
-        t2 = time.perf_counter()
-        labels = cut_hierarchy(fit.hierarchy, int(est.n_clusters), min_size)
-        timings["fit"] += t2 - t
-        timings["cut"] += time.perf_counter() - t2
+        fits = [refine.refine(graph, similarities, u0, start_name=name, **settings)]
+        if est.selection == "entropy":  # the start itself is a candidate too
+            fits.insert(0, refine.unrefined(graph, similarities, u0, start_name=name))
+        timings["fit"] += time.perf_counter() - t
         dissimilarity = "ward" if name == "ward" else "euclidean"
-        candidates.append(dict(dissimilarity=dissimilarity, n_neighbors=k, init=name, score=(-fit.cost,)))
-        if best is None or fit.cost < best["res"].cost:  # ties: the first start
-            best = dict(dissimilarity=dissimilarity, k=k, init=start, res=fit, labels=labels, graph=graph,
-                        w=w, scale=scale, min_size=min_size)
+        for fit in fits:
+            t2 = time.perf_counter()
+            labels = cut_hierarchy(fit.hierarchy, int(est.n_clusters), min_size)
+            timings["cut"] += time.perf_counter() - t2
+            cost = fit.cost if est.selection == "dasgupta" else refine.exact_entropy(fit.hierarchy, similarities)
+            candidates.append(dict(dissimilarity=dissimilarity, n_neighbors=k, init=name, refined=bool(fit.n_iter),
+                                   score=(-cost,)))
+            if best is None or -cost > best["score"][0]:  # ties: the first candidate
+                best = dict(dissimilarity=dissimilarity, k=k, init=start, res=fit, labels=labels, graph=graph,
+                            w=w, scale=scale, min_size=min_size, score=(-cost,))
     return best, candidates, timings
 
 

@@ -13,6 +13,7 @@ from ..core.cuts import check_count
 from ..core.fitting import INITS, LOSSES, OPTIMIZERS, POSITIVITY
 from . import auto
 from .labels import label_array, partial_labels
+from .refine import SELECTIONS
 
 __all__ = ["check_params", "check_partial_labels", "validate_data"]
 
@@ -87,6 +88,8 @@ def check_params(est) -> None:
         raise ValueError(f"positivity must be 'softplus', 'relu', 'exp' or None, got {est.positivity!r}")
     if est.optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be 'amsgrad', 'adam', 'sgd' or 'newton', got {est.optimizer!r}")
+    if not isinstance(est.selection, str) or est.selection not in SELECTIONS:
+        raise ValueError(f"selection must be one of {SELECTIONS}, got {est.selection!r}")
     closest = est.loss != auto.AUTO_LOSS and "closest" in losses.parse_loss(est.loss)
     if est.optimizer == "newton" and not closest:
         raise ValueError("optimizer='newton' needs a closest term; use it with the closest losses")

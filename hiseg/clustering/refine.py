@@ -25,7 +25,7 @@ import torch
 
 __all__ = ["gaussian_similarities", "exact_dasgupta", "exact_entropy", "exact_cost", "start_ultrametric", "refine",
            "RefinedFit", "REFINE_STARTS", "REFINE_NEIGHBORS", "REFINE_LR", "REFINE_MAX_ITER", "REFINE_COSTS",
-           "START_MAX_SPREAD"]
+           "START_MAX_SPREAD", "unrefined", "SELECTIONS"]
 
 #: the settings of ``loss="auto"``, chosen on pilot draws of generated sets only (seeds 100-102
 #: of ``experiments/clustering/sets.py``; ``experiments/clustering/refine_settings.py``): the
@@ -37,6 +37,9 @@ REFINE_LR = 0.3
 REFINE_MAX_ITER = 100
 #: the costs a refinement descends on (relaxed) and keeps the lowest of (exact)
 REFINE_COSTS = ("dasgupta", "entropy")
+#: the exact costs that keep one of the default's hierarchies (``selection``): Dasgupta's, lowest of
+#: the refined fits (the default); the structural entropy, lowest of the refined fits and their starts
+SELECTIONS = ("dasgupta", "entropy")
 #: the highest altitude of a start, in units of its unit (:func:`start_ultrametric`): the
 #: unit is the start's mean, or its highest altitude over this where the mean is smaller
 #: (duplicated samples: most edges at 0, the mean near 0). The soft cardinal's sigmoid
@@ -170,3 +173,14 @@ def refine(graph, similarities, start: np.ndarray, *, start_name: str = "array",
         weights, cost, best_iter = u0, start_cost, 0
     h = build_hierarchy(graph, weights, check=False)
     return RefinedFit(start_name, h.ultrametric(weights), h, cost, start_cost, res.n_iter, best_iter, list(res.history))
+
+
+def unrefined(graph, similarities, start: np.ndarray, *, start_name: str = "array") -> RefinedFit:
+    """The start ``start`` (E,) itself as a :class:`RefinedFit` (no iteration; its exact
+    Dasgupta cost): a candidate beside its refinement when another cost chooses. O(E log E)."""
+    from ..core.ultrametric import build_hierarchy
+
+    u0 = torch.as_tensor(np.asarray(start, dtype=np.float64))
+    h = build_hierarchy(graph, u0, check=False)
+    cost = exact_dasgupta(h, similarities)
+    return RefinedFit(start_name, h.ultrametric(u0), h, cost, cost, 0, 0, [])
