@@ -3,7 +3,11 @@ names that are not UTF-8, interrupted runs, bad training folders and options, a 
 degenerate clustering inputs, HISEG_WEIGHTS_DIR, files that are not images; issue 43: runs killed
 with kill -9 and the processes they leave, images declaring a huge size, symlink loops and FIFOs,
 checkpoints whose hyper-parameters ask for huge or malformed networks, pickle payloads, configs
-that name code, many features in the clustering graph, the wording of reruns) and print a table
+that name code, many features in the clustering graph, the wording of reruns; issue 52, tagged
+``[52 KIND]`` with what a failure would be: configs that call code by every way they arrive,
+loggers aimed at another run's files, hostile config files and run records, tampered exported
+folders and graphs, ``hiseg export``'s destination, ``cut(threshold='0.3')``, multi-frame
+images; the summary below the table counts each kind's failures) and print a table
 ``case | verdict``: OK when the outcome is the one a user needs (a correct result, or a clear
 error naming the problem with no traceback, nothing half-written), else FAIL and why.
 
@@ -33,6 +37,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 BAD = b"bad\xff\xfename.png"
 CASES = []
+#: What a failing case of issue 52's families would be (its name's tag; the summary counts them).
+FAILURE_KINDS = {"callables": "callables called", "data loss": "data loss", "silent": "silent-wrong",
+                 "hang": "hangs", "traceback": "tracebacks", "blow-up": "blow-ups"}
 
 
 def case(name):
@@ -586,6 +593,269 @@ def wording(tmp, n):
     one_line_error(rc, err, "mixes .mat and .png")
 
 
+# ----------------------------------------------------------------------------- issue 52
+# Each name is tagged with what a failure would be: [52 callables], [52 data loss], [52 hang],
+# [52 traceback], [52 blow-up], [52 silent] (the summary below the table counts them).
+_LAMBDA_FULL = ("trainer:\n  callbacks:\n    - class_path: pytorch_lightning.callbacks.lambda_function.LambdaCallback\n"
+                "      init_args:\n        on_fit_start: os.system\n")
+
+
+def _train_refused(tmp, argv, needle="a config is code", env=None):
+    """``train.py ARGV`` in this process with os.system (and numpy.add) watched: refused in one
+    line naming ``needle``, nothing called, no run folder."""
+    import numpy
+
+    called, real_system, real_add = [], os.system, numpy.add
+    os.system = lambda *a: called.append(a)
+    saved = {k: os.environ.get(k) for k in (env or {})}
+    os.environ.update(env or {})
+    try:
+        rc, err = train_inline(*argv, "--trainer.default_root_dir", tmp / "run")
+    finally:
+        os.system = real_system
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    check(not called, f"os.system called {len(called)} time(s)")
+    check(numpy.add is real_add, "numpy.add replaced")
+    one_line_error(rc, err, needle)
+    check(not (tmp / "run").exists(), "a run folder was made")
+
+
+def _evil(tmp, text=_LAMBDA_FULL, name="evil.yaml"):
+    p = tmp / name
+    p.write_text(text)
+    return p
+
+
+for _label, _argv in [("--config FILE", lambda e: ["--config", e]), ("--conf FILE (an abbreviation)",
+                                                                     lambda e: ["--conf", e]),
+                      ("-cFILE", lambda e: [f"-c{e}"]), ("--config=FILE", lambda e: [f"--config={e}"])]:
+    def _lambda_full_path(tmp, n, argv=_argv):
+        _train_refused(tmp, ["fit", *argv(_evil(tmp))], "LambdaCallback")
+    case(f"[52 callables] LambdaCallback by its full path, {_label}")(_lambda_full_path)
+
+
+@case("[52 callables] JSONARGPARSE_DEFAULT_ENV=true, PL_FIT__TRAINER__CALLBACKS: LambdaCallback calling numpy.add")
+def env_callbacks(tmp, n):
+    _train_refused(tmp, ["fit"], "PL_FIT__TRAINER__CALLBACKS", env={
+        "JSONARGPARSE_DEFAULT_ENV": "true", "PL_FIT__TRAINER__CALLBACKS": '[{"class_path": "pytorch_lightning.'
+        'callbacks.LambdaCallback", "init_args": {"on_fit_start": "numpy.add"}}]'})
+
+
+@case("[52 callables] PL_FIT__CONFIG naming a config, a config included by path (--data data.yaml)")
+def included_configs(tmp, n):
+    _train_refused(tmp, ["fit"], "LambdaCallback", env={"JSONARGPARSE_DEFAULT_ENV": "true",
+                                                        "PL_FIT__CONFIG": str(_evil(tmp))})
+    _train_refused(tmp, ["fit", "--data", _evil(tmp, "class_path: subprocess.Popen\n", "data.yaml")], "Popen")
+
+
+@case("[52 callables] hiseg.data.datamodule.pl.LightningDataModule (Lightning's base class under hiseg.*)")
+def base_class_under_hiseg(tmp, n):
+    _train_refused(tmp, ["fit", "--data", "hiseg.data.datamodule.pl.LightningDataModule"], "LightningDataModule")
+
+
+@case("[52 callables] a parsed config holding numpy.add, a partial, an object with __call__")
+def parsed_callables(tmp, n):
+    import functools
+
+    from jsonargparse import Namespace
+
+    from hiseg.training.configs import UntrustedConfigError, check_config_objects
+
+    class Call:
+        def __call__(self):
+            pass
+
+    for obj in (np.add, functools.partial(print), Call()):
+        try:
+            check_config_objects(Namespace(f=obj))
+            raise Fail(f"{obj!r} passed")
+        except UntrustedConfigError:
+            pass
+
+
+for _logger in ("hiseg.training.callbacks.CSVLogger", "pytorch_lightning.loggers.CSVLogger",
+                "pytorch_lightning.loggers.TensorBoardLogger"):
+    def _logger_elsewhere(tmp, n, logger=_logger):
+        import json
+
+        victim = tmp / "victim"
+        victim.mkdir()
+        for f in ("config.yaml", "hparams.yaml", "metrics.csv"):
+            (victim / f).write_text(f"precious {f}\n")
+        spec = json.dumps([{"class_path": logger, "init_args": {"save_dir": str(victim), "name": "", "version": ""}}])
+        rc, err = train_inline("fit", "--trainer.max_steps", "1", "--trainer.logger", spec, "--data.init_args.n_train",
+                               "4", "--data.init_args.n_val", "2", "--data.init_args.size", "48",
+                               "--model.arch_kwargs", '{"width": 8}', "--trainer.enable_progress_bar", "false",
+                               "--trainer.default_root_dir", tmp / "run")
+        changed = [p.name for p in victim.iterdir() if p.read_text() != f"precious {p.name}\n"]
+        check(not changed and len(list(victim.iterdir())) == 3, f"replaced or added: {changed or names(victim)}")
+        one_line_error(rc, err, str(victim), "another run")
+    case(f"[52 data loss] {_logger.rsplit('.', 1)[-1]}(save_dir=ANY, name='', version='') onto another run's "
+         f"files ({_logger.split('.')[0]})")(_logger_elsewhere)
+
+
+def _train_process(tmp, *argv, timeout=240):
+    """(exit status, stderr) of ``train.py ARGV`` in a new process; a hang is a Fail."""
+    code = ("import sys; from hiseg.training.cli import main; "
+            f"main(sys.argv[1:], default_config={str(ROOT / 'configs' / 'synthetic.yaml')!r})")
+    try:
+        r = subprocess.run([sys.executable, "-c", code, *map(str, argv), "--trainer.default_root_dir",
+                            str(tmp / "run")], capture_output=True, text=True, timeout=timeout, cwd=tmp)
+    except subprocess.TimeoutExpired:
+        raise Fail(f"no answer in {timeout} s") from None
+    return r.returncode, r.stderr
+
+
+_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)) + \
+    "trainer:\n  callbacks: *i\n"
+
+
+@case("[52 hang] a 1.3 kB billion-laughs config, --config and --trust-config")
+def billion_laughs(tmp, n):
+    cfg = _evil(tmp, _LAUGHS, "laughs.yaml")
+    check(len(_LAUGHS) < 1500, f"{len(_LAUGHS)} bytes")
+    one_line_error(*_train_process(tmp, "fit", "--config", cfg, "--trust-config"), "laughs.yaml", "aliases")
+
+
+@case("[52 hang] --config naming a FIFO (in a process of its own), a device (/dev/zero), a link to /dev/zero")
+def config_not_a_file(tmp, n):
+    os.mkfifo(tmp / "fifo.yaml")
+    one_line_error(*_train_process(tmp, "fit", "--config", tmp / "fifo.yaml"), "fifo.yaml", "not a regular file")
+    (tmp / "zero.yaml").symlink_to("/dev/zero")
+    for cfg in ("/dev/zero", tmp / "zero.yaml"):  # stat'ed, never opened: in this process
+        one_line_error(*train_inline("fit", "--config", cfg), str(cfg), "not a regular file")
+
+
+@case("[52 hang] hiseg predict --resume with a run record that is a link to /dev/zero")
+def record_dev_zero(tmp, n):
+    from hiseg.io.files import RECORD
+
+    d = photos(tmp, ["a.png"])
+    (tmp / "o").mkdir()
+    (tmp / "o" / RECORD).symlink_to("/dev/zero")
+    p = hiseg_process("predict", "--classical", "-q", d, "-o", tmp / "o", "--resume")
+    try:
+        _, err = p.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        raise Fail("no answer in 240 s") from None
+    one_line_error(p.returncode, err, RECORD, "not a regular file")
+
+
+def _tampered_export(tmp, edit) -> Path:
+    import json
+    import shutil
+
+    folder = tmp / "exported"
+    shutil.copytree(ROOT / "models" / "hiseg_bsds500_merge_onnx", folder)
+    m = json.loads((folder / "manifest.json").read_text())
+    edit(m)
+    (folder / "manifest.json").write_text(json.dumps(m))
+    return folder
+
+
+_MANIFEST_EDITS = [("merge_head a string", "merge_head", lambda m: m.update(merge_head="sigmoid")),
+                   ("pipeline a list", "pipeline", lambda m: m.update(pipeline=[1, 2])),
+                   ("scales a number", "network.scales", lambda m: m["network"].update(scales=1.0)),
+                   ("no features", "merge_head.features", lambda m: m["merge_head"].pop("features")),
+                   ("negative max_pixels", "pipeline.max_pixels", lambda m: m["pipeline"].update(max_pixels=-5)),
+                   ("sigma 1e9 (59.6 GiB)", "pipeline.sigma", lambda m: m["pipeline"].update(sigma=1e9))]
+
+
+@case("[52 traceback] exported manifests with a field of the wrong type or range (6 kinds): hiseg predict")
+def tampered_manifests(tmp, n):
+    d = photos(tmp, ["a.png"])
+    for label, field, edit in _MANIFEST_EDITS:
+        sub = tmp / label.split()[0]
+        sub.mkdir()
+        folder = _tampered_export(sub, edit)
+        rc, out, err = hiseg_inline("predict", d, "--checkpoint", folder, "-o", sub / "o", "-q")
+        try:
+            one_line_error(rc, err, repr(field))
+        except Fail as e:
+            raise Fail(f"{label}: {e}") from None
+        check(not (sub / "o").exists(), f"{label}: --out created")
+
+
+@case("[52 blow-up] exported graphs that would allocate 40 GB (3 kinds): refused before a session opens")
+def hostile_graphs(tmp, n):
+    if str(ROOT / "tests") not in sys.path:
+        sys.path.insert(0, str(ROOT / "tests"))
+    from _hostile_graphs import KINDS, hostile_graph
+
+    from hiseg.export.guard import check_graph
+    from hiseg.export.manifest import ExportError
+
+    for kind in KINDS:
+        hostile_graph(kind, tmp / f"{kind}.onnx")
+        try:
+            check_graph(tmp / f"{kind}.onnx")
+            raise Fail(f"{kind}: passed the check")
+        except ExportError as e:
+            check("\n" not in str(e), f"{kind}: several lines")
+
+
+@case("[52 traceback] hiseg export onto a dangling symlink, a /proc path, a file: refused before exporting")
+def export_destinations(tmp, n):
+    import hiseg.export.onnx as onnx_export
+
+    real = onnx_export._load
+
+    def loaded(*a, **k):
+        raise Fail("the model was loaded (the ~20 s export) before the destination was checked")
+    onnx_export._load = loaded
+    try:
+        (tmp / "dangling").symlink_to(tmp / "gone")
+        (tmp / "file").write_text("x")
+        for out in (tmp / "dangling", Path("/proc/hiseg_probe"), tmp / "file"):
+            rc, _, err = hiseg_inline("export", "bsds500", "-o", out, "-q")
+            one_line_error(rc, err, str(out))
+    finally:
+        onnx_export._load = real
+
+
+@case("[52 traceback] result.cut(threshold='0.3')")
+def cut_threshold_text(tmp, n):
+    from hiseg import Segmenter
+
+    res = Segmenter(None).segment(np.random.default_rng(0).random((40, 48, 3)).astype(np.float32))
+    try:
+        res.cut(threshold="0.3")
+        raise Fail("accepted")
+    except TypeError as e:
+        check("threshold" in str(e) and "\n" not in str(e), str(e))
+
+
+@case("[52 silent] an animated PNG, WebP and GIF, a multi-page TIFF: each says the first frame is used")
+def multi_frame(tmp, n):
+    import warnings as _warnings
+
+    from PIL import Image
+
+    from hiseg.io import read_image
+
+    frames = [Image.fromarray(np.full((40, 48, 3), v, np.uint8)) for v in (10, 200)]
+    (tmp / "p").mkdir()
+    files = ["anim_png.png", "anim_webp.webp", "pages.tif"]  # the inputs (a .gif is no input extension)
+    for name in files:
+        frames[0].save(tmp / "p" / name, save_all=True, append_images=frames[1:])
+    frames[0].save(tmp / "anim.gif", save_all=True, append_images=frames[1:])
+    with _warnings.catch_warnings(record=True) as caught:
+        _warnings.simplefilter("always")
+        read_image(tmp / "anim.gif")  # the library reads any format
+    check(any("first frame" in str(w.message) for w in caught), "anim.gif (library): no warning")
+    p = hiseg_process("predict", "--classical", "-q", tmp / "p", "-o", tmp / "o")
+    _, err = p.communicate(timeout=300)
+    check(p.returncode == 0, f"exit {p.returncode}: {err[-300:]}")
+    for name in files:
+        check(any(name in ln and "first frame" in ln for ln in err.splitlines()), f"{name}: no word: {err[-300:]}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--images", type=int, default=20, help="images per folder (default: 20, the issue's)")
@@ -612,6 +882,11 @@ def main(argv=None) -> int:
     print(f"| {'case':<{width}} | verdict | s |\n|{'-' * (width + 2)}|---|---|")
     for name, verdict, s in rows:
         print(f"| {name:<{width}} | {verdict} | {s:.1f} |")
+    tagged = [(name[4:name.index("]")], verdict) for name, verdict, _ in rows if name.startswith("[52 ")]
+    if tagged:
+        print("\nissue 52's families: " + ", ".join(
+            f"{sum(1 for t, v in tagged if t == tag and v != 'OK')} {what}" for tag, what in FAILURE_KINDS.items())
+            + f" (failures of {len(tagged)} cases)")
     return 1 if any(v != "OK" for _, v, _ in rows) else 0
 
 
