@@ -169,3 +169,19 @@ def test_hiseg_export_destination_probe_leaves_nothing(tmp_path):
 
     check_destination(tmp_path / "new" / "deeper", overwrite=False)
     assert os.listdir(tmp_path) == []
+
+
+def test_the_manifests_model_name_reaches_the_terminal_escaped(tmp_path, capsys):
+    """An edited name (a newline, an ANSI escape) is printed with its control characters escaped."""
+    from hiseg.cli import main
+
+    folder = _tampered(tmp_path, _set("model", "evil\n\x1b[31mred"))
+    import numpy as np
+    from PIL import Image
+
+    Image.fromarray(np.zeros((40, 48, 3), np.uint8)).save(tmp_path / "a.png")
+    main(["predict", str(tmp_path / "a.png"), "--checkpoint", str(folder), "-o", str(tmp_path / "out")])
+    out = capsys.readouterr()
+    text = out.out + out.err
+    assert "\x1b" not in text and "evil\n" not in text
+    assert "evil\\n\\x1b[31mred" in text, text
