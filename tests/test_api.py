@@ -39,7 +39,8 @@ def test_reprs_say_what_they_hold():
     from hiseg import Segmenter
 
     seg = Segmenter.classical(region_size=6.0, fit_iterations=5, device="cpu")
-    assert repr(seg) == ("Segmenter(model='classical', device='cpu', pipeline=Pipeline(superpixels='color_watershed', "
+    assert repr(seg) == ("Segmenter(model='classical', backend='classical', device='cpu', "
+                         "pipeline=Pipeline(superpixels='color_watershed', "
                          "linkage='closest', region_size=6.0, fit_iterations=5))")
     img = np.zeros((30, 40, 3), np.float32)
     img[:, 20:] = 1.0
@@ -56,12 +57,13 @@ def test_the_default_segmenter_is_the_shipped_default_model():
 
     import torch
 
-    seg = Segmenter()  # on the device `hiseg predict` uses by default (--device auto): CUDA when present
+    seg = Segmenter()  # as `hiseg predict` by default: onnxruntime on a CPU, torch on CUDA when present
     assert seg.name == Weights.default().name.lower() == "bsds500_ensemble"
-    auto = "cuda" if torch.cuda.is_available() else "cpu"
-    assert str(seg.device) == str(Segmenter(None).device) == str(Segmenter.classical().device) == auto
-    assert repr(seg) == (f"Segmenter(model='bsds500_ensemble', device='{auto}', pipeline=Pipeline(scales=(0.5, 1.0), "
-                         "merge_head='learned'))")
+    auto, backend = ("cuda", "torch") if torch.cuda.is_available() else ("cpu", "onnxruntime")
+    assert str(seg.device) == auto and seg.backend.name == backend
+    assert str(Segmenter(None).device) == str(Segmenter.classical().device) == "cpu"  # no network: the CPU
+    assert repr(seg) == (f"Segmenter(model='bsds500_ensemble', backend='{backend}', device='{auto}', "
+                         "pipeline=Pipeline(scales=(0.5, 1.0), merge_head='learned'))")
     assert Segmenter(Weights.default().path()).name == "bsds500_ensemble"  # its file is called by its name
     assert Segmenter(None).model is None and Segmenter(None).name == "classical"
 

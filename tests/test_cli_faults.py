@@ -146,7 +146,8 @@ def test_flip_overrides_the_checkpoints_setting(name, flag, want):
     from hiseg.cli import options, predict
 
     parser = predict.add_arguments(argparse.ArgumentParser())
-    keep = options.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o"]))
+    keep = options.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o", "--backend", "torch"]))
+    assert keep.backend.name == "torch"
     seg = options.make_segmenter(parser.parse_args(["x.png", "--checkpoint", name, "--out", "o", flag]))
     assert keep.pipeline.flip is (not want) and seg.pipeline.flip is want
     assert seg.pipeline.scales == keep.pipeline.scales and seg.pipeline.merge_head == keep.pipeline.merge_head

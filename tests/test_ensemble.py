@@ -75,7 +75,7 @@ def test_the_shipped_ensemble_is_the_default_and_runs_its_pipeline():
     from hiseg.segmentation.segmenter import Segmenter
     from hiseg.models import Weights
 
-    seg = Segmenter.from_pretrained()
+    seg = Segmenter.from_pretrained(backend="torch")
     assert isinstance(seg.model, MeanProbabilityEnsemble) and len(seg.model.members) == 2
     assert Weights.from_name("bsds500_ensemble").value.builder == "mean_probability_ensemble"
     assert seg.pipeline.merge_head is not None and tuple(seg.pipeline.scales) == (0.5, 1.0) and not seg.pipeline.flip

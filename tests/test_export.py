@@ -439,10 +439,16 @@ sys.exit(main(['predict', {str(tmp_path / 'x.png')!r}, '-c', {str(exported[0])!r
     assert not (tmp_path / "o").exists() or not [p for p in (tmp_path / "o").iterdir() if p.suffix == ".png"]
 
 
-def test_an_image_too_small_for_the_exported_graph(exported):
+def test_an_image_smaller_than_the_exported_graph_computes(exported):
+    """Below the smallest side the graph computes (32 pixels), the image is mirrored out to it and the
+    map cropped back: a map of the image's size, probabilities, a hierarchy."""
     seg = Segmenter.from_checkpoint(exported[0], threads=1)
-    with pytest.raises(ValueError, match="at least 32 pixels"):
-        seg.segment(np.random.default_rng(0).random((20, 80, 3), dtype=np.float32))
+    assert seg.backend.min_side == 32
+    for shape in ((20, 80), (1, 1), (31, 5)):
+        img = np.random.default_rng(0).random((*shape, 3), dtype=np.float32)
+        pmap = seg.boundary_map(img)
+        assert pmap.shape == shape and 0 <= pmap.min() and pmap.max() <= 1
+        assert seg.segment(img).saliency.shape == shape
 
 
 def test_an_exported_folder_given_as_a_checkpoint_runs_on_onnxruntime(exported, tmp_path):

@@ -233,7 +233,7 @@ def test_predict_devices_runs_the_lightning_ddp_back_end(tmp_path, checkpoint):
         if r.returncode == 0 or "SIGABRT" not in r.stderr and "terminate called" not in r.stderr:
             break
     assert r.returncode == 0, r.stderr[-2000:]
-    assert r.stdout.splitlines() == [f"hiseg predict: model {checkpoint} on cpu", f"wrote 4 image(s) to {out}"]
+    assert r.stdout.splitlines() == [f"hiseg predict: model {checkpoint}, torch on cpu", f"wrote 4 image(s) to {out}"]
     assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
     # the run record, written by the first process: the same options as one process's (--devices is not one)
     assert (out / ".hiseg-predict.json").read_bytes() == (tmp_path / "one" / ".hiseg-predict.json").read_bytes()

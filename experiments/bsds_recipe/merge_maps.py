@@ -31,7 +31,7 @@ def main():
     from hiseg.io import read_image
 
     root = find_bsds_root(args.bsds)
-    seg = Segmenter.from_pretrained("bsds500")
+    seg = Segmenter.from_pretrained("bsds500", backend="torch")  # its network, at each scale
     for split in args.splits:
         out = Path(args.out) / split
         out.mkdir(parents=True, exist_ok=True)

@@ -44,7 +44,7 @@ def main(argv=None):
     root = find_bsds_root(args.bsds)
     images = sorted((root / "images" / "val").glob("*.jpg"))[: args.limit or None]
     gt = link_ground_truth(images, root / "groundTruth" / "val", Path(args.work) / "gt")
-    segs = [Segmenter.from_checkpoint(m) if Path(m).is_file() else Segmenter.from_pretrained(m) for m in args.members]
+    segs = [Segmenter.from_checkpoint(m, backend="torch") for m in args.members]  # their torch networks, averaged
     pipeline = Pipeline(superpixels="boundary_watershed", linkage="average", region_size=8.0, scales=(1.0,))
     runs = {"ensemble": Segmenter(MeanProbabilityEnsemble.from_models([s.model for s in segs]), pipeline=pipeline)}
     if args.alone:

@@ -53,7 +53,7 @@ def run(args) -> int:
     out = ensemble_file(args)
     refuse_overwrite([out], [Path(m) for m in args.members], overwrite=args.overwrite, command="hiseg ensemble")
     # its network as trained (saved again: not folded) and pipeline, read once, from the CPU
-    first = Segmenter(args.members[0], device="cpu", fold=False)
+    first = Segmenter(args.members[0], device="cpu", fold=False, backend="torch")
     models = [first.model] + [load_model(Weights.resolve(m)) for m in args.members[1:]]
     pipeline = Pipeline.from_dict({**first.pipeline.to_dict(), "merge_head": None})
     pipeline = pipeline.with_overrides(scales=args.scales, flip=args.flip, linkage=args.linkage)

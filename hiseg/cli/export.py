@@ -1,6 +1,6 @@
 """``hiseg export``: a shipped model or a checkpoint as a folder of ONNX files and a manifest
 (:mod:`hiseg.export.onnx`), for ``hiseg predict --checkpoint DIR`` and
-``Segmenter.from_exported(DIR)`` with onnxruntime, without torch (:mod:`hiseg.export.runtime`)."""
+``Segmenter.from_checkpoint(DIR)`` with onnxruntime, without torch (:mod:`hiseg.export.runtime`)."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +21,7 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     p.description = ("Export a shipped model or a checkpoint into a folder: its boundary network(s) as ONNX "
                      "(BatchNorm folded, any image size, scales and flips inside), its learned merging head as "
                      "ONNX, and manifest.json (settings, versions, sha256 of each file). Predict from it with "
-                     "`hiseg predict --checkpoint DIR` (onnxruntime: pip install \"hiseg[onnx]\").")
+                     "`hiseg predict --checkpoint DIR` (onnxruntime).")
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
                    help="a checkpoint (.ckpt) or a shipped model's name" + default_text(_default_model()))
     p.add_argument("-o", "--out", required=True, metavar="DIR", type=Path, help="the folder to write")

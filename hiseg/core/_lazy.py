@@ -17,7 +17,7 @@ import sys
 __all__ = ["lazy_torch", "lazy_names", "import_higra", "installed", "TORCH_STACK", "INSTALL_TORCH", "missing_package", "needs"]
 
 
-#: What the torch-free install (README, "Without torch") leaves out: training, torch models,
+#: What the install without torch (README, "Deploy") leaves out: training, torch models,
 #: the classical fit, clustering, exporting.
 TORCH_STACK = ("torch", "torchvision", "pytorch_lightning", "lightning", "lightning_fabric", "torchmetrics",
                "jsonargparse", "tensorboard", "sklearn", "numba", "matplotlib", "onnx")

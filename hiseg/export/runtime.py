@@ -123,14 +123,13 @@ class OnnxBackend:
     def boundary_map(self, image: np.ndarray, pipeline=None, tile: int = 0) -> np.ndarray:
         """(H, W) float32 boundary probability of an (H, W, 3) float image in [0, 1], one pass
         (the pipeline's scales and flips are inside the graph; ``tile``: the torch backend's)."""
-        img = np.asarray(image, np.float32)
+        img = np.asarray(image, np.float32)[..., :3]
         h, w = img.shape[:2]
-        if min(h, w) < self.min_side:
-            raise ValueError(f"image of {h}x{w} pixels: the exported network computes images of at least "
-                             f"{self.min_side} pixels a side (its smallest scale would go below two cells of its "
-                             "stride); use the torch backend (backend='torch', --backend torch) for smaller ones")
-        x = np.ascontiguousarray(img[..., :3].transpose(2, 0, 1))[None]
-        return self.network.run(None, {self._input: x})[0][0]
+        if min(h, w) < self.min_side:  # below two cells of the stride at the smallest scale the graph differs
+            # from torch's padding: the image mirrored out to the smallest side it computes, the map cropped back
+            img = np.pad(img, ((0, max(0, self.min_side - h)), (0, max(0, self.min_side - w)), (0, 0)), "symmetric")
+        x = np.ascontiguousarray(img.transpose(2, 0, 1))[None]
+        return self.network.run(None, {self._input: x})[0][0][:h, :w]
 
     def worker_copy(self) -> "OnnxBackend":
         """What a worker process of ``hiseg predict --workers`` runs the chain with: this backend

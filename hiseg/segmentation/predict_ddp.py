@@ -9,7 +9,7 @@ makes their hierarchies and writes the same files as ``hiseg predict``, byte for
     from hiseg.segmentation.segmenter import Segmenter
     from hiseg.segmentation.predict_ddp import predict_files
 
-    failures = predict_files(Segmenter(), sorted(Path("photos").glob("*.jpg")),
+    failures = predict_files(Segmenter(backend="torch"), sorted(Path("photos").glob("*.jpg")),
                              "out/", n_regions=12,
                              trainer_kwargs=dict(accelerator="gpu", devices=4, num_nodes=2, strategy="ddp"))
 
@@ -147,8 +147,8 @@ def predict_files(segmenter: Segmenter, files: Sequence, out, *, n_regions: Opti
     on ``out`` in the launching process (False: the caller holds it). Returns the failed images,
     ``(file, message)`` (see the module docstring)."""
     if segmenter.model is None:
-        raise ValueError("predict_files needs a Segmenter with a network (a checkpoint); the classical path "
-                         "runs on the CPU: use `hiseg predict --workers N`")
+        raise ValueError("predict_files distributes a torch network: give Segmenter(..., backend='torch') (onnxruntime "
+                         "and the classical path run on the CPU: use `hiseg predict --workers N`)")
     files = [Path(f) for f in files]
     stems = [f.stem for f in files]
     if len(set(stems)) != len(stems):
