@@ -183,3 +183,45 @@ def test_the_package_root_holds_at_most_five_modules():
     small modules besides ``__init__`` / ``__main__`` (shared tables and helpers below every stage)."""
     loose = sorted(p.name for p in PKG.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
     assert len(loose) <= 5, f"hiseg/ holds {len(loose)} loose modules: {loose}"
+
+
+#: ``from X import _name`` across module borders that stay, each with its reason (issue 54: "no
+#: module imports another module's private names")
+PRIVATE_IMPORTS = {
+    "cli/export.py: hiseg.cli.options._default_model": "hiseg/cli/ was being rewritten by another worker "
+                                                       "when the rule came (issue 54); rename it default_model there",
+}
+
+
+def _private_imports(path: Path, rel: list[str]):
+    """``"rel.py: module.name"`` of every ``from X import _name`` (anywhere in the module) where X
+    is another hiseg module and ``_name`` is not a module itself (``from hiseg.core import
+    _neighbors`` imports a private *module*, whose public names are fine) nor a dunder."""
+    package = ["hiseg"] + rel[:-1]
+    own = ".".join(["hiseg"] + (rel[:-1] if rel[-1] == "__init__" else rel))
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        base = package[: len(package) - node.level + 1] if node.level else []
+        mod = ".".join(base + ([node.module] if node.module else []))
+        if mod.split(".")[0] != "hiseg" or mod == own:
+            continue
+        folder = PKG.parent.joinpath(*mod.split("."))
+        for alias in node.names:
+            name = alias.name
+            if not name.startswith("_") or name.startswith("__") and name.endswith("__"):
+                continue
+            if (folder / f"{name}.py").exists() or (folder / name / "__init__.py").exists():
+                continue  # a private module of that package
+            yield f"{'/'.join(rel)}.py: {mod}.{name}"
+
+
+def test_no_module_imports_another_modules_private_names():
+    found = {hit for path, rel in _modules() for hit in _private_imports(path, rel)}
+    unexplained = sorted(found - set(PRIVATE_IMPORTS))
+    assert not unexplained, (f"private names imported across module borders: {unexplained}; give the shared "
+                             "helper a public name (in its module or a small module of one purpose), or add it to "
+                             "PRIVATE_IMPORTS with the reason")
+    stale = sorted(set(PRIVATE_IMPORTS) - found)
+    assert not stale, f"PRIVATE_IMPORTS lists imports that no longer exist: {stale}"
+    assert all(isinstance(r, str) and len(r) > 20 for r in PRIVATE_IMPORTS.values()), "each exception needs a reason"

@@ -174,10 +174,10 @@ def _labels_from_tree(parents: np.ndarray, n: int, keep: np.ndarray) -> np.ndarr
     condition[:-1] = keep[parents[:-1] - n]
     rep = np.asarray(hg.propagate_sequential(hg.Tree(parents), np.arange(n_nodes, dtype=np.int64), condition),
                      dtype=np.int64)[:n]
-    return _first_occurrence_order(rep)
+    return first_occurrence_order(rep)
 
 
-def _first_occurrence_order(rep: np.ndarray) -> np.ndarray:
+def first_occurrence_order(rep: np.ndarray) -> np.ndarray:
     """Relabel ``rep`` as 0..C-1 in the order of the smallest index of each value."""
     roots, first, inverse = np.unique(rep, return_index=True, return_inverse=True)
     rank = np.empty(roots.size, dtype=np.int64)

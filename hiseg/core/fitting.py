@@ -16,7 +16,7 @@ import torch
 
 from . import losses
 from .graph import as_edge_list
-from .ultrametric import Hierarchy, _average_linkage, _check_values, _host_weights, _single_linkage
+from .ultrametric import Hierarchy, average_linkage, check_values, host_weights, single_linkage
 
 __all__ = ["fit_ultrametric", "FitResult", "LOSSES", "OPTIMIZERS", "POSITIVITY", "INITS", "make_loss"]
 
@@ -173,12 +173,12 @@ def _check_graph_and_weights(graph, weights, loss, positivity, dtype):
     el = as_edge_list(graph)
     if not isinstance(weights, torch.Tensor):
         weights = torch.as_tensor(np.asarray(weights))
-    _check_values(weights, True, el.num_edges)
+    check_values(weights, True, el.num_edges)
     if dtype is not None:
         weights = weights.to(dtype)
     w = weights.detach()
     if isinstance(loss, str) and "dasgupta" in loss.split("+"):  # in the fit's dtype
-        _check_values(w, True, el.num_edges, nonnegative=True)
+        check_values(w, True, el.num_edges, nonnegative=True)
     if positivity is not None and bool((w < 0).any()):
         raise ValueError("weights contain negative values but positivity is enforced "
                          f"({positivity!r}); pass positivity=None for signed weights")
@@ -217,11 +217,11 @@ def _start(init, el, w: torch.Tensor) -> torch.Tensor:
     if isinstance(init, str):
         if init not in INITS:
             raise ValueError(f"init must be 'input', 'average' or a (E,) array/tensor, got {init!r}")
-        if init == "average":  # el and w are checked: the private builder
-            return _average_linkage(el, _host_weights(w))._device_ultrametric(w).detach()
+        if init == "average":  # el and w are checked: the builder of checked arrays
+            return average_linkage(el, host_weights(w)).device_ultrametric(w).detach()
         return w.clone()
     start = torch.as_tensor(init, dtype=w.dtype, device=w.device).detach().clone()
-    _check_values(start, True, el.num_edges, name="init")
+    check_values(start, True, el.num_edges, name="init")
     return start
 
 
@@ -348,8 +348,8 @@ def _descend(el, w, J, theta, param, step, max_iter: int, stopper: _EarlyStoppin
     for it in range(max_iter):
         theta.grad = None
         wt = param(theta)
-        h = _single_linkage(el, _host_weights(wt))
-        u = h._device_ultrametric(wt)
+        h = single_linkage(el, host_weights(wt))
+        u = h.device_ultrametric(wt)
         val = J(h, u, wt, w)
         if not torch.isfinite(val):
             raise FloatingPointError(f"loss {name!r} became {val.item()} at iteration {it}")
@@ -363,5 +363,5 @@ def _descend(el, w, J, theta, param, step, max_iter: int, stopper: _EarlyStoppin
         val.backward()
         step(h)
     # the final iterate has not been evaluated after its last step: keep the best seen
-    h = _single_linkage(el, _host_weights(stopper.best_weights))
-    return FitResult(h._device_ultrametric(stopper.best_weights), h, stopper.best_loss, it + 1, stopper.best_iter, history)
+    h = single_linkage(el, host_weights(stopper.best_weights))
+    return FitResult(h.device_ultrametric(stopper.best_weights), h, stopper.best_loss, it + 1, stopper.best_iter, history)

@@ -295,7 +295,7 @@ def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", 
         raise ValueError(f"connect must be 'auto', 'mst', 'components' or False, got {connect!r}")
     if method not in ("auto", "exact", "approximate"):
         raise ValueError(f"method must be 'auto', 'exact' or 'approximate', got {method!r}")
-    Xs, scale = _normalised_points(X)
+    Xs, scale = normalised_points(X)
     if method == "auto":
         method = "exact" if n <= EXACT_KNN_MAX_POINTS or d <= EXACT_KNN_MAX_DIM else "approximate"
     if method == "exact":
@@ -360,7 +360,7 @@ def _abs_max(X: np.ndarray) -> float:
     return max(float(X.max()), -float(X.min())) if X.size else 0.0
 
 
-def _normalised_points(X: np.ndarray):
+def normalised_points(X: np.ndarray):
     """``(Z, scale)`` with ``X = Z * scale + mean``: ``Z`` centred, its largest coordinate
     in [0.5, 1), ``scale`` a power of two (rescaling by powers of two is exact, and squared
     norms of ``Z`` neither overflow nor underflow whatever the scale of ``X``). One copy of

@@ -71,12 +71,13 @@ def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative
         Not 1-D, length differs from ``num_edges``, NaN or infinite values, or (with
         ``nonnegative``) negative values.
     """
-    _check_values(weights, torch.is_tensor(weights), num_edges, name=name, nonnegative=nonnegative)
+    check_values(weights, torch.is_tensor(weights), num_edges, name=name, nonnegative=nonnegative)
     return weights
 
 
-def _check_values(weights, tensor: bool, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
-    """:func:`check_weights` once the caller has told a tensor (``tensor``) from an array."""
+def check_values(weights, tensor: bool, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
+    """:func:`check_weights` once the caller has told a tensor (``tensor``) from an array
+    (returns None; raises as :func:`check_weights`)."""
     if tensor:
         if weights.dtype in (torch.bool,) or not torch.is_floating_point(weights):
             raise TypeError(f"{name} must be a floating point tensor, got dtype {weights.dtype}")
@@ -100,21 +101,21 @@ def _check_values(weights, tensor: bool, num_edges: int, *, name: str = "weights
         raise ValueError(f"{name} contains negative values; this loss needs dissimilarities >= 0")
 
 
-def _checked_input(graph, weights, check: bool, tensor: Optional[bool] = None):
+def checked_input(graph, weights, check: bool, tensor: Optional[bool] = None):
     """``(edge list, weights on the host, batch or None)`` of a public builder's arguments: the
     graph normalised and, with ``check``, the graph and the weights validated, here and only
     here; the host weights are numpy (a tensor detached and copied to the CPU, float32 or
-    float64). The private builders (:func:`_single_linkage`, :func:`_average_linkage`) take
-    them as they are. ``tensor``: whether ``weights`` is a tensor, when the caller knows."""
+    float64). The builders of checked arrays (:func:`single_linkage`, :func:`average_linkage`)
+    take them as they are. ``tensor``: whether ``weights`` is a tensor, when the caller knows."""
     batch = graph if isinstance(graph, BatchedGraph) else None
     el = as_edge_list(graph, check=check)
     tensor = torch.is_tensor(weights) if tensor is None else tensor
     if check:
-        _check_values(weights, tensor, el.num_edges)
-    return el, _host_weights(weights) if tensor else np.asarray(weights), batch
+        check_values(weights, tensor, el.num_edges)
+    return el, host_weights(weights) if tensor else np.asarray(weights), batch
 
 
-def _host_weights(weights: torch.Tensor) -> np.ndarray:
+def host_weights(weights: torch.Tensor) -> np.ndarray:
     """A weight tensor as the builders read it: detached, on the host, float32 or float64."""
     w = weights.detach()
     if w.device.type != "cpu":
@@ -164,7 +165,7 @@ def canonical_edge_order(w: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------- lca
-class _LeafLCA:
+class LeafLCA:
     """Lowest common ancestor of *leaves* of a binary tree whose parents have larger ids.
 
     Leaves get their rank in a depth-first order; between consecutive leaves sits the
@@ -197,7 +198,7 @@ class _LeafLCA:
         self.table = _sparse_levels(table)
 
     @classmethod
-    def from_split_nodes(cls, rank: np.ndarray, split: np.ndarray) -> "_LeafLCA":
+    def from_split_nodes(cls, rank: np.ndarray, split: np.ndarray) -> "LeafLCA":
         """The query structure of leaves ranked ``rank`` in a depth-first order whose
         consecutive leaves have the split nodes ``split`` (N - 1,): e.g. per-graph orders
         concatenated (``hiseg.segmentation.hostpool``). O(N log N)."""
@@ -330,9 +331,19 @@ class Hierarchy:
             raise ValueError(f"lca: vertex arrays differ in length ({a.size} vs {b.size})")
         if a.size and (min(a.min(), b.min()) < 0 or max(a.max(), b.max()) >= self.num_leaves):
             raise ValueError(f"lca: vertex id out of range [0, {self.num_leaves})")
+        return self.leaf_lcas()(a, b)
+
+    def leaf_lcas(self) -> "LeafLCA":
+        """The leaves' lca query structure (:class:`LeafLCA`: depth-first ranks, sparse table):
+        built on first use (O(N log N)) unless given by :meth:`set_leaf_lcas`."""
         if self._lca is None:
-            self._lca = _LeafLCA(self.tree, self.parents, self.num_leaves, self.sizes, self.children())
-        return self._lca(a, b)
+            self._lca = LeafLCA(self.tree, self.parents, self.num_leaves, self.sizes, self.children())
+        return self._lca
+
+    def set_leaf_lcas(self, lcas: "LeafLCA") -> None:
+        """Use ``lcas`` as the leaves' lca structure (one built elsewhere from the same tree, e.g.
+        per-graph depth-first orders chained: ``hiseg.segmentation.hostpool``)."""
+        self._lca = lcas
 
     # -- differentiable views ----------------------------------------------------------
     def _index(self, name, array, device):
@@ -348,9 +359,9 @@ class Hierarchy:
         array for numpy weights, no torch)."""
         if not torch.is_tensor(weights):
             return np.asarray(weights)[self.pass_edge]
-        return self._device_ultrametric(weights)
+        return self.device_ultrametric(weights)
 
-    def _device_ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
+    def device_ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
         """:meth:`ultrametric` of a tensor, on its device (the caller knows it is one)."""
         return weights[self._index("pass_edge", self.pass_edge, weights.device)]
 
@@ -416,10 +427,10 @@ def build_hierarchy(graph: GraphLike, weights, *, check: bool = True) -> Hierarc
     TypeError
         Non-float weights, non-integer vertex ids.
     """
-    return _single_linkage(*_checked_input(graph, weights, check))
+    return single_linkage(*checked_input(graph, weights, check))
 
 
-def _single_linkage(el: EdgeList, w: np.ndarray, batch: Optional[BatchedGraph] = None) -> Hierarchy:
+def single_linkage(el: EdgeList, w: np.ndarray, batch: Optional[BatchedGraph] = None) -> Hierarchy:
     """:func:`build_hierarchy` of a checked edge list and host weights (``batch``: the
     :class:`BatchedGraph` ``el`` is the edge list of, or None); nothing is checked again."""
     E, N = el.num_edges, el.num_vertices
@@ -437,13 +448,13 @@ def _single_linkage(el: EdgeList, w: np.ndarray, batch: Optional[BatchedGraph] =
         mst_edge_map = np.zeros(0, dtype=np.int64)
     else:
         if s_all.size < N - 1:
-            raise ValueError(_disconnected_message(el, batch))
+            raise ValueError(disconnected_message(el, batch))
         order = canonical_edge_order(w_all)
         try:
             parents, mst_edge_map = _canonical_bpt(s_all, t_all, order, N)
         except RuntimeError as e:
             if "connected" in str(e):
-                raise ValueError(_disconnected_message(el, batch)) from None
+                raise ValueError(disconnected_message(el, batch)) from None
             raise
         parents = np.asarray(parents, dtype=np.int64)
         mst_edge_map = np.asarray(mst_edge_map, dtype=np.int64)
@@ -455,7 +466,7 @@ def _single_linkage(el: EdgeList, w: np.ndarray, batch: Optional[BatchedGraph] =
     h = Hierarchy(el, parents, mst_edge_map, None, edge_lca, batch)
     q = np.flatnonzero(edge_lca < 0)
     if q.size:
-        edge_lca[q] = _LeafLCA(h.tree, parents, N, h.sizes, h.children(), transient=True)(s[q], t[q])
+        edge_lca[q] = LeafLCA(h.tree, parents, N, h.sizes, h.children(), transient=True)(s[q], t[q])
     h.pass_edge = mst_edge_map[edge_lca - N] if E else np.zeros(0, dtype=np.int64)
     return h
 
@@ -472,7 +483,7 @@ def _canonical_bpt(sources: np.ndarray, targets: np.ndarray, order: np.ndarray, 
     return tree.parents(), hg.CptBinaryHierarchy.get_mst_edge_map(tree)
 
 
-def _disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
+def disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
     from ._neighbors import components
 
     n = el.num_vertices
@@ -515,8 +526,8 @@ def subdominant_ultrametric(graph: GraphLike, weights: torch.Tensor, *, return_h
     """
     if not torch.is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
-    h = _single_linkage(*_checked_input(graph, weights, check, tensor=True))
-    u = h._device_ultrametric(weights)
+    h = single_linkage(*checked_input(graph, weights, check, tensor=True))
+    u = h.device_ultrametric(weights)
     return (u, h) if return_hierarchy else u
 
 
@@ -592,13 +603,13 @@ class AverageLinkageHierarchy(Hierarchy):
         array for numpy weights, no torch)."""
         if not torch.is_tensor(weights):
             return self._host_altitudes(weights)[self.edge_lca]
-        return self._device_ultrametric(weights)
+        return self.device_ultrametric(weights)
 
-    def _device_ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
+    def device_ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
         return self._device_altitudes(weights)[self._index("edge_lca", self.edge_lca, weights.device)]
 
 
-def _check_lengths(lengths, num_edges: int):
+def check_lengths(lengths, num_edges: int):
     if lengths is None:
         return None
     ln = lengths.detach().cpu().numpy() if torch.is_tensor(lengths) else np.asarray(lengths)
@@ -636,17 +647,17 @@ def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
     ValueError / TypeError
         As :func:`build_hierarchy`; lengths of the wrong shape, not finite, or <= 0.
     """
-    return _average_linkage(*_checked_average_input(graph, weights, lengths, check))
+    return average_linkage(*checked_average_input(graph, weights, lengths, check))
 
 
-def _checked_average_input(graph, weights, lengths, check: bool, tensor: Optional[bool] = None):
-    """:func:`_checked_input` with the lengths checked too: ``(edge list, host weights, float64
-    lengths or None, batch or None)``, what :func:`_average_linkage` takes."""
-    el, w, batch = _checked_input(graph, weights, check, tensor)
-    return el, w, _check_lengths(lengths, el.num_edges), batch
+def checked_average_input(graph, weights, lengths, check: bool, tensor: Optional[bool] = None):
+    """:func:`checked_input` with the lengths checked too: ``(edge list, host weights, float64
+    lengths or None, batch or None)``, what :func:`average_linkage` takes."""
+    el, w, batch = checked_input(graph, weights, check, tensor)
+    return el, w, check_lengths(lengths, el.num_edges), batch
 
 
-def _average_linkage(el: EdgeList, w: np.ndarray, ln: Optional[np.ndarray] = None,
+def average_linkage(el: EdgeList, w: np.ndarray, ln: Optional[np.ndarray] = None,
                      batch: Optional[BatchedGraph] = None) -> "AverageLinkageHierarchy":
     """:func:`build_average_linkage_hierarchy` of a checked edge list, host weights and
     checked lengths (float64 or None); nothing is checked again."""
@@ -666,20 +677,20 @@ def _average_linkage(el: EdgeList, w: np.ndarray, ln: Optional[np.ndarray] = Non
         return AverageLinkageHierarchy(el, np.zeros(1, np.int64), np.zeros(0, np.int64),
                                        np.zeros(0, np.int64), ln, batch)
     if s_all.size < N - 1:
-        raise ValueError(_disconnected_message(el, batch))
+        raise ValueError(disconnected_message(el, batch))
     g = hg.UndirectedGraph(N)
     g.add_edges(s_all, t_all)
     try:
         tree, _ = hg.binary_partition_tree_average_linkage(g, w_all, ln_all)
     except RuntimeError as e:  # pragma: no cover - higra's message for a disconnected graph
-        raise ValueError(_disconnected_message(el, batch)) from e
+        raise ValueError(disconnected_message(el, batch)) from e
     parents = np.asarray(tree.parents(), dtype=np.int64)
     if parents.size != 2 * N - 1:
-        raise ValueError(_disconnected_message(el, batch))
+        raise ValueError(disconnected_message(el, batch))
     # a bare Hierarchy lends its size / children / lca machinery for the lcas of all edges
     h0 = Hierarchy(el, parents, np.zeros(N - 1, np.int64), None, None, batch)
     h0._tree = tree
-    lca_all = _LeafLCA(h0.tree, parents, N, h0.sizes, h0.children(), transient=True)(s_all, t_all)
+    lca_all = LeafLCA(h0.tree, parents, N, h0.sizes, h0.children(), transient=True)(s_all, t_all)
     nodes, first = np.unique(lca_all, return_index=True)  # first edge of every internal node
     if nodes.size != N - 1:  # pragma: no cover - every merge joins adjacent clusters
         raise RuntimeError("average linkage produced a node with no edge between its children")
@@ -719,8 +730,8 @@ def average_linkage_ultrametric(graph: GraphLike, weights: torch.Tensor, lengths
     """
     if not torch.is_tensor(weights):
         weights = torch.as_tensor(np.asarray(weights))
-    h = _average_linkage(*_checked_average_input(graph, weights, lengths, check, tensor=True))
-    u = h._device_ultrametric(weights)
+    h = average_linkage(*checked_average_input(graph, weights, lengths, check, tensor=True))
+    u = h.device_ultrametric(weights)
     return (u, h) if return_hierarchy else u
 
 
@@ -805,7 +816,7 @@ def upload_indices(hierarchy: Hierarchy, device, *, lca: bool = False, extra=())
     arrays = dict(_view_arrays(hierarchy))
     if lca:
         if hierarchy._lca is None:
-            hierarchy._lca = _LeafLCA(hierarchy.tree, hierarchy.parents, hierarchy.num_leaves, hierarchy.sizes,
+            hierarchy._lca = LeafLCA(hierarchy.tree, hierarchy.parents, hierarchy.num_leaves, hierarchy.sizes,
                                       hierarchy.children())
         arrays["lca_rank"] = hierarchy._lca.rank
         arrays["lca_table"] = hierarchy._lca.table.reshape(-1)

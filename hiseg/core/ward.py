@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._lazy import import_higra, lazy_torch
-from .graph import _normalised_points, as_edge_list, connected_components
+from .graph import as_edge_list, connected_components, normalised_points
 
 hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
 
@@ -62,7 +62,7 @@ def ward_linkage_ultrametric(graph, X) -> np.ndarray:
                          "connected graph (knn_graph connects it)")
     if el.sources.size == 0:
         return np.zeros(0, dtype=np.float64)
-    Z, scale = _normalised_points(X)  # exact power-of-two rescaling: no overflow, no underflow
+    Z, scale = normalised_points(X)  # exact power-of-two rescaling: no overflow, no underflow
     tree, alt = hg.binary_partition_tree_ward_linkage(el.to_higra(), np.ascontiguousarray(Z),
                                                       altitude_correction="max")
     lca = tree.lowest_common_ancestor(el.sources, el.targets)

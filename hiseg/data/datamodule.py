@@ -23,7 +23,7 @@ metrics summed over processes count every image once).
 
 Superpixels belong to the model's :class:`~hiseg.segmentation.Pipeline`, for training as
 for inference: :class:`~hiseg.training.module.HierarchicalSegmentationModule` hands its pipeline
-to the data module when training starts (:meth:`_GraphDataModule.use_pipeline`). An
+to the data module when training starts (:meth:`GraphDataModule.use_pipeline`). An
 image-based pipeline (``color_watershed``) makes the loaders compute exactly its
 ``make_superpixels`` (:class:`~hiseg.data.collate.PipelineSuperpixels`); one that builds
 them from the prediction (``boundary_watershed``, ``all_minima``) makes them compute none,
@@ -121,7 +121,7 @@ class _TrainLoader(DataLoader):
             self.sampler.skip = int(state_dict["batches_done"]) * self.batch_size
 
 
-class _GraphDataModule(pl.LightningDataModule):
+class GraphDataModule(pl.LightningDataModule):
     """Common loader logic (not for direct use)."""
 
     def _init_common(self, batch_size, val_batch_size, num_workers, pin_memory, superpixel_cache=True, cache_dir=None,
@@ -256,7 +256,7 @@ class _GraphDataModule(pl.LightningDataModule):
         self._resume = dict(state)
 
 
-class SyntheticDataModule(_GraphDataModule):
+class SyntheticDataModule(GraphDataModule):
     """The synthetic hierarchical segmentation set (no files needed): the default data.
 
     Parameters
@@ -328,7 +328,7 @@ def _train_transform(crop_size: int, scale_range, hflip: bool, vflip: bool) -> C
     return Compose(ts)
 
 
-class BSDS500DataModule(_GraphDataModule):
+class BSDS500DataModule(GraphDataModule):
     """BSDS500: random crops of the training split, whole validation images.
 
     Parameters
@@ -406,7 +406,7 @@ def _check_labels(raw) -> None:
         raw.check_labels()
 
 
-class FolderDataModule(_GraphDataModule):
+class FolderDataModule(GraphDataModule):
     """A user's folder of images and label images (see :mod:`hiseg.data.folder`).
 
     Parameters

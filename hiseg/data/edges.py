@@ -44,7 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
-from .datamodule import BSDS500DataModule, _GraphDataModule
+from .datamodule import BSDS500DataModule, GraphDataModule
 
 __all__ = ["load_edge_dataset", "pack_edge_dataset", "GPUAugmenter", "PixelBatch", "PixelStep", "step_seed",
            "BSDS500PixelDataModule", "CROP_DRAWS"]
@@ -331,7 +331,7 @@ def _only(items):
     return items[0]
 
 
-class BSDS500PixelDataModule(_GraphDataModule):
+class BSDS500PixelDataModule(GraphDataModule):
     """The pixel stage's data: device-augmented crops of BSDS500 (see the module docstring).
 
     Parameters

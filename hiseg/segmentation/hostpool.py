@@ -48,8 +48,8 @@ import numpy as np
 
 from .._lifetime import process_pool
 from ..core.graph import BatchedGraph, EdgeList
-from ..core.ultrametric import (AverageLinkageHierarchy, _average_linkage, _checked_average_input,
-                                _disconnected_message, _LeafLCA)
+from ..core.ultrametric import (AverageLinkageHierarchy, LeafLCA, average_linkage, checked_average_input,
+                                disconnected_message)
 
 __all__ = ["HostPool", "host_pool", "resolve_workers", "available_cores", "average_linkage_batch",
            "thread_pool", "MIN_POOL_EDGES", "MIN_POOL_PIXELS"]
@@ -200,10 +200,10 @@ def average_linkage_job(sources: np.ndarray, targets: np.ndarray, num_vertices: 
     int64 arrays ``parents``, ``mst_edge_map`` and ``edge_lca``, with ``lca`` also the leaves'
     depth-first ranks and the split nodes between consecutive leaves (the level 0 of the leaf-lca
     table). ValueError for a disconnected graph."""
-    h = _average_linkage(EdgeList(sources, targets, int(num_vertices)), weights, lengths)
+    h = average_linkage(EdgeList(sources, targets, int(num_vertices)), weights, lengths)
     if not lca or h.num_leaves < 2:
         return h.parents, h.mst_edge_map, h.edge_lca, np.zeros(h.num_leaves, np.int64), np.zeros(0, np.int64)
-    order = _LeafLCA(h.tree, h.parents, h.num_leaves, h.sizes, h.children(), transient=True)
+    order = LeafLCA(h.tree, h.parents, h.num_leaves, h.sizes, h.children(), transient=True)
     return h.parents, h.mst_edge_map, h.edge_lca, np.asarray(order.rank, np.int64), order.table[0].astype(np.int64)
 
 
@@ -256,7 +256,7 @@ def average_linkage_batch(graph: BatchedGraph, weights, lengths=None, pool: Opti
     :func:`~hiseg.core.ultrametric.build_average_linkage_hierarchy` (a disconnected graph names its
     index in the batch).
     """
-    el, w, ln, _ = _checked_average_input(graph, weights, lengths, check)
+    el, w, ln, _ = checked_average_input(graph, weights, lengths, check)
     E, N, B = el.num_edges, el.num_vertices, graph.num_graphs
     vptr, eptr = np.asarray(graph.vertex_ptr, np.int64), np.asarray(graph.edge_ptr, np.int64)
     jobs = [(el.sources[eptr[b]:eptr[b + 1]] - vptr[b], el.targets[eptr[b]:eptr[b + 1]] - vptr[b],
@@ -290,7 +290,7 @@ def average_linkage_batch(graph: BatchedGraph, weights, lengths=None, pool: Opti
         _run_jobs(average_linkage_job, jobs, pool if E >= MIN_POOL_EDGES else None, place)
     except ValueError as e:
         if "not connected" in str(e):
-            raise ValueError(_disconnected_message(el, graph)) from None
+            raise ValueError(disconnected_message(el, graph)) from None
         raise
     if B > 1:
         parents[roots[0]] = virt[0]
@@ -299,5 +299,5 @@ def average_linkage_batch(graph: BatchedGraph, weights, lengths=None, pool: Opti
         mst[virt - N] = E + np.arange(B - 1)
     h = AverageLinkageHierarchy(el, parents, mst, edge_lca, ln, graph)
     if lca:
-        h._lca = _LeafLCA.from_split_nodes(rank, split)
+        h.set_leaf_lcas(LeafLCA.from_split_nodes(rank, split))
     return h

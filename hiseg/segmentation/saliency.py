@@ -275,10 +275,10 @@ def _cut_at_threshold_higra(rag: RegionAdjacencyGraph, ultrametric, threshold: f
     the same labels, kept for the equality tests and the benchmark."""
     hg = import_higra()
 
-    from ..core.cuts import _first_occurrence_order
+    from ..core.cuts import first_occurrence_order
 
     tree, alt = hg.bpt_canonical(rag.graph.to_higra(), _np(ultrametric).astype(np.float64))
-    lab = _first_occurrence_order(np.asarray(hg.labelisation_horizontal_cut_from_threshold(tree, alt, threshold)))
+    lab = first_occurrence_order(np.asarray(hg.labelisation_horizontal_cut_from_threshold(tree, alt, threshold)))
     return lab.astype(np.int32)[rag.labels]
 
 
