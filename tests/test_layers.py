@@ -34,7 +34,7 @@ ORDER = ["_compat", "_params", "_shipped", "_lifetime", "io", "core", "clusterin
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
     "io": ["errors", "images", "labels", "files"],
-    "core": ["_lazy", "_neighbors", "graph", "ultrametric", "ward", "cuts", "soft_cardinal", "triplets", "losses", "fitting"],
+    "core": ["_lazy", "_neighbors", "device", "graph", "ultrametric", "ward", "cuts", "soft_cardinal", "triplets", "losses", "fitting"],
     "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool",

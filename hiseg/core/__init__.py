@@ -2,6 +2,7 @@
 
 * :mod:`~hiseg.core.graph`: sparse graphs as edge lists, batching, builders (grid, kNN + MST, RAG);
 * :mod:`~hiseg.core.ultrametric`: the differentiable subdominant / average-linkage layer;
+* :mod:`~hiseg.core.device`: a training step's device copies (indices up in one copy, leaf lcas there);
 * :mod:`~hiseg.core.ward`: Ward's hierarchy of points on a graph (a dissimilarity to fit, not a layer);
 * :mod:`~hiseg.core.cuts`: cuts of a hierarchy into clusters;
 * :mod:`~hiseg.core.losses`: closest, cluster-size, triplet and Dasgupta costs;
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = ("graph", "ultrametric", "ward", "cuts", "losses", "fitting")
+_MODULES = ("graph", "ultrametric", "device", "ward", "cuts", "losses", "fitting")
 
 
 def __getattr__(name):

@@ -32,6 +32,7 @@ from typing import Optional, Union
 import numpy as np
 
 from ._lazy import import_higra, lazy_torch
+from .device import leaf_lca, packed_copy, upload_indices  # noqa: F401 (their home is hiseg.core.device)
 from .graph import BatchedGraph, EdgeList, as_edge_list
 
 hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
@@ -46,9 +47,6 @@ __all__ = [
     "average_linkage_ultrametric",
     "AverageLinkageUltrametric",
     "check_weights",
-    "upload_indices",
-    "packed_copy",
-    "leaf_lca",
 ]
 
 GraphLike = Union[EdgeList, BatchedGraph, tuple, "hg.UndirectedGraph"]
@@ -354,6 +352,21 @@ class Hierarchy:
             self._index_cache[key] = t
         return t
 
+    def view_arrays(self) -> dict:
+        """The index arrays that the differentiable views (:meth:`ultrametric`,
+        :meth:`node_altitudes`) gather with, by the names their device copies are held under
+        (what :func:`hiseg.core.device.upload_indices` sends in its one copy)."""
+        return {"mst": self.mst_edge_map, "pass_edge": self.pass_edge}
+
+    def device_index(self, name: str, device) -> Optional[torch.Tensor]:
+        """The copy of index array ``name`` held for ``device``, or None."""
+        return self._index_cache.get((name, str(device)))
+
+    def set_device_index(self, name: str, device, tensor: torch.Tensor) -> None:
+        """Hold ``tensor`` as the copy of index array ``name`` for ``device`` (the views then find
+        it instead of copying the array: :func:`hiseg.core.device.upload_indices`)."""
+        self._index_cache[(name, str(device))] = tensor
+
     def ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
         """``weights[pass_edge]``: the subdominant ultrametric on the graph edges (a numpy
         array for numpy weights, no torch)."""
@@ -570,6 +583,17 @@ class AverageLinkageHierarchy(Hierarchy):
         the same sums, :func:`numpy.bincount` for ``index_add``)."""
         return self._device_altitudes(weights) if torch.is_tensor(weights) else self._host_altitudes(weights)
 
+    def view_arrays(self) -> dict:
+        """:meth:`Hierarchy.view_arrays` with those of the average-linkage altitudes."""
+        arrays = super().view_arrays()
+        arrays["edge_lca"] = self.edge_lca
+        arrays["edge_lca_int"] = self.edge_lca - self.num_leaves
+        if self.lengths is not None:
+            arrays["lengths"] = self.lengths
+        if self.batch is not None and self.batch.num_graphs > 1:
+            arrays["virtual_nodes"] = self.mst_edge_map >= self.num_edges
+        return arrays
+
     def _host_altitudes(self, weights) -> np.ndarray:
         """:meth:`node_altitudes` of numpy weights, in numpy."""
         n_int = self.num_nodes - self.num_leaves
@@ -778,94 +802,3 @@ def __getattr__(name):
         globals().update(_module_classes())
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# ----------------------------------------------------------------------------- device lookups
-def _torch_dtypes() -> dict:
-    return {np.dtype(np.int64): torch.int64, np.dtype(np.int32): torch.int32,
-            np.dtype(np.float64): torch.float64, np.dtype(np.float32): torch.float32,
-            np.dtype(np.bool_): torch.bool}
-
-
-def _view_arrays(h: Hierarchy) -> dict:
-    """The index arrays that the differentiable views of ``h`` (``ultrametric``,
-    ``node_altitudes``) gather with, by their cache names."""
-    arrays = {"mst": h.mst_edge_map, "pass_edge": h.pass_edge}
-    if isinstance(h, AverageLinkageHierarchy):
-        arrays["edge_lca"] = h.edge_lca
-        arrays["edge_lca_int"] = h.edge_lca - h.num_leaves
-        if h.lengths is not None:
-            arrays["lengths"] = h.lengths
-        if h.batch is not None and h.batch.num_graphs > 1:
-            arrays["virtual_nodes"] = h.mst_edge_map >= h.num_edges
-    return arrays
-
-
-def upload_indices(hierarchy: Hierarchy, device, *, lca: bool = False, extra=()) -> list:
-    """Move every index array a training step needs to ``device`` in **one** host-to-device copy.
-
-    Packs into one byte buffer: the index arrays of the hierarchy's differentiable views
-    (:meth:`Hierarchy.ultrametric`, :meth:`Hierarchy.node_altitudes`, which then find them
-    in their cache instead of copying each one), with ``lca`` the leaf-lca tables that
-    :func:`leaf_lca` queries on the device, and the ``extra`` numpy arrays; copies the
-    buffer once (``non_blocking``) and returns the ``extra`` arrays as tensors on
-    ``device`` (views of the copied buffer). ``device`` should be the weights'
-    ``tensor.device`` (the cache is keyed by its string). Cost: O(E + N log N) bytes.
-    """
-    device = torch.device(device)
-    arrays = dict(_view_arrays(hierarchy))
-    if lca:
-        if hierarchy._lca is None:
-            hierarchy._lca = LeafLCA(hierarchy.tree, hierarchy.parents, hierarchy.num_leaves, hierarchy.sizes,
-                                      hierarchy.children())
-        arrays["lca_rank"] = hierarchy._lca.rank
-        arrays["lca_table"] = hierarchy._lca.table.reshape(-1)
-    names = list(arrays) + [None] * len(extra)
-    tensors = packed_copy(list(arrays.values()) + list(extra), device)
-    key_dev = str(device)
-    for name, t in zip(names, tensors):
-        if name is not None:
-            hierarchy._index_cache[(name, key_dev)] = t
-    return tensors[len(arrays):]
-
-
-def packed_copy(arrays, device) -> list:
-    """The numpy ``arrays`` as tensors on ``device``, moved in one copy: packed into one
-    8-byte-aligned byte buffer, copied (``non_blocking``), viewed back with their dtypes
-    and shapes (int64, int32, float64, float32, bool)."""
-    layout, offset = [], 0
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        if a.dtype not in _torch_dtypes():
-            raise TypeError(f"packed_copy: unsupported dtype {a.dtype}")
-        layout.append((a, offset))
-        offset += -(-a.nbytes // 8) * 8
-    buf = np.empty(max(offset, 8), dtype=np.uint8)
-    for a, off in layout:
-        buf[off:off + a.nbytes] = a.reshape(-1).view(np.uint8)
-    dev_buf = torch.from_numpy(buf).to(device, non_blocking=True)  # the one copy
-    return [dev_buf[off:off + a.nbytes].view(_torch_dtypes()[a.dtype]).reshape(a.shape) for a, off in layout]
-
-
-def leaf_lca(hierarchy: Hierarchy, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Lowest common ancestors of the leaf pairs ``(a[i], b[i])``, computed on the tensors'
-    device: :meth:`Hierarchy.lca`'s range-maximum query as a few gathers, no host
-    synchronisation. The tables come from :func:`upload_indices` (``lca=True``; uploaded
-    here otherwise). Vertex ids are not range-checked (that would read them back).
-    Returns int64 node ids, equal to ``hierarchy.lca(a, b)``."""
-    dev = a.device
-    key = str(dev)
-    if ("lca_table", key) not in hierarchy._index_cache:
-        upload_indices(hierarchy, dev, lca=True)
-    rank = hierarchy._index_cache[("lca_rank", key)]
-    table = hierarchy._index_cache[("lca_table", key)]
-    m = hierarchy._lca.m
-    ra, rb = rank[a], rank[b]
-    lo, hi = torch.minimum(ra, rb), torch.maximum(ra, rb)
-    length = hi - lo
-    same = length == 0
-    length = torch.where(same, torch.ones_like(length), length)
-    lo, hi = torch.where(same, torch.zeros_like(lo), lo), torch.where(same, torch.ones_like(hi), hi)  # in the table
-    k = torch.log2(length.to(torch.float64)).floor().to(torch.int64)  # exact: lengths < 2**52
-    res = torch.maximum(table[k * m + lo], table[k * m + hi - (torch.ones_like(k) << k)]).to(torch.int64)
-    return torch.where(same, a.to(torch.int64), res)
