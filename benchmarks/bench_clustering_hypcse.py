@@ -53,7 +53,7 @@ def stamp() -> list:
         except (OSError, subprocess.SubprocessError):
             return "?"
 
-    dirty = git("status", "--porcelain", "--", *CODE)
+    dirty = git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
     dirty = " (with uncommitted changes to the clustering code)" if dirty else ""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     return [f"* revision: `{git('rev-parse', '--short', 'HEAD')}`{dirty}",
