@@ -22,8 +22,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from .options import (add_out, add_overwrite, add_pixel_limit, add_quiet, add_workers, at_least_one, default_text,
-                      default_workers, option_type)
+from .options import (add_out, add_overwrite, add_pixel_limit, add_quiet, add_workers, archive_layout, at_least_one,
+                      default_text, default_workers, option_type)
 
 __all__ = ["add_arguments", "run"]
 
@@ -122,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
     from ..metrics.report import (OUTPUT_FILES, format_table, official_txt_files, pr_curve_png, report_header,
                                   results_markdown, results_to_json)
 
+    args.gt = archive_layout(args.gt, "hiseg evaluate")
     if args.out is not None:
         try:  # before the (long) evaluation: never replace a file that exists, unless asked
             refuse_overwrite([args.out / n for n in OUTPUT_FILES], [], args.overwrite,

@@ -45,9 +45,11 @@ from .images import (FLOAT_TOLERANCE, IMAGE_EXTENSIONS, PIXEL_LIMIT, PIXEL_LIMIT
                      pixel_limit, exif_orientation, image_header, image_size,
                      read_gray_image, read_image, reduce_image, rgb_view, to_float_rgb)
 from .labels import check_label_image, load_ground_truth, loadmat, write_ucm2_mat
+from .layout import bsds_archive_path
 
 __all__ = [
     "IMAGE_EXTENSIONS",
+    "bsds_archive_path",
     "FLOAT_TOLERANCE",
     "PIXEL_LIMIT",
     "PIXEL_LIMIT_ENV",
