@@ -93,12 +93,7 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
     par = h.parents
     s_ends = h.graph.sources[h.mst_edge_map]
     t_ends = h.graph.targets[h.mst_edge_map]
-    if leaf_weights is None:
-        sizes, end_weight, total = h.sizes.astype(np.float64), 1.0, float(nl)
-    else:  # weighted sizes: the sum of the leaf weights under each node
-        lw = np.asarray(leaf_weights, dtype=np.float64)
-        sizes = hg.accumulate_sequential(tree, lw, hg.Accumulators.sum)
-        end_weight, total = 0.5 * (lw[s_ends] + lw[t_ends]), float(lw.sum())
+    sizes, end_weight, total = _leaf_measure(h, leaf_weights, s_ends, t_ends)
     alt = np.concatenate([np.zeros(nl), alt_int])
     v = sizes[par] - sizes  # sibling area (root: 0)
     v[-1] = 0.0
@@ -159,6 +154,16 @@ def _soft_cardinal_core(h: Hierarchy, alt_int: np.ndarray, lam: float, tol: floa
         g_b[-1] = 0.0
         g_alt += np.bincount(par[:-1] - nl, weights=g_b[:-1], minlength=n - nl)
     return card, g_alt, err * total
+
+
+def _leaf_measure(h: Hierarchy, leaf_weights, s_ends, t_ends):
+    """(the measure of every node, the mean weight of each internal node's two building ends, the
+    total): the leaf counts, 1 and N without ``leaf_weights``; with them, their sums."""
+    if leaf_weights is None:
+        return h.sizes.astype(np.float64), 1.0, float(h.num_leaves)
+    lw = np.asarray(leaf_weights, dtype=np.float64)
+    sizes = hg.accumulate_sequential(h.tree, lw, hg.Accumulators.sum)
+    return sizes, 0.5 * (lw[s_ends] + lw[t_ends]), float(lw.sum())
 
 
 def _polynomial_matrix(c) -> np.ndarray:
