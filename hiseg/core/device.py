@@ -10,20 +10,16 @@ leaf-lca tables the triplet term queries (:func:`leaf_lca`: the range-maximum qu
 them in the hierarchy, where its views find them. One image's path (:meth:`Pipeline.hierarchy
 <hiseg.segmentation.pipeline.Pipeline.hierarchy>`, numpy weights) makes none of these copies.
 
-A hierarchy is read through its public methods only (``view_arrays``, ``leaf_lcas``,
-``device_index``, ``set_device_index``), so this module sits below :mod:`hiseg.core.ultrametric`,
-which hands its names on (``hiseg.core.ultrametric.upload_indices`` etc. stay importable).
+A hierarchy (:class:`hiseg.core.ultrametric.Hierarchy`) is read through its public methods only
+(``view_arrays``, ``leaf_lcas``, ``device_index``, ``set_device_index``), so this module imports
+nothing of :mod:`hiseg.core.ultrametric` (not even for annotations: no import circle) and sits
+below it, which hands its names on (``hiseg.core.ultrametric.upload_indices`` etc. stay importable).
 """
 from __future__ import annotations
-
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ._lazy import lazy_torch
-
-if TYPE_CHECKING:
-    from .ultrametric import Hierarchy
 
 __all__ = ["packed_copy", "upload_indices", "leaf_lca"]
 
@@ -37,7 +33,7 @@ def _torch_dtypes() -> dict:
             np.dtype(np.bool_): torch.bool}
 
 
-def upload_indices(hierarchy: Hierarchy, device, *, lca: bool = False, extra=()) -> list:
+def upload_indices(hierarchy, device, *, lca: bool = False, extra=()) -> list:
     """Move every index array a training step needs to ``device`` in **one** host-to-device copy.
 
     Packs into one byte buffer: the index arrays of the hierarchy's differentiable views
@@ -80,7 +76,7 @@ def packed_copy(arrays, device) -> list:
     return [dev_buf[off:off + a.nbytes].view(_torch_dtypes()[a.dtype]).reshape(a.shape) for a, off in layout]
 
 
-def leaf_lca(hierarchy: Hierarchy, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def leaf_lca(hierarchy, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Lowest common ancestors of the leaf pairs ``(a[i], b[i])``, computed on the tensors'
     device: :meth:`Hierarchy.lca`'s range-maximum query as a few gathers, no host
     synchronisation. The tables come from :func:`upload_indices` (``lca=True``; uploaded
