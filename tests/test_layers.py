@@ -47,6 +47,9 @@ SUB_ORDER = {
     "export": ["manifest", "runtime", "onnx"],
     "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "export", "train", "__main__"],
 }
+#: modules of a package inside a sub-package, bottom first (they rank as that package among the
+#: sub-package's modules, and among themselves in this order)
+NESTED_ORDER = {("metrics", "kernels"): ["_jit", "thinning", "lapjvsp", "assignment", "labels", "contingency"]}
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they
 #: sit just below (see the module docstring for why)
 LOWERED = {("metrics", "hierarchy"): "clustering", ("metrics", "entropy"): "clustering",
@@ -71,15 +74,18 @@ def _imports(tree: ast.AST, package: list[str]):
 
 
 def _rank(parts: list[str]):
-    """(top-level rank, rank inside its sub-package) of a module path under hiseg."""
+    """(top-level rank, rank inside its sub-package, rank inside a package of it) of a module path
+    under hiseg."""
     top = parts[0] if parts else "__init__"
     if tuple(parts[:2]) in LOWERED:  # ranks just below that unit, first of its own package (in LOWERED's order)
-        return ORDER.index(LOWERED[tuple(parts[:2])]) - 0.5, list(LOWERED).index(tuple(parts[:2])) - len(LOWERED)
+        return ORDER.index(LOWERED[tuple(parts[:2])]) - 0.5, list(LOWERED).index(tuple(parts[:2])) - len(LOWERED), None
     if top not in ORDER:
         return None
     sub = SUB_ORDER.get(top)
     inner = sub.index(parts[1]) if sub and len(parts) > 1 and parts[1] in sub else None
-    return ORDER.index(top), inner
+    nested = NESTED_ORDER.get(tuple(parts[:2]))
+    deep = nested.index(parts[2]) if nested and len(parts) > 2 and parts[2] in nested else None
+    return ORDER.index(top), inner, deep
 
 
 def _modules():
@@ -93,7 +99,8 @@ def test_every_module_has_a_place():
     for _, rel in _modules():
         if rel[-1] == "__init__":
             continue
-        if rel[0] not in ORDER or (rel[0] in SUB_ORDER and rel[1] not in SUB_ORDER[rel[0]]):
+        if rel[0] not in ORDER or (rel[0] in SUB_ORDER and rel[1] not in SUB_ORDER[rel[0]]) or (
+                len(rel) > 2 and rel[2] not in NESTED_ORDER.get(tuple(rel[:2]), [])):
             missing.append("/".join(rel))
     assert not missing, f"modules not placed in tests/test_layers.py's ORDER / SUB_ORDER: {missing}"
 
@@ -110,7 +117,10 @@ def test_imports_run_downward(path, rel):
         r = _rank(parts)
         if r is None or parts[0] == rel[0] and (own[1] is None or r[1] is None):
             continue  # the package itself (``import hiseg``) or an unordered sibling
-        if parts[0] == rel[0]:
+        if parts[:2] == rel[:2] and len(rel) > 2:  # inside one package of a sub-package
+            if r[2] is None or own[2] is None or r[2] >= own[2]:
+                upward.append(target)
+        elif parts[0] == rel[0]:
             if r[1] >= own[1]:
                 upward.append(target)
         elif r[0] >= own[0]:
