@@ -10,6 +10,8 @@ The product, importable from here (see ``__all__``):
   :class:`Pipeline` (every choice from the image to the hierarchy), :class:`Weights` (the
   shipped models; ``ExportedSegmenter``, the former name of a Segmenter of an exported folder, is
   :class:`Segmenter` itself);
+* other segmenters' outputs: :func:`hierarchy_from_masks` (SAM's masks, label images),
+  :func:`hierarchy_from_boundary_map` (another detector's map);
 * samples: :class:`UltrametricClustering` (a scikit-learn estimator);
 * the core (no I/O, no Lightning): graphs (:func:`grid_graph`, :func:`knn_graph`,
   :func:`region_adjacency_graph`, :func:`batch_graphs`), the differentiable ultrametric layer
@@ -40,6 +42,7 @@ _WHERE = {
                                        "average_linkage_ultrametric", "build_hierarchy",
                                        "build_average_linkage_hierarchy")},
     "ward_linkage_ultrametric": "core.ward",
+    "hierarchy_from_masks": "segmentation.external", "hierarchy_from_boundary_map": "segmentation.external",
 }
 _MODULES = ("core", "clustering", "io", "segmentation", "models", "metrics", "data", "training", "explorer", "export",
             "cli")

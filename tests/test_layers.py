@@ -14,8 +14,9 @@ placed just below ``clustering``: it may import only what ``clustering`` may, an
 module of ``hiseg.metrics`` (nor may they import anything above it, which they do not need).
 ``hiseg.metrics.entropy`` (Li & Pan's structural entropy, by which the estimator may
 choose a hierarchy) is placed the same way, just above ``hiseg.metrics.hierarchy``, whose
-``as_tree`` it reads. ``hiseg.export.manifest`` and ``hiseg.export.runtime`` (an exported
-folder's manifest and its onnxruntime backend) rank just below ``segmentation``: the Segmenter
+``as_tree`` it reads. ``hiseg.export.manifest``, ``hiseg.export.guard`` and ``hiseg.export.runtime`` (an
+exported folder's manifest, the check of its graphs and its onnxruntime backend) rank just below
+``segmentation``: the Segmenter
 runs them as one of its backends, while the exporter (``hiseg.export.onnx``) loads models
 through the Segmenter and stays above it.
 """
@@ -38,13 +39,13 @@ SUB_ORDER = {
     "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],
     "segmentation": ["superpixels", "pooling", "merging", "saliency", "hostpool",
-                     "pipeline", "backends", "result", "segmenter", "record", "outputs", "predict_ddp"],
+                     "pipeline", "backends", "result", "segmenter", "external", "record", "outputs", "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy", "entropy"],
     "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
     "training": ["callbacks", "steps", "module", "configs", "summary", "help_texts", "cli", "help_render"],
     "explorer": ["page"],
-    "export": ["manifest", "runtime", "onnx"],
+    "export": ["manifest", "guard", "runtime", "onnx"],
     "cli": ["options", "record", "predict", "view", "evaluate", "ensemble", "export", "train", "__main__"],
 }
 #: modules of a package inside a sub-package, bottom first (they rank as that package among the
@@ -53,7 +54,8 @@ NESTED_ORDER = {("metrics", "kernels"): ["_jit", "thinning", "lapjvsp", "assignm
 #: modules ranked apart from their sub-package: (package, module) -> the top-level unit they
 #: sit just below (see the module docstring for why)
 LOWERED = {("metrics", "hierarchy"): "clustering", ("metrics", "entropy"): "clustering",
-           ("export", "manifest"): "segmentation", ("export", "runtime"): "segmentation"}
+           ("export", "manifest"): "segmentation", ("export", "guard"): "segmentation",
+           ("export", "runtime"): "segmentation"}
 
 
 def _imports(tree: ast.AST, package: list[str]):

@@ -19,7 +19,7 @@ from .._shipped import BACKENDS
 __all__ = ["option_type", "at_least_one", "add_inputs", "add_out", "add_pixel_limit", "pixel_limit_of", "add_workers",
            "add_quiet", "add_overwrite", "add_model", "add_deprecated", "image_command", "add_regions", "add_level",
            "add_min_region_size", "EXIT_STATUS", "collect_images", "default_workers", "resolve_workers", "make_segmenter",
-           "exported_folder", "model_name", "model_backend", "announce",
+           "exported_folder", "external_source", "model_name", "model_backend", "announce",
            "first_process", "PER_FILE_ERRORS", "per_file", "report_failures"]
 
 #: The epilog of the image commands (predict, view).
@@ -368,9 +368,36 @@ def _classical(args) -> bool:
     return none or getattr(args, "classical", False)
 
 
+def external_source(args):
+    """``("boundaries" | "masks", DIR)`` when ``--boundaries`` or ``--masks`` give another
+    segmenter's outputs instead of a model, else None; ValueError when a model is given too."""
+    given = [(k, getattr(args, k, None)) for k in ("boundaries", "masks") if getattr(args, k, None) is not None]
+    if not given:
+        return None
+    if len(given) > 1:
+        raise ValueError("give --boundaries or --masks, not both")
+    kind = given[0][0]
+    model = [o for o, v in (("--checkpoint", getattr(args, "checkpoint", None)),
+                            ("--classical", getattr(args, "classical", False) or None),
+                            ("--scales", getattr(args, "scales", None)), ("--flip", getattr(args, "flip", None)))
+             if v is not None]
+    if getattr(args, "backend", "auto") != "auto":
+        model.append("--backend")
+    if kind == "masks" and getattr(args, "linkage", None) is not None:
+        model.append("--linkage")
+    if model:
+        raise ValueError(f"--{kind} gives the {'boundary maps' if kind == 'boundaries' else 'masks'} of another "
+                         f"segmenter: no model runs, so {' and '.join(model)} do(es) not apply")
+    return given[0]
+
+
 def model_name(args) -> str:
-    """What ``--checkpoint`` / ``--classical`` select, as the model line and the pages name it:
-    a shipped model's registered name, a checkpoint's path, or ``classical``."""
+    """What ``--checkpoint`` / ``--classical`` / ``--boundaries`` / ``--masks`` select, as the
+    model line and the pages name it: a shipped model's registered name, a checkpoint's path,
+    ``classical``, or ``boundaries:DIR`` / ``masks:DIR``."""
+    ext = external_source(args)
+    if ext is not None:
+        return f"{ext[0]}:{Path(ext[1]).resolve()}"
     if _classical(args):
         return "classical"
     return str(args.checkpoint) if args.checkpoint is not None else _default_model()
@@ -388,6 +415,8 @@ def model_backend(args) -> tuple:
     the model by it before the model is built): ``"classical"``, ``"torch"`` or ``"onnxruntime"``."""
     from ..segmentation.backends import choose_backend
 
+    if external_source(args) is not None:
+        return "external", None
     if _classical(args):
         return "classical", None
     backend = getattr(args, "backend", "auto")
@@ -417,7 +446,15 @@ def make_segmenter(args):
         from ..segmentation.backends import resolve_device
 
         device = resolve_device(device, "--device")  # before any checkpoint is read; a GPU means torch
-    if _classical(args):
+    ext = external_source(args)
+    if ext is not None:  # another segmenter's maps or masks: the chain's pipeline, no network
+        from ..segmentation.external import ExternalFiles
+        from ..segmentation.pipeline import Pipeline
+
+        seg = Segmenter(None, pipeline=Pipeline())
+        seg._backend = ExternalFiles(ext[1], ext[0])
+        seg.name = seg.checkpoint = model_name(args)
+    elif _classical(args):
         given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
                                 ("--linkage", linkage)) if v is not None]
         if given:
@@ -438,6 +475,9 @@ def announce(command: str, seg, args) -> None:
         return  # quiet, or not the first process of a DDP run
     if seg.backend.name == "classical":
         what = "the classical path (no network)"
+    elif seg.backend.name in ("boundaries", "masks"):
+        what = (f"the boundary maps of {seg.backend.folder} (another detector's), through the chain"
+                if seg.backend.name == "boundaries" else f"the masks of {seg.backend.folder}")
     else:
         what = (f"model {seg.name}" + (" (the shipped default; --classical: the no-network baseline)"
                                        if args.checkpoint is None else "") + f", {seg.backend.name}")

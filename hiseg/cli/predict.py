@@ -67,6 +67,14 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
                      "PNGs, its BSDS ucm2 .mat file and, with --regions or --level, a label image and a coloured "
                      "overlay, into --out.", "output folder")
     add_model(p)
+    p.add_argument("--boundaries", default=None, metavar="DIR",
+                   help="instead of a model, another detector's boundary maps: DIR/NAME.png (8- or 16-bit), .npy or "
+                        ".mat (a BSDS ucm2 at pixel resolution, or one array) for each image NAME, through the same "
+                        "chain (superpixels, merging, hierarchy)")
+    p.add_argument("--masks", default=None, metavar="DIR",
+                   help="instead of a model, masks of another segmenter: DIR/NAME.npz (masks: (K, H, W) bool, "
+                        "optional scores) or NAME.json (SAM's mask list, COCO RLE) for each image NAME; the "
+                        "hierarchy is their nesting (hiseg.hierarchy_from_masks)")
     add_regions(p, "also write a segmentation with K regions (K >= 1; a hierarchy with fewer regions gives its "
                    "finest cut, with a warning)")
     add_level(p, "also write the segmentation at level T of the saliency map, in [0, 1] (regions merged below T)")
@@ -312,10 +320,8 @@ def _worker_init(seg, opts):
     workers are the parallelism)."""
     import cv2
 
-    if getattr(seg, "exported", None) is None:  # an exported model's worker runs no torch (one onnxruntime thread)
-        import torch
-
-        torch.set_num_threads(1)
+    if sys.modules.get("torch") is not None:  # a chain that needs it (a torch merge head) imported it: one thread
+        sys.modules["torch"].set_num_threads(1)
     cv2.setNumThreads(1)
     _WORKER.update(seg=seg, opts=opts)
 

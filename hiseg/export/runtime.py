@@ -22,6 +22,7 @@ from typing import Optional
 import numpy as np
 
 from ..core._lazy import installed
+from .guard import bound_allocations, check_graph
 from .manifest import ExportError, printable, read_manifest
 
 __all__ = ["OnnxBackend", "OnnxHead", "onnxruntime_module", "onnxruntime_available", "INSTALL_HINT"]
@@ -78,21 +79,30 @@ class OnnxBackend:
     """The graphs of an exported folder (manifest and checksums checked, sessions open).
 
     ``threads``: onnxruntime's intra-op threads (None: its default, one per core; on a busy
-    machine 1 is faster). Raises ExportError (:func:`hiseg.export.manifest.read_manifest`, a
+    machine 1 is faster). ``trusted``: a shipped model's exported form (matched to its
+    checkpoint by sha256), whose graphs are not sized again; any other folder's are, where onnx
+    is installed (:func:`hiseg.export.guard.check_graph`), and every session's memory is bounded
+    (:func:`~hiseg.export.guard.bound_allocations`). Raises ExportError
+    (:func:`hiseg.export.manifest.read_manifest`, a
     graph that does not load or whose inputs differ from the manifest's, onnxruntime missing)."""
 
     name = "onnxruntime"
     #: the pipeline settings inside the network graph: fixed at export
     fixed = ("scales", "flip")
 
-    def __init__(self, folder, threads: Optional[int] = None):
+    def __init__(self, folder, threads: Optional[int] = None, trusted: bool = False):
         self.folder = Path(folder)
         where = f"exported model {self.folder}"
         self.manifest = m = read_manifest(self.folder)
         ort = onnxruntime_module()
-        self.threads = threads
+        self.threads, self.trusted = threads, trusted
         so = ort.SessionOptions()
         so.log_severity_level = 3
+        bound_allocations(ort, so)  # a graph that asks for more than half the machine fails, never takes it
+        if not trusted and installed("onnx"):  # a folder from elsewhere: its graphs' declared sizes first (0.6 s)
+            for section in ("network", "merge_head"):
+                if m.get(section) is not None:
+                    check_graph(self.folder / m[section]["file"], where)
         # idle threads sleep instead of spinning: on a shared 2-core machine (load 6) two spinning
         # threads took 0.91 s a pass of the default model, two sleeping ones 0.76 (median of 5)
         so.add_session_config_entry("session.intra_op.allow_spinning", "0")
@@ -137,7 +147,7 @@ class OnnxBackend:
         return self
 
     def __reduce__(self):  # sessions are not picklable: a worker process opens the folder again, one thread
-        return (type(self), (str(self.folder), 1))
+        return (type(self), (str(self.folder), 1, self.trusted))
 
     def __repr__(self) -> str:
         return f"OnnxBackend({str(self.folder)!r}, model={self.model_name!r})"

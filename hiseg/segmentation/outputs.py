@@ -212,7 +212,11 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
             remove_stray_temps(p)
         overwrite = overwrite or any(os.path.lexists(p) for p in mine)
     work, out_shape, img = seg.read(path)
-    res = seg.finish(work, seg.network_map(work, tile) if boundary is None else boundary, out_shape)
+    from_files = getattr(seg.backend, "result_for", None)  # another segmenter's maps or masks, per image
+    if from_files is not None:
+        res = from_files(seg, path, work, out_shape)
+    else:
+        res = seg.finish(work, seg.network_map(work, tile) if boundary is None else boundary, out_shape)
     if run is not None:
         run.begin(overwrite)
     written = False

@@ -155,9 +155,9 @@ class Segmenter:
         if str(device).strip().lower() not in ("auto", "cpu"):
             raise ValueError(f"{model}: the onnxruntime backend runs on the CPU; use device cpu or auto, or "
                              "backend torch for another device")
-        self._backend = OnnxBackend(folder, threads)
-        self.device = "cpu"
         shipped = not Path(str(model)).expanduser().exists()
+        self._backend = OnnxBackend(folder, threads, trusted=shipped)  # a shipped form: matched by sha256 already
+        self.device = "cpu"
         self.name = str(model).lower() if shipped else self._backend.model_name
         self.checkpoint = str(model).lower() if shipped else str(folder)
         self.checkpoint_file = folder / MANIFEST  # a run record names it by the manifest's digest
