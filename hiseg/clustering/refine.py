@@ -40,7 +40,7 @@ REFINE_COSTS = ("dasgupta", "entropy")
 #: the exact costs that keep one of the default's hierarchies (``selection``): Dasgupta's, lowest of
 #: the refined fits (the default); the structural entropy, lowest of the refined fits and their starts
 SELECTIONS = ("dasgupta", "entropy")
-#: the highest altitude of a start, in units of its unit (:func:`start_ultrametric`): the
+#: the most a start's highest altitude may be in its unit (:func:`start_ultrametric`): the
 #: unit is the start's mean, or its highest altitude over this where the mean is smaller
 #: (duplicated samples: most edges at 0, the mean near 0). The soft cardinal's sigmoid
 #: expansion needs ~5 terms per unit of slope x altitude range and stops at 4096; the
