@@ -15,7 +15,7 @@ const decode = 'Promise.all([decodePng(D.image, W, H), decodePng(D.ucm, W2, 2 * 
 if (!code.includes(decode)) throw new Error('the page no longer decodes its PNGs as expected');
 code = code.replace(decode, 'Promise.resolve([new Uint8ClampedArray(PIXELS.image), new Uint8ClampedArray(PIXELS.ucm)])');
 const els = {};
-const initial = { mode: 'level', fill: 'mean', alpha: '65' };
+const initial = { mode: 'level', fill: 'palette', alpha: '65' };  // the page's defaults
 function el(id) {
   if (!els[id]) {
     els[id] = { id, value: initial[id] || '0', checked: id === 'contours', textContent: '', hidden: false, style: {},

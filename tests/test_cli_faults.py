@@ -435,3 +435,24 @@ def test_fit_result_prints_in_one_short_line():
     text = repr(fit)
     assert "\n" not in text and len(text) < 250
     assert f"n_iter={fit.n_iter}" in text and f"best_iter={fit.best_iter}" in text and "history=<30 losses>" in text
+
+
+def test_overlay_tints_regions_of_one_colour_apart_and_the_ucm_view_is_dark_on_white(tmp_path):
+    """Issue 53, item 7: the overlay blended each region's mean colour, near the image's own, so
+    regions of similar colour read as one; each region now gets a colour of its own. NAME_ucm.png
+    is drawn as the README's figure, boundaries dark on white."""
+    from hiseg.segmentation.outputs import _colour_overlay, region_colours, write_outputs
+
+    img = np.full((40, 60, 3), 0.5, np.float32)  # one grey: the mean colours were the image itself
+    labels = np.zeros((40, 60), np.int64)
+    labels[:, 20:40], labels[:, 40:] = 1, 2
+    over = _colour_overlay(img, labels).astype(int)
+    inside = [over[20, c] for c in (8, 30, 52)]  # away from the contours
+    assert min(np.abs(a - b).sum() for i, a in enumerate(inside) for b in inside[i + 1:]) > 120
+    assert all(np.abs(c - 128).max() > 40 for c in inside)  # tinted, not the grey image
+    colours = region_colours(12).astype(int)
+    assert len({tuple(c) for c in colours}) == 12 and (colours.max(1) - colours.min(1)).min() > 100
+    res = Segmenter.classical(region_size=6.0, fit_iterations=5).segment(checker_image())
+    write_outputs(tmp_path, "q", res, checker_image())
+    view = cv2.imread(str(tmp_path / "q_ucm.png"), cv2.IMREAD_UNCHANGED)
+    assert np.median(view) == 255 and view.min() < 128  # white, with dark boundaries

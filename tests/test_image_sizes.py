@@ -139,8 +139,8 @@ def test_banded_outputs_equal_the_whole_image_ones(tmp_path, monkeypatch, kind, 
     np.testing.assert_array_equal(cv2.imread(str(out / "im_overlay.png")), _colour_overlay(full, labels))
     np.testing.assert_array_equal(_colour_overlay(image, labels, rows=2), _colour_overlay(full, labels))
     sal = np.clip(res.saliency, 0, 1).astype(np.float32)
-    np.testing.assert_array_equal(cv2.imread(str(out / "im_ucm.png"), cv2.IMREAD_UNCHANGED),  # the view: sqrt
-                                  _quantise(np.sqrt(sal), 255, np.uint8))
+    np.testing.assert_array_equal(cv2.imread(str(out / "im_ucm.png"), cv2.IMREAD_UNCHANGED),  # the view: sqrt,
+                                  255 - _quantise(np.sqrt(sal), 255, np.uint8))  # dark on white
     np.testing.assert_array_equal(cv2.imread(str(out / "im_ucm16.png"), cv2.IMREAD_UNCHANGED),
                                   _quantise(sal, 65535, np.uint16))
     np.testing.assert_array_equal(loadmat(out / "im.mat")["ucm2"], res.ucm2)

@@ -15,7 +15,8 @@ from ..io import (AtomicFiles, display_path, file_complete, remove_stray_temps, 
 from .result import SegmentationResult
 from .segmenter import BAND_PIXELS, Segmenter
 
-__all__ = ["write_outputs", "output_paths", "image_outputs", "image_done", "predict_file", "MAX_LABELS"]
+__all__ = ["write_outputs", "output_paths", "image_outputs", "image_done", "predict_file", "region_colours",
+           "MAX_LABELS", "OVERLAY_TINT"]
 
 #: The most regions a label image (16-bit PNG, labels 0..65535) holds.
 MAX_LABELS = 65536
@@ -37,26 +38,34 @@ def _rgb8_rows(image: np.ndarray, r0: int, r1: int) -> np.ndarray:
     return (np.clip(band[..., :3], 0, 1) * 255 + 0.5).astype(np.uint8)
 
 
+#: The share of a region's palette colour in the overlay (the image's: the rest). The regions'
+#: mean colours, blended at 0.5 until issue 53, were close to the image's own and read faintly.
+OVERLAY_TINT = 0.5
+
+
+def region_colours(k: int) -> np.ndarray:
+    """(k, 3) uint8 RGB: a saturated colour per label, hues a golden angle apart (neighbouring
+    labels far apart on the colour wheel), in two brightnesses; the same for any image."""
+    import cv2
+
+    i = np.arange(k)
+    hsv = np.stack([(i * 0.6180339887 % 1.0) * 180, np.full(k, 200), np.where(i % 2, 200, 255)], axis=-1)
+    return cv2.cvtColor(hsv.astype(np.uint8)[None], cv2.COLOR_HSV2RGB)[0]
+
+
 def _overlay_rows(image: np.ndarray, label_rows, k: int, step: int):
     """The rows of :func:`_colour_overlay` (uint8 RGB) as a function ``(r0, r1) -> rows``, of
-    label rows given the same way (:meth:`SegmentationResult.label_rows`): the regions' mean
-    colours are summed ``step`` rows at a time first (whole numbers: the same in any order)."""
+    label rows given the same way (:meth:`SegmentationResult.label_rows`)."""
     import cv2
 
     h = image.shape[0]
-    cnt, sums = np.zeros(k, np.int64), np.zeros((k, 3))
-    for r0 in range(0, h, step):
-        flat, img8 = label_rows(r0, r0 + step).ravel(), _rgb8_rows(image, r0, r0 + step)
-        cnt += np.bincount(flat, minlength=k)
-        for c in range(3):
-            sums[:, c] += np.bincount(flat, weights=img8[..., c].ravel(), minlength=k)
-    lut = (sums / np.maximum(cnt, 1)[:, None] + 0.5).astype(np.uint8)
+    lut = region_colours(k)
 
     def rows(r0, r1):
         r1 = min(h, r1)
         lo = max(0, r0 - 2)  # the outline of rows r0..r1-1 sees the labels two rows around them
         lab = label_rows(lo, min(h, r1 + 1))
-        band = cv2.addWeighted(lut[lab[r0 - lo:r1 - lo]], 0.5, _rgb8_rows(image, r0, r1), 0.5, 0)
+        band = cv2.addWeighted(lut[lab[r0 - lo:r1 - lo]], OVERLAY_TINT, _rgb8_rows(image, r0, r1), 1 - OVERLAY_TINT, 0)
         line = np.zeros(lab.shape, np.uint8)
         line[:, 1:][lab[:, 1:] != lab[:, :-1]] = 1
         line[1:][lab[1:] != lab[:-1]] = 1
@@ -67,8 +76,9 @@ def _overlay_rows(image: np.ndarray, label_rows, k: int, step: int):
 
 
 def _colour_overlay(image: np.ndarray, labels: np.ndarray, rows: Optional[int] = None) -> np.ndarray:
-    """Mean colour of each region blended with the image, region boundaries as a white line
-    with a black outline on both sides (visible on light and dark areas alike; uint8 BGR).
+    """A colour per region (:func:`region_colours`) blended with the image (:data:`OVERLAY_TINT`),
+    region boundaries as a white line with a black outline on both sides (visible on light and
+    dark areas alike; uint8 BGR).
     ``rows``: drawn that many rows at a time (default: all; the same image). uint8
     arithmetic: a few bytes per pixel for a photograph."""
     h = image.shape[0]
@@ -84,7 +94,8 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
     each to a temporary file, one at a time, then all moved into place; an error or a
     Ctrl-C leaves none of them half-written and no temporary file).
 
-    ``{stem}_ucm.png`` (8-bit, the square root of the saliency: a view, whose weak edges show),
+    ``{stem}_ucm.png`` (8-bit, the square root of the saliency drawn dark on white, as the README's
+    figure and the explorer's panel: a view, whose weak edges show),
     ``{stem}_ucm16.png`` (16-bit, the saliency itself), ``{stem}.mat`` (BSDS ``ucm2``, double,
     exact), and with ``n_regions`` or ``threshold`` ``{stem}_labels.png``
     (uint16 labels) and ``{stem}_overlay.png`` (``min_size``: see
@@ -125,10 +136,10 @@ def write_outputs(out_dir, stem: str, result: SegmentationResult, image: np.ndar
 
     blocks = result.ucm2_blocks()
 
-    def saliency(top, dtype, view=False):  # view: the square root, for the eye (weak edges visible)
+    def saliency(top, dtype, view=False):  # view: the square root, dark on white, for the eye (weak edges visible)
         def rows(r0, r1):
             s = np.clip(blocks[2 * r0 + 2:2 * min(h, r1) + 1, 2:2 * w + 1][::2, ::2], 0, 1).astype(np.float32)
-            return _quantise(np.sqrt(s, out=s) if view else s, top, dtype)
+            return top - _quantise(np.sqrt(s, out=s), top, dtype) if view else _quantise(s, top, dtype)
         return rows
 
     out.mkdir(parents=True, exist_ok=True)
