@@ -52,6 +52,8 @@ from typing import Optional, Sequence
 __all__ = ["main", "build_parser"]
 
 _SUBCOMMANDS = ("predict", "view", "evaluate", "ensemble", "export")
+#: The options that choose what runs, named in a line saying what an install lacks.
+SELECTORS = ("--classical", "--backend", "torch")
 
 
 def build_parser(command: Optional[str] = None) -> argparse.ArgumentParser:
@@ -95,7 +97,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if package is None:
             raise
         command = next((a for a in argv if not a.startswith("-")), "")
-        message = str(e) if INSTALL_TORCH in str(e) else needs(f"hiseg {command}".strip(), package)
+        message = (str(e).replace("this needs", f"hiseg {' '.join(argv[:1] + [a for a in argv if a in SELECTORS])} "
+                                  "needs", 1) if INSTALL_TORCH in str(e) else needs(f"hiseg {command}".strip(), package))
         print(f"hiseg {command}: error: {message}", file=sys.stderr)
         return 2
 
