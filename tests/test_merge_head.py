@@ -173,9 +173,12 @@ def test_unknown_feature_setting_is_refused_by_name(tmp_path):
 
 def test_head_of_another_network_is_refused_by_name(tmp_path):
     _, _, path = tiny_checkpoint(tmp_path, head_for_model=False)
-    seg = Segmenter.from_checkpoint(path)
     with pytest.raises(PipelineError, match=r"merge_head\.network.*0123456789abcdef"):
-        seg.segment(scene()[0])
+        Segmenter.from_checkpoint(path)  # refused when loaded (checked once per pipeline), before any image
+    seg = Segmenter.from_checkpoint(tiny_checkpoint(tmp_path, name="ok0.ckpt")[2])
+    with pytest.raises(PipelineError, match=r"merge_head\.network.*0123456789abcdef"):
+        seg.pipeline = Pipeline.from_dict(Segmenter.from_checkpoint(path, pipeline=seg.pipeline).pipeline.to_dict()
+                                          | {"merge_head": {**seg.pipeline.merge_head, "network": "0123456789abcdef"}})
     # the same head on the classical path (no network) is refused too
     _, _, path = tiny_checkpoint(tmp_path, name="ok.ckpt")
     pipe = Segmenter.from_checkpoint(path).pipeline

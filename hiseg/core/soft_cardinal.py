@@ -11,11 +11,13 @@ import functools
 import math
 from typing import Optional
 
-import higra as hg
 import numpy as np
 import torch
 
+from ._lazy import import_higra
 from .ultrametric import Hierarchy
+
+hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
 
 __all__ = ["soft_cardinal", "soft_cardinal_sum", "sigmoid_expansion"]
 

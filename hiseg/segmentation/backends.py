@@ -9,8 +9,9 @@ the one chain (:meth:`hiseg.segmentation.Pipeline.hierarchy_of_map`), whatever b
 
 :func:`choose_backend` picks one from what a model is and what is installed (``backend="auto"``).
 A backend has ``name``, ``fixed`` (pipeline settings it holds inside its graph), ``head`` (its
-merge head, or None: the pipeline's own), ``boundary_map(image, pipeline, tile)`` and
-``worker_copy()``.
+merge head, or None: the pipeline's own), ``boundary_map(image, pipeline, tile)``,
+``worker_copy()`` and, where it runs a network a pipeline's merge head may be tied to,
+``check(pipeline)`` (made once, when the Segmenter is given the pipeline).
 """
 from __future__ import annotations
 
@@ -132,8 +133,12 @@ class TorchBackend:
     def __init__(self, model, device):
         self.model, self.device = model.to(device).eval(), device
 
+    def check(self, pipeline) -> None:
+        """PipelineError when ``pipeline``'s merge head was trained on another network's maps."""
+        pipeline.check_model(self.model)
+
     def boundary_map(self, image: np.ndarray, pipeline, tile: int = 512) -> np.ndarray:
-        return pipeline.boundary_map(self.model, image, self.device, tile=tile)
+        return pipeline.network_map(self.model, image, self.device, tile=tile)
 
     def worker_copy(self) -> "ClassicalBackend":
         """The workers of ``hiseg predict --workers`` run the chain only: no network there."""
@@ -148,6 +153,9 @@ class ClassicalBackend:
     head = None
     model = None
     device = "cpu"
+
+    def check(self, pipeline) -> None:
+        pipeline.check_model(None)
 
     def boundary_map(self, image: np.ndarray, pipeline, tile: int = 0) -> np.ndarray:
         return pipeline.boundary_map(None, image)

@@ -259,6 +259,11 @@ class Pipeline:
         self.check_model(model)
         if model is None:
             return color_gradient(image, self.sigma)
+        return self.network_map(model, image, device, tile)
+
+    def network_map(self, model: torch.nn.Module, image: np.ndarray, device="cpu", tile: int = 512) -> np.ndarray:
+        """:meth:`boundary_map` of a network, without the check that the merge head was trained on
+        its maps (a Segmenter makes it once, when it is given this pipeline)."""
         with torch.inference_mode():
             x = torch.from_numpy(np.ascontiguousarray(image.transpose(2, 0, 1)))[None].to(device)
             return self.maps(lambda t: tiled_forward(model, t, tile), x)[0].cpu().numpy()

@@ -186,6 +186,9 @@ class Segmenter:
 
         if not isinstance(pipeline, Pipeline):
             pipeline = Pipeline.from_dict(pipeline, source="pipeline argument")
+        check = getattr(self._backend, "check", None)
+        if check is not None:  # once per pipeline: a merge head trained on another network's maps is refused
+            check(pipeline)
         old = getattr(self, "_pipeline", None)
         if old is not None:
             fixed = [k for k in self._backend.fixed if getattr(pipeline, k) != getattr(old, k)]
