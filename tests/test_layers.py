@@ -200,10 +200,7 @@ def test_the_package_root_holds_at_most_five_modules():
 
 #: ``from X import _name`` across module borders that stay, each with its reason (issue 54: "no
 #: module imports another module's private names")
-PRIVATE_IMPORTS = {
-    "cli/export.py: hiseg.cli.options._default_model": "hiseg/cli/ was being rewritten by another worker "
-                                                       "when the rule came (issue 54); rename it default_model there",
-}
+PRIVATE_IMPORTS: dict = {}
 
 
 def _private_imports(path: Path, rel: list[str]):

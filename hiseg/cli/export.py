@@ -16,14 +16,14 @@ HELP = "a model as ONNX files and a manifest, for onnxruntime inference without 
 
 def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``hiseg export``'s options to ``p`` and return it."""
-    from .options import _default_model
+    from .options import default_model
 
     p.description = ("Export a shipped model or a checkpoint into a folder: its boundary network(s) as ONNX "
                      "(BatchNorm folded, any image size, scales and flips inside), its learned merging head as "
                      "ONNX, and manifest.json (settings, versions, sha256 of each file). Predict from it with "
                      "`hiseg predict --checkpoint DIR` (onnxruntime).")
     p.add_argument("model", nargs="?", default=None, metavar="MODEL",
-                   help="a checkpoint (.ckpt) or a shipped model's name" + default_text(_default_model()))
+                   help="a checkpoint (.ckpt) or a shipped model's name" + default_text(default_model()))
     p.add_argument("-o", "--out", required=True, metavar="DIR", type=Path, help="the folder to write")
     add_pipeline_overrides(p)
     add_overwrite(p, "export files")
@@ -35,9 +35,9 @@ def run(args) -> int:
     """``hiseg export`` with parsed ``args``: 0, or ExportError / FileNotFoundError /
     CheckpointError before anything is written."""
     from ..export.onnx import export_model
-    from .options import _default_model
+    from .options import default_model
 
-    m = export_model(args.model or _default_model(), args.out, overwrite=args.overwrite,
+    m = export_model(args.model or default_model(), args.out, overwrite=args.overwrite,
                      scales=args.scales, flip=args.flip, linkage=args.linkage)
     if not args.quiet:
         print(f"wrote {args.out}: model {m['model']}, {', '.join(m['files'])} and manifest.json "

@@ -196,7 +196,7 @@ def _names() -> list[str]:
     return list(SHIPPED_NAMES)
 
 
-def _default_model() -> str:
+def default_model() -> str:
     from .._shipped import DEFAULT_PRETRAINED
 
     return DEFAULT_PRETRAINED
@@ -214,7 +214,7 @@ def add_model(p: argparse.ArgumentParser, when: str = "") -> None:
     p.add_argument("--checkpoint", default=None, metavar="CKPT",
                    help=f"{when}a trained checkpoint (.ckpt), a shipped model's name ({', '.join(_names())}) or a "
                         "folder written by `hiseg export` (onnxruntime, no torch); "
-                        "'none': the classical path (--classical)" + default_text(_default_model()))
+                        "'none': the classical path (--classical)" + default_text(default_model()))
     add_deprecated(p, "-c", "checkpoint", "--checkpoint", "-c is --config in hiseg train", metavar="CKPT")
     p.add_argument("--classical", action="store_true",
                    help=f"{when}the classical path, the no-network baseline: colour gradient, colour-watershed "
@@ -400,7 +400,7 @@ def model_name(args) -> str:
         return f"{ext[0]}:{Path(ext[1]).resolve()}"
     if _classical(args):
         return "classical"
-    return str(args.checkpoint) if args.checkpoint is not None else _default_model()
+    return str(args.checkpoint) if args.checkpoint is not None else default_model()
 
 
 def exported_folder(args):
