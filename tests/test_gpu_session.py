@@ -96,7 +96,9 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     assert len(names) <= 8 and {"summary.txt", "bench.log", "pixel_stage.md", "gpu_checks.md", "recipe.log",
                                 "pixel_last.ckpt", "pixel_metrics.csv"} <= set(names), names
     rows = [ln for ln in (a / "pixel_stage.md").read_text().splitlines() if ln.startswith("| cpu")]
-    assert len(rows) == 1 and "pdc_boundary_net" in rows[0]
+    bench = [r for r in rows if "training (gpu_run.py" not in r]
+    assert len(bench) == 1 and "pdc_boundary_net" in bench[0]
+    _speed_row(a, rows, 4)
     checks = [ln.split("|")[1:-1] for ln in (a / "gpu_checks.md").read_text().splitlines()[2:]]
     assert [c[:2] for c in checks] == [[" cpu ", " eager "]] and checks[0][2].strip().startswith("crops/s ")
     first = load_ckpt(a / "pixel_last.ckpt")
@@ -106,7 +108,8 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     # the next run resumes from the first's checkpoint and continues its curve
     b, curve_b = _resumed_run(tmp_path / "b", env, a / "pixel_last.ckpt", 8, curve_a, *common, "--resume",
                               a / "pixel_last.ckpt", "--curve", a / "pixel_metrics.csv", "--bench", "none")
-    assert not (b / "pixel_stage.md").exists()  # --bench none
+    rows = [ln for ln in (b / "pixel_stage.md").read_text().splitlines() if ln.startswith("| ")]
+    _speed_row(b, rows[1:], 8)  # --bench none: the training's row alone, under the table's header
     # --resume not given: the further of the committed state (here a's, step 4) and the machine's last command
     # (b's, step 8, kept in KEEP) is resumed, with its curve
     assert load_ckpt(keep / "pixel_last.ckpt")["global_step"] == 8
@@ -117,6 +120,67 @@ def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     assert [ln.split("|")[2] for ln in (c / "gpu_checks.md").read_text().splitlines()[2:]] == [" compact "]
     assert [ln.split("|")[2].strip() for ln in (keep / "gpu_checks.md").read_text().splitlines()] == ["eager",
                                                                                                      "compact"]
+
+
+def _speed_row(out, rows, step):
+    """The command's log (recipe.log, gpu_phases.py's lines) gave one training row of pixel_stage.md, in
+    the table's columns, up to ``step``: crops/s after the first step, the floor of the same run, their
+    ratio; and its start-up phases, logged in summary.txt. ``gpu_choices.py row`` gives the same row."""
+    training = [r for r in rows if "training (gpu_run.py" in r]
+    assert len(training) == 1, rows
+    cells = [c.strip() for c in training[0].strip("|").split("|")]
+    assert len(cells) == 5 and cells[0].startswith("cpu") and cells[1].startswith("pdc_boundary_net `{")
+    assert f"to step {step} in" in cells[1]
+    crops, floor, ratio = float(cells[2]), float(cells[3]), float(cells[4])
+    assert crops > 0 and floor > 0 and abs(ratio - crops / floor) <= 0.01
+    summary = (out / "summary.txt").read_text()
+    assert f"speed row (pixel_stage.md): {training[0]}" in summary
+    phases = ("train.py started", "imports done", "built", "data ready", "model restored", "floor measured",
+              "first step")
+    start = summary.split("start-up: ", 1)[1].splitlines()[0]
+    assert [p.rsplit(" ", 2)[0] for p in start.split(" (first step")[0].split("; ")
+            if not p.startswith("checkpoint read")] == list(phases), start
+    r = subprocess.run([sys.executable, str(ROOT / "experiments/gpu/gpu_choices.py"), "row", str(out / "recipe.log")],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and training[0].replace(f", {_today()}", "") in r.stdout, r.stdout + r.stderr
+
+
+def _today():
+    import datetime
+
+    return datetime.date.today().isoformat()
+
+
+LOG = """[gpu_phases] train.py started at +5.0 s (+5.0 s)
+[gpu_phases] imports done at +12.0 s (+7.0 s)
+[gpu_phases] device: NVIDIA H200
+[gpu_phases] network: pdc_boundary_net `{"width": 40}` (578k parameters); 32 crops of 320x320, bf16-mixed
+[gpu_phases] floor: 90 bare forward+backward steps of 32 crops of 320x320 (bf16-mixed, channels-last) in 3.00 s: 960.00 crops/s
+[gpu_phases] first step at +30.0 s (+18.0 s) (step 8391)
+[gpu_phases] rate: 500 steps (to step 8891) in 20.00 s after the first step (validation's 0.0 s left out): 25.0000 steps/s x 32 crops = 800.00 crops/s
+"""
+
+
+def test_gpu_phases_row_reads_the_last_run_of_a_log():
+    """gpu_phases.row: the last train.py run of a log (a retry after a failed compiled try), its last rate
+    line (a periodic one where the run was killed before its end); no rate line: ValueError."""
+    gp = _module("gpu_phases")
+    killed = LOG.replace("H200", "H100")  # a first try, cut after one periodic rate line
+    retry = LOG + "Lightning's own lines\n" + LOG.replace("500 steps (to step 8891) in 20.00", "1000 steps (to step "
+                                                                "9391) in 50.00").replace("= 800.00", "= 640.00")
+    row = gp.row(killed + retry, "2026-11-29")
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[0] == "NVIDIA H200" and cells[2:] == ["640.0", "960.0", "0.67"], row
+    assert "1000 steps to step 9391 in 50 s after the first step, which ended 30 s into the command" in cells[1]
+    assert cells[1].startswith('pdc_boundary_net `{"width": 40}` (578k parameters); 32 crops of 320x320, bf16-mixed')
+    # the table's readers take it for the network's eager GPU row
+    g = _module("gpu_choices")
+    rows = g.gpu_rows(_table(("NVIDIA H100 80GB HBM3", PDC, "1.0")) + row + "\n", "pdc_boundary_net", {"width": 40},
+                      "NVIDIA H200")
+    assert [(r["crops"], r["compiled"]) for r in rows] == [(640.0, None)]
+    assert gp.phases_line(LOG) == "train.py started 5.0 s; imports done 7.0 s; first step 18.0 s (first step's end at +30.0 s)"
+    with pytest.raises(ValueError, match="no \\[gpu_phases\\] rate"):
+        gp.row(LOG.split("[gpu_phases] rate")[0])
 
 
 def _resumed_run(out, env, resumed, step, curve_before, *args):

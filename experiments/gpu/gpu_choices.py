@@ -34,6 +34,11 @@ its minutes on training once a measurement exists:
     python experiments/gpu/gpu_choices.py newest CKPT [CKPT ...]
     python experiments/gpu/gpu_choices.py step CKPT
     python experiments/gpu/gpu_choices.py curve OUT [--until CKPT] CSV [CSV ...]
+    python experiments/gpu/gpu_choices.py row LOG [LOG ...]
+
+* ``row LOG...``: the row of benchmarks/results/pixel_stage.md of a pixel-stage run's log (gpu_run.py's
+  OUT/recipe.log, the ``[gpu_phases]`` lines of experiments/gpu/gpu_phases.py: crops/s after the first
+  step next to the floor measured in the same run), one per log, and on stderr its start-up phases.
 
 (``--results`` and ``--checks`` may be given several times: their rows are read in that order, e.g.
 the committed table and the rows a session has just measured.)
@@ -121,9 +126,67 @@ def newest(paths) -> str:
 
 
 def _step(path) -> int:
-    import torch
+    return int(ckpt_fields(path).get("global_step", 0))
 
-    return int(torch.load(path, map_location="cpu", weights_only=True).get("global_step", 0))
+
+def ckpt_fields(path) -> dict:
+    """A checkpoint's plain fields (``global_step``, the callbacks' states...) without torch: its
+    ``data.pkl`` read with every class and function outside the builtins and ``collections`` taken
+    as an inert stand-in and no tensor data (nothing is imported or run: torch's import costs seconds
+    of a device command before its first step). A checkpoint not in torch's zip format: torch.load."""
+    import builtins
+    import pickle
+    import zipfile
+
+    class Inert:
+        def __new__(cls, *args, **kwargs):
+            return object.__new__(cls)
+
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __setstate__(self, state):
+            pass
+
+        def __setitem__(self, key, value):
+            pass
+
+        def append(self, value):
+            pass
+
+        def extend(self, values):
+            pass
+
+    class Dict(dict):  # an OrderedDict (a state dict's)
+        def __setstate__(self, state):
+            pass
+
+    class Reader(pickle.Unpickler):
+        def find_class(self, module, name):
+            if module == "collections" and name == "OrderedDict":
+                return Dict
+            if module == "builtins" and name in ("set", "frozenset", "tuple", "list", "dict", "slice", "complex"):
+                return getattr(builtins, name)
+            return Inert
+
+        def persistent_load(self, pid):
+            return None
+
+    try:
+        z = zipfile.ZipFile(path)
+    except zipfile.BadZipFile:
+        import torch
+
+        return torch.load(path, map_location="cpu", weights_only=True)
+    with z:
+        name = next((n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+        if name is None:
+            raise ValueError(f"{path}: no data.pkl in it (not a torch checkpoint)")
+        with z.open(name) as f:
+            out = Reader(f).load()
+    if not isinstance(out, dict):
+        raise ValueError(f"{path}: not a checkpoint (a {type(out).__name__})")
+    return out
 
 
 def join_curves(out, parts, until: int | None = None) -> int:
@@ -155,7 +218,7 @@ def join_curves(out, parts, until: int | None = None) -> int:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    verbs = p.add_subparsers(dest="verb", required=True, metavar="{todo,compile,newest,step,curve}")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="{todo,compile,newest,step,curve,row}")
     parsers = {}
     for verb, what in (("todo", "the checks this GPU kind has no result for yet, in their order"),
                        ("compile", "1 if the newest torch.compile row gains --gain over eager, else 0")):
@@ -177,8 +240,22 @@ def main(argv=None) -> int:
     q.add_argument("out")
     q.add_argument("--until", help="a checkpoint: the last file's rows of steps after it are left out")
     q.add_argument("parts", nargs="+")
+    q = verbs.add_parser("row", help="the pixel_stage.md row of a pixel-stage run's log (gpu_run.py's recipe.log)")
+    q.add_argument("logs", nargs="+")
     args = p.parse_args(sys.argv[1:] if argv is None else list(argv))
-    if args.verb == "newest":
+    if args.verb == "row":
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import gpu_phases
+
+        for log in args.logs:
+            text = Path(log).read_text(errors="replace")
+            print(f"{log}: {gpu_phases.phases_line(text)}", file=sys.stderr)
+            try:
+                print(gpu_phases.row(text))
+            except ValueError as e:
+                print(f"gpu_choices row: {log}: {e}", file=sys.stderr)
+                return 1
+    elif args.verb == "newest":
         print(newest(args.paths))
     elif args.verb == "step":
         print(_step(args.path))

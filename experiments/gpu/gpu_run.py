@@ -38,7 +38,8 @@ Before the session, here: ``python experiments/gpu/prepare_gpu.py`` (fills the g
   run(command="python3 experiments/gpu/gpu_run.py --out $OUT", carry=[".gpu"], timeout_s=590)
 The CUDA machine lacks higra and jsonargparse: this program unpacks .gpu/site.tar.xz before anything needs
 them (its top is the standard library only), and its Python has no numba (hiseg.metrics' numpy/scipy
-twins run there; summary.txt's first line says which). Steps and what to commit: experiments/gpu/README.md.
+twins run there; summary.txt's last lines say which). Every pixel stage runs train.py through gpu_phases.py:
+its start-up phases, floor and rate in recipe.log, its speed row in summary.txt and OUT/pixel_stage.md. Steps and what to commit: experiments/gpu/README.md.
 """
 from __future__ import annotations
 
@@ -82,6 +83,8 @@ def parse(argv):
     p.add_argument("--workers", type=int, default=4 if not recipe else 8)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--python", default=sys.executable, help="the Python of every subprocess")
+    p.add_argument("--train-arg", action="append", default=[],
+                   help="one more train.py argument, repeatable: --train-arg=--data.init_args.crop_size=64")
     if recipe:
         p.add_argument("--resume", default="", help="a pixel-stage checkpoint to continue")
         p.add_argument("--config", default="configs/bsds500_pixel.yaml")
@@ -92,8 +95,6 @@ def parse(argv):
                        help="the merging stage runs only when the command has that much left of its 9 minutes")
         p.add_argument("--no-merge", action="store_true", help="stop after the pixel stage")
         p.add_argument("--train-data", default="", help="a hiseg.data.edges.pack_edge_dataset file to train from")
-        p.add_argument("--train-arg", action="append", default=[],
-                       help="one more train.py argument, repeatable: --train-arg=--trainer.callbacks+=CLASS")
     else:
         p.add_argument("--resume", help="the checkpoint to resume ('': afresh; default: the one of --state and "
                                         "KEEP/pixel_last.ckpt with more steps)")
@@ -108,6 +109,8 @@ def parse(argv):
         p.add_argument("--compile", default="auto", choices=("auto", "on", "off"))
         p.add_argument("--compile-callback", default="hiseg.training.callbacks.CompileNetwork")
         p.add_argument("--arch-name", default="pdc_boundary_net")
+        p.add_argument("--floor-seconds", type=float, default=3,
+                       help="the stage's bare forward+backward timed this long before its first step (0: not)")
     a = p.parse_args(argv)
     a.recipe = recipe
     a.bsds = a.bsds or os.path.join(a.gpu_dir, "BSDS500")
@@ -185,18 +188,17 @@ def pixel_stage(a, out: Path, log: Log, g, *, config, arch_kwargs, seconds, resu
     """train.py fit of a pixel stage for ``seconds`` more training time (Lightning's max_time counts the
     whole run: a resumed run restores the time already spent from the checkpoint's Timer), its last
     checkpoint and its whole curve (``curve``, then this run's rows) into OUT; returns its exit status."""
-    import torch
-
     spent = 0
-    if resume:
-        ck = torch.load(resume, map_location="cpu", weights_only=True)
+    if resume:  # read without torch (gpu_choices.ckpt_fields): this process never imports it
+        ck = g.ckpt_fields(resume)
         spent = int(ck.get("callbacks", {}).get("Timer", {}).get("time_elapsed", {}).get("train", 0))
     limit = spent + int(seconds)
     max_time = f"00:{limit // 3600:02d}:{limit % 3600 // 60:02d}:{limit % 60:02d}"
     batch, workers, precision, extra = a.batch, a.workers, "bf16-mixed" if cuda else "32-true", []
     if a.dry_run:
         batch, workers, arch_kwargs, precision, extra = 4, 0, TINY_ARCH, "32-true", TINY_DATA
-    cmd = [a.python, ROOT / "train.py", "fit", "--config", config,
+    # train.py through gpu_phases.py: its start-up phases, the floor and the rate in recipe.log ([gpu_phases] lines)
+    cmd = [a.python, ROOT / "experiments" / "gpu" / "gpu_phases.py", "fit", "--config", config,
            "--data.init_args.data_root", a.bsds, "--data.init_args.train_split", a.split,
            "--data.init_args.batch_size", batch, "--data.init_args.num_workers", workers,
            "--trainer.precision", precision, "--trainer.max_steps", a.pixel_steps, "--trainer.max_time", max_time,
@@ -207,9 +209,11 @@ def pixel_stage(a, out: Path, log: Log, g, *, config, arch_kwargs, seconds, resu
     cmd += ["--data.init_args.train_data", train_data] if train_data else []
     cmd += list(train_args)
     curve = curve or (os.path.join(os.path.dirname(resume), "pixel_metrics.csv") if resume else "")
-    env = dict(os.environ, **({"HISEG_STOP_AT": str(int(stop_at))} if stop_at else {}))
+    env = dict(os.environ, **({"HISEG_STOP_AT": str(int(stop_at))} if stop_at else {}),
+               GPU_PHASES_T0=repr(log.start), GPU_PHASES_FLOOR_SECONDS=str(min(getattr(a, "floor_seconds", 3), 0.5 if a.dry_run else 1e9)))
     t0 = time.time()
     rc = run(cmd, timeout or 10 ** 6, out / "recipe.log", env=env)
+    speed_row(out, log)
     last = last_periodic(work)
     if rc == 0 and last:
         shutil.copy(last, out / "pixel_last.ckpt")
@@ -227,17 +231,58 @@ def pixel_stage(a, out: Path, log: Log, g, *, config, arch_kwargs, seconds, resu
     return rc or 1
 
 
-def device_info(a) -> dict:
+def speed_row(out: Path, log: Log) -> None:
+    """The run's start-up phases and its row of pixel_stage.md from recipe.log's last run (gpu_phases.py):
+    logged, and the row appended to OUT/pixel_stage.md (with the table's header where it is new)."""
+    if str(Path(__file__).resolve().parent) not in sys.path:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import gpu_phases
+
+    try:
+        text = (out / "recipe.log").read_text(errors="replace")
+        phases = gpu_phases.phases_line(text)
+        if phases:
+            log(f"start-up: {phases}")
+        row = gpu_phases.row(text, datetime.date.today().isoformat())
+    except (OSError, ValueError) as e:
+        log(f"no speed row: {e}")
+        return
+    table = out / "pixel_stage.md"
+    with open(table, "a") as f:
+        if f.tell() == 0:
+            f.write("| device | network | crops/s | floor crops/s | ratio |\n|---|---|---:|---:|---:|\n")
+        f.write(row + "\n")
+    log(f"speed row (pixel_stage.md): {row}")
+
+
+def device_info(a, background: bool = False):
+    """{gpu (as torch.cuda names it; '' without CUDA), torch (its version), numba (which metrics run)} from a
+    subprocess that imports torch and starts CUDA; ``background``: that subprocess started, to be read by
+    :func:`device_info_result` (its seconds then overlap the training's start)."""
     code = ("import json, torch\ng = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ''\n"
             "try:\n import hiseg.metrics.kernels as k\n"
             " n = 'numba' if k.HAVE_NUMBA else 'no numba: the numpy/scipy metrics'\n"
             "except Exception as e:\n n = repr(e)\n"
             "print(json.dumps({'gpu': g, 'torch': torch.__version__, 'numba': n}))")
-    r = subprocess.run([a.python, "-c", code], capture_output=True, text=True)
+    proc = subprocess.Popen([a.python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc if background else device_info_result(proc)
+
+
+def device_info_result(proc) -> dict:
+    stdout, stderr = proc.communicate()
     try:
-        return json.loads(r.stdout.strip().splitlines()[-1])
+        return json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        return {"gpu": "", "torch": "?", "numba": (r.stderr.strip().splitlines() or ["?"])[-1]}
+        return {"gpu": "", "torch": "?", "numba": (stderr.strip().splitlines() or ["?"])[-1]}
+
+
+def nvidia_smi() -> tuple[str, str]:
+    """(nvidia-smi's line: name, memory, driver; the GPU's name, as torch.cuda gives it from the same driver),
+    in a fraction of a second; ('no GPU', '') where nvidia-smi is missing or fails."""
+    line = first_line(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"], "")
+    if not line or line.lower().startswith(("no devices", "nvidia-smi has failed")):
+        return "no GPU", ""
+    return line, line.split(",")[0].strip()
 
 
 def first_line(cmd, default) -> str:
@@ -327,8 +372,10 @@ def session(a, out: Path, log: Log, start: float) -> int:
         if resume == str(keep / "pixel_last.ckpt") and curve is None:
             curve = str(keep / "pixel_metrics.csv")
     curve = "experiments/state/pdc_pixel_metrics.csv" if curve is None else curve
-    info = device_info(a)
-    gpu_name = info["gpu"]
+    # the GPU's name from nvidia-smi (a fraction of a second); torch's view of the machine (its name of the GPU,
+    # its version, numba or not) comes from a subprocess run beside the stage's start, logged at the end
+    info_proc = device_info(a, background=True)
+    nvidia, gpu_name = nvidia_smi()
     device = gpu_name or "cpu"
     items = ["eager", "compact"] if a.dry_run else list(ITEMS)  # the CPU has no sync check, host pool or compile row
     results = ["benchmarks/results/pixel_stage.md", str(keep / "pixel_stage.md")]
@@ -344,11 +391,8 @@ def session(a, out: Path, log: Log, start: float) -> int:
         except Exception as e:  # unreadable tables: train
             with open(bench_log, "a") as f:
                 f.write(f"gpu_choices: {e!r}\n")
-    nvidia = first_line(["nvidia-smi", "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                        "no GPU")
-    log(f"gpu_run: {nvidia}; torch {info['torch']}; git {first_line(['git', 'rev-parse', '--short', 'HEAD'], '?')}; "
-        f"resume={resume or 'none'} split={a.split} bench={a.bench} (checks to run: {' '.join(todo) or 'none'}); "
-        f"{info['numba']}")
+    log(f"gpu_run: {nvidia}; git {first_line(['git', 'rev-parse', '--short', 'HEAD'], '?')}; "
+        f"resume={resume or 'none'} split={a.split} bench={a.bench} (checks to run: {' '.join(todo) or 'none'})")
     benchmark(a, out, log, g, todo, device, bench_log)
     keep.mkdir(parents=True, exist_ok=True)  # the next command on this machine reads what this one measured
     for name in ("pixel_stage.md", "gpu_checks.md"):
@@ -394,7 +438,7 @@ def session(a, out: Path, log: Log, start: float) -> int:
             return pixel_stage(a, out, log, g, config=str(ROOT / PDC_CONFIG), arch_kwargs="",
                                seconds=left + a.reserve_seconds, resume=resume, curve=curve, work=work,
                                stop_at=stop_at, train_data=train_data, cuda=bool(gpu_name),
-                               train_args=compile_args(a.compile_callback) if compile_ else [],
+                               train_args=(compile_args(a.compile_callback) if compile_ else []) + a.train_arg,
                                timeout=left + a.reserve_seconds - 10)
         finally:
             shutil.rmtree(work, ignore_errors=True)
@@ -444,6 +488,9 @@ def session(a, out: Path, log: Log, start: float) -> int:
     if (out / "pixel_last.ckpt").is_file() and (out / "pixel_metrics.csv").is_file():  # for this machine's next command
         for name in ("pixel_last.ckpt", "pixel_metrics.csv"):
             shutil.copy(out / name, keep / name)
+    info = device_info_result(info_proc)
+    log(f"torch {info['torch']} on {info['gpu'] or 'cpu'}; {info['numba']}" + (
+        f" (nvidia-smi named it {gpu_name!r}: the rows above name it so)" if info["gpu"] != gpu_name else ""))
     log(f"pixel stage rc={rc}; files: {' '.join(sorted(p.name for p in out.iterdir()))}")
     return 0
 

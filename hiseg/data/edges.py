@@ -36,6 +36,7 @@ train), which is what a GPU machine is sent (``experiments/gpu/prepare_gpu.py``)
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import NamedTuple, Optional, Sequence
 
@@ -86,10 +87,19 @@ def _packed_items(path: Path, split: str, limit: Optional[int]):
             raise FileNotFoundError(f"split {s!r} not in the packed edge data set {path} (it holds "
                                     f"{sorted(set(splits.tolist()))})")
         order.extend(sel.tolist())
-    for i in order[:len(order) if limit is None else int(limit)]:
+
+    def item(i):
         arr = cv2.imdecode(jpeg[jo[i]:jo[i + 1]], cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION)
         img = (to_float_rgb(arr, bgr=True, name=f"{path}[{i}]") * 255.0 + 0.5).astype(np.uint8)
-        yield img, counts[co[i]:co[i + 1]].reshape(tuple(shapes[i])), int(annotators[i])
+        return img, counts[co[i]:co[i + 1]].reshape(tuple(shapes[i])), int(annotators[i])
+
+    # decoded by threads (OpenCV's decoder and numpy release the GIL), in the file's order: the same arrays,
+    # a few times sooner on a machine with cores to spare (the GPU run's start)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(8, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                       else os.cpu_count() or 1))) as pool:
+        yield from pool.map(item, order[:len(order) if limit is None else int(limit)])
 
 
 def load_edge_dataset(root, split: str = "train", limit: Optional[int] = None):
