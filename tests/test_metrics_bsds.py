@@ -526,3 +526,18 @@ def test_ucm2_outside_0_1_is_refused(tmp_path, scale, shift):
         predictions.load_prediction(tmp_path / "a.mat")
     savemat(tmp_path / "b.mat", {"ucm2": ucm})
     assert predictions.load_prediction(tmp_path / "b.mat").kind == "ucm2"
+
+
+def test_ois_can_fall_below_ods_as_in_the_official_benchmark():
+    """Issue 53, item 9 (docs/evaluate.md, "Why boundary OIS can be below ODS"): OIS sums the counts of
+    each image at its own best F, so a poor image whose best F lies at a low threshold, with many
+    predicted pixels, pulls the summed precision below the one common threshold's (ODS)."""
+    t = np.array([0.25, 0.5, 0.75])
+    good = bd.BoundaryImageResult(t, np.array([900, 800, 500]), np.array([1000] * 3), np.array([900, 780, 495]),
+                                  np.array([1000, 800, 500]), "good")  # best F .9 at 0.25
+    poor = bd.BoundaryImageResult(t, np.array([60, 5, 1]), np.array([100] * 3), np.array([400, 15, 4]),
+                                  np.array([2000, 20, 5]), "poor")  # best F .3 at 0.25, with 2,000 pixels
+    out = summary.collect_boundary([good, poor], official_rounding=False)
+    r, p = (900 + 60) / 1100, (900 + 400) / 3000  # both images at 0.25, their own best
+    assert out["ois"]["f"] == pytest.approx(2 * r * p / (r + p)) and out["ois"]["f"] < 0.6
+    assert out["ods"]["f"] >= summary.f_measure(805 / 1100, 795 / 820) > 0.8  # all at 0.5
