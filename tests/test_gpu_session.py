@@ -72,6 +72,28 @@ def test_prepare_gpu_fills_the_carried_folder(tmp_path):
     assert (gpu / "site.tar.xz").stat().st_mtime_ns == before
 
 
+def test_preloaded_edge_dataset_is_the_loaded_one(tmp_path):
+    """hiseg.data.edges.preload_edge_dataset (the GPU run's start decodes the packed images in a thread
+    while its imports run): the next load_edge_dataset of the same file, split and limit returns the
+    same arrays as a plain load, once; a preloaded error is raised there; other arguments read afresh."""
+    from hiseg.data import edges
+
+    data = make_bsds(tmp_path / "bsds")
+    packed = edges.pack_edge_dataset(data, ["train"], tmp_path / "p.npz")
+    plain = edges.load_edge_dataset(packed, "train")
+    fut = edges.preload_edge_dataset(packed, "train")
+    fut.result()
+    got = edges.load_edge_dataset(str(packed), "train", None)
+    assert all(np.array_equal(a, b) for a, b in zip(got, plain))
+    assert not edges._PRELOADS  # taken once
+    edges.preload_edge_dataset(packed, "nosuchsplit")
+    with pytest.raises(FileNotFoundError, match="nosuchsplit"):
+        edges.load_edge_dataset(packed, "nosuchsplit")
+    edges.preload_edge_dataset(packed, "train", 1)
+    assert len(edges.load_edge_dataset(packed, "train")[0]) == len(plain[0])  # not the preloaded limit's
+    edges._PRELOADS.clear()
+
+
 def _curve(path):
     return list(csv.DictReader(io.StringIO(path.read_text())))
 

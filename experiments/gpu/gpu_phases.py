@@ -269,6 +269,36 @@ def phases_line(text: str) -> str:
         f" (first step's end at +{ph['first step'][0]:.1f} s)" if "first step" in ph else "")
 
 
+def _option(argv, name: str, default=None):
+    """The value of ``--name V`` / ``--name=V`` in ``argv`` (the last given), else ``default``."""
+    value = default
+    for i, a in enumerate(argv):
+        if a == name and i + 1 < len(argv):
+            value = argv[i + 1]
+        elif a.startswith(name + "="):
+            value = a.split("=", 1)[1]
+    return value
+
+
+def _preload(argv) -> None:
+    """The packed training images (``--data.init_args.train_data``) decoded in a thread while the rest
+    of the training's imports run (hiseg.data.edges.preload_edge_dataset: the data module's setup then
+    takes the same arrays); torch and hiseg.data.edges are imported first, here (no import runs in two
+    threads at once). Nothing without that option (the split and limit as the command gives them, or
+    the data module's defaults; none where ``$GPU_PHASES_PRELOAD`` is 0)."""
+    data = _option(argv, "--data.init_args.train_data")
+    if os.environ.get("GPU_PHASES_PRELOAD", "1") == "0" or not data or not data.endswith(".npz") or not os.path.isfile(data):
+        return
+    import cv2  # noqa: F401  (what the thread uses, imported here)
+
+    from hiseg import io  # noqa: F401
+    from hiseg.data import edges
+
+    limit = int(_option(argv, "--data.init_args.limit_images", 0) or 0)
+    edges.preload_edge_dataset(data, _option(argv, "--data.init_args.train_split", "train"), limit or None)
+    _clock("data preload started")
+
+
 def main(argv=None) -> int:
     """train.py's main with :class:`Phases` added."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -279,6 +309,7 @@ def main(argv=None) -> int:
         passive_openmp_waits()
     except ImportError:  # a checkout from before it
         pass
+    _preload(argv)
     from hiseg.training.cli import main as cli_main
 
     _clock("imports done")

@@ -264,7 +264,8 @@ def device_info(a, background: bool = False):
             " n = 'numba' if k.HAVE_NUMBA else 'no numba: the numpy/scipy metrics'\n"
             "except Exception as e:\n n = repr(e)\n"
             "print(json.dumps({'gpu': g, 'torch': torch.__version__, 'numba': n}))")
-    proc = subprocess.Popen([a.python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([a.python, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=(lambda: os.nice(19)) if background else None)  # behind the stage's start
     return proc if background else device_info_result(proc)
 
 

@@ -102,6 +102,35 @@ def _packed_items(path: Path, split: str, limit: Optional[int]):
         yield from pool.map(item, order[:len(order) if limit is None else int(limit)])
 
 
+_PRELOADS: dict = {}  # (file, split, limit) -> the Future of load_edge_dataset's arrays (preload_edge_dataset)
+
+
+def _preload_key(root, split: str, limit: Optional[int]):
+    return str(Path(root).resolve()), str(split), None if limit is None else int(limit)
+
+
+def preload_edge_dataset(root, split: str = "train", limit: Optional[int] = None):
+    """Start :func:`load_edge_dataset` ``(root, split, limit)`` in a thread of its own; the next call
+    of :func:`load_edge_dataset` with the same arguments (the data module's setup) returns its arrays
+    (the same arrays, read once), or raises its error. Why: the GPU run's start decodes the training
+    images while the training's other imports run (``experiments/gpu/gpu_phases.py``). Returns the
+    ``concurrent.futures.Future``."""
+    import threading
+    from concurrent.futures import Future, ThreadPoolExecutor  # noqa: F401  (the thread's decoders: imported here)
+
+    key, fut = _preload_key(root, split, limit), Future()
+
+    def work():
+        try:
+            fut.set_result(_load_edge_dataset(root, split, limit))
+        except BaseException as e:  # handed to the caller of load_edge_dataset
+            fut.set_exception(e)
+
+    _PRELOADS[key] = fut
+    threading.Thread(target=work, name="preload_edge_dataset", daemon=True).start()
+    return fut
+
+
 def load_edge_dataset(root, split: str = "train", limit: Optional[int] = None):
     """The training set of the pixel stage, as the device holds it.
 
@@ -130,6 +159,14 @@ def load_edge_dataset(root, split: str = "train", limit: Optional[int] = None):
         Missing folder, file or split; ValueError: no image; hiseg.io.DataError: a file
         that is not a packed edge data set.
     """
+    if _PRELOADS:
+        fut = _PRELOADS.pop(_preload_key(root, split, limit), None)
+        if fut is not None:
+            return fut.result()
+    return _load_edge_dataset(root, split, limit)
+
+
+def _load_edge_dataset(root, split: str, limit: Optional[int]):
     path = Path(root)
     items = _packed_items(path, split, limit) if path.suffix == ".npz" else _bsds_items(root, split, limit)
     images, cons = [], []
