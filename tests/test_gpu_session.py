@@ -386,6 +386,11 @@ def test_gpu_choices_newest_checkpoint(tmp_path):
                                        capture_output=True, text=True, check=True).stdout.strip()
     assert ask(*paths) == paths[1] and ask(paths[2], paths[1]) == paths[2]  # the first of equals
     assert ask(str(tmp_path / "missing.ckpt"), paths[0]) == paths[0] and ask(str(tmp_path / "missing.ckpt")) == ""
+    # read without torch (gpu_run.py never imports it): a Lightning checkpoint's plain fields as torch.load gives them
+    state = ROOT / "experiments" / "state" / "pdc_pixel_last.ckpt"
+    if state.is_file():
+        fields, ck = _module("gpu_choices").ckpt_fields(state), load_ckpt(state)
+        assert fields["global_step"] == ck["global_step"] and fields["callbacks"]["Timer"] == ck["callbacks"]["Timer"]
 
 
 FAILING_COMPILE = '''

@@ -20,7 +20,8 @@ else this process's start) and since the previous phase:
   (benchmarks/bench_pixel_stage.py's floor), timed for ``$GPU_PHASES_FLOOR_SECONDS`` (default 3;
   0: not measured) after two untimed steps, on a copy of the network in ``on_train_start`` (the
   trained network, its BatchNorm statistics and every random stream are left as they were; the
-  untimed steps run cuDNN's autotuning that the first step would run anyway);
+  untimed steps run cuDNN's autotuning that the first step would run anyway; a training under
+  torch.compile is set against the eager network's floor);
 * ``rate:`` the steps after the first one over their wall-clock seconds, validation left out,
   every ``$GPU_PHASES_EVERY`` (500) steps and at the fit's end (a command killed before its end
   keeps its last one).
