@@ -85,3 +85,17 @@ def test_a_device_and_a_huge_config_are_refused(tmp_path):
     link = tmp_path / "zero.yaml"
     link.symlink_to("/dev/zero")
     _one_line(_train(tmp_path, "fit", "--config", link), "zero.yaml", "not a regular file")
+
+
+def test_a_data_file_named_by_an_option_is_not_read_as_a_config(tmp_path):
+    """The pixel stage's packed data (``--data.init_args.train_data FILE.npz``, megabytes) is data,
+    as a checkpoint is: the config check does not read it (it refused the GPU run's data as a
+    config larger than 1024 KiB); a config file given under another option still is read."""
+    from hiseg.training.configs import check_config_text
+    from hiseg.training.config_files import ConfigFileError
+
+    data = tmp_path / "bsds500_train.npz"
+    data.write_bytes(b"\0" * (2 << 20))
+    check_config_text(["fit", "--data.init_args.train_data", str(data)])
+    with pytest.raises(ConfigFileError, match="larger than"):
+        check_config_text(["fit", "--data", str(data)])

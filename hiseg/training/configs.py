@@ -54,7 +54,7 @@ _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 #: Options and keys whose values are files or folders, not configs (checkpoints are read as
 #: data by :func:`hiseg.models.weights.load_checkpoint_file`)
 _NOT_CONFIG_KEYS = re.compile(r"(^|\.)(ckpt_path|init_from|data_root|val_root|root|dirpath|save_dir|default_root_dir|"
-                              r"cache_dir)$")
+                              r"cache_dir|train_data)$")  # train_data: the pixel stage's packed .npz (data.edges)
 #: The most configs one command may include by path (each bounded by itself).
 MAX_INCLUDED_CONFIGS = 64
 
