@@ -11,6 +11,7 @@ options apply (``python train.py fit --help``).
 import sys
 from pathlib import Path
 
+from hiseg._openmp import passive_openmp_waits
 from hiseg.training.help_texts import print_stored_help, print_stored_option_error
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent / "configs" / "synthetic.yaml"
@@ -22,6 +23,7 @@ if __name__ == "__main__":
     if print_stored_option_error(sys.argv[1:], prog, DEFAULT_CONFIG):
         sys.exit(2)
     if not print_stored_help(sys.argv[1:], prog, DEFAULT_CONFIG):
+        passive_openmp_waits()  # before torch: OpenMP threads that spin burn the CPU of a busy machine
         from hiseg.training.cli import main
 
         main(sys.argv[1:], default_config=DEFAULT_CONFIG)

@@ -30,6 +30,9 @@ def run(argv: Sequence[str]) -> int:
         return 0
     if print_stored_option_error(argv, prog, default):  # an unknown option: the live parser's refusal
         return 2
+    from .._openmp import passive_openmp_waits
+
+    passive_openmp_waits()  # before torch (python train.py's setting)
     from ..training.cli import main
 
     saved, sys.argv = sys.argv, [prog, *argv]  # LightningCLI reads sys.argv itself
