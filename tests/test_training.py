@@ -834,3 +834,33 @@ def test_hiseg_lines_start_lines_of_their_own_beside_progress_bars(tmp_path):
     for what in ("[hiseg] validation before training:", "[hiseg] training finished:"):
         assert [ln for ln in lines if what in ln] and all(ln.startswith(what) for ln in lines if what in ln), \
             [ln[-200:] for ln in lines if what in ln]
+
+
+def test_every_config_chooses_its_best_checkpoint_on_the_ods_figure():
+    """Issue 53, item 10: the synthetic run's "best" checkpoint was chosen on F at threshold 0.5 (.548,
+    its ODS .652) below the last step's ODS (.675); every config's ModelCheckpoint monitors
+    val/boundary_f_ods, the figure hiseg evaluate ranks by."""
+    import yaml
+    from _train import ROOT
+
+    monitors = {}
+    for path in sorted((ROOT / "configs").glob("*.yaml")):
+        for cb in (yaml.safe_load(path.read_text()).get("trainer") or {}).get("callbacks") or []:
+            if isinstance(cb, dict) and cb.get("class_path", "").endswith("ModelCheckpoint"):
+                monitors[path.name] = (cb.get("init_args") or {}).get("monitor")
+    assert "synthetic.yaml" in monitors and set(monitors.values()) == {"val/boundary_f_ods"}, monitors
+
+
+def test_fit_summary_names_the_metrics_csv_row_of_the_best_checkpoint(tmp_path):
+    """Issue 53, item 10: a checkpoint named step=144 holds the weights after 144 steps, which
+    metrics.csv logs as step 143 (its step column counts from 0): the summary says which row; a
+    monitor of F at one threshold is said to be one."""
+    from hiseg.training.summary import fit_summary
+
+    trainer, model = _fake_fit(0.55, 0.5484, tmp_path)
+    trainer.callbacks[0].best_model_path = str(tmp_path / "best-epoch=5-step=144.ckpt")
+    out = fit_summary(trainer, model)
+    assert "best-epoch=5-step=144.ckpt (after 144 steps: metrics.csv's row of step 143" in out
+    assert "chosen on F at one threshold" in out
+    ods = fit_summary(*_fake_fit(0.55, 0.66, tmp_path, monitor="val/boundary_f_ods"))
+    assert "metrics.csv's row" not in ods and "chosen on F at one threshold" not in ods

@@ -2,11 +2,25 @@
 step on the monitored figure, as ``metrics.csv`` holds them, and which checkpoint to use."""
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Optional
 
 from .module import VAL_THRESHOLDS
 
 __all__ = ["fit_summary"]
+
+
+def _csv_row(checkpoint) -> str:
+    """Where a checkpoint's figures are in ``metrics.csv``: a name's ``step=N`` counts the steps done
+    (as the summary's first line), ``metrics.csv``'s step column counts from 0 (Lightning's), so its
+    validation row is step N - 1; empty for a name without a step."""
+    found = re.search(r"step=(\d+)", Path(str(checkpoint)).name)
+    if not found or int(found.group(1)) < 1:
+        return ""
+    n = int(found.group(1))
+    return f" (after {n} steps: metrics.csv's row of step {n - 1}, whose step column counts from 0)"
+
 
 def _figure_name(key: str, threshold) -> str:
     """What a validation figure (``boundary_f``, ``boundary_f_ods``, ``loss``, ...) is, in words."""
@@ -76,7 +90,11 @@ def fit_summary(trainer, model) -> str:
     if best is not None:
         note = "  (F 0: not worth using)" if degenerate else ""
         shown = "not measured" if score is None else f"{score:.4f}"
-        lines.append(f"  best checkpoint ({best.monitor} = {shown}): {best.best_model_path}{note}")
+        lines.append(f"  best checkpoint ({best.monitor} = {shown}): {best.best_model_path}{note}"
+                     f"{_csv_row(best.best_model_path)}")
+    if best is not None and key == "boundary_f" and "boundary_f_ods" in after:
+        lines.append("  note: chosen on F at one threshold; hiseg evaluate's ODS is F at the best threshold "
+                     "(val/boundary_f_ods, logged too): monitor it to choose the checkpoint on it")
     if last:
         lines.append(f"  last checkpoint (resume with --ckpt_path): {last}")
     zero = "boundary_f" in after and not after["boundary_f"] > 0
