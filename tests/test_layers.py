@@ -30,11 +30,11 @@ import pytest
 PKG = Path(__file__).resolve().parents[1] / "hiseg"
 
 #: top-level units, bottom first: the core, then the image side, then learning, then the surface
-ORDER = ["_compat", "_params", "_shipped", "_lifetime", "io", "core", "clustering", "models", "segmentation",
+ORDER = ["_compat", "_params", "_shipped", "_lifetime", "_openmp", "io", "core", "clustering", "models", "segmentation",
          "metrics", "data", "training", "explorer", "export", "cli"]
 #: modules inside the sub-packages, bottom first
 SUB_ORDER = {
-    "io": ["errors", "images", "labels", "files"],
+    "io": ["errors", "layout", "images", "labels", "files"],
     "core": ["_lazy", "_neighbors", "device", "graph", "ultrametric", "ward", "cuts", "soft_cardinal", "triplets", "losses", "fitting"],
     "clustering": ["labels", "plotting", "refine", "auto", "params", "candidates", "estimator"],
     "models": ["weights", "fold", "boundary_net", "pdc_net", "backbone_net", "ensemble"],

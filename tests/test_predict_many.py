@@ -182,7 +182,7 @@ def test_predict_ddp_reports_a_bad_image_and_writes_the_others(tmp_path, capfd, 
     assert [(n, m[:18]) for n, m in failures] == [(str(d / "b.png"), "cannot read image ")]
     assert "1 of 4 image(s) failed" in capfd.readouterr().err
     assert sorted(p.name for p in (tmp_path / "o").glob("*.mat")) == ["a.mat", "c.mat", "d.mat"]
-    with pytest.raises(ValueError, match="needs a Segmenter with a network"):
+    with pytest.raises(ValueError, match="predict_files distributes a torch network"):
         predict_files(Segmenter(None), files, tmp_path / "o2")
 
 

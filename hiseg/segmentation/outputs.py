@@ -222,7 +222,9 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
         for p in [*mine, *also]:
             remove_stray_temps(p)
         overwrite = overwrite or any(os.path.lexists(p) for p in mine)
-    work, out_shape, img = seg.read(path)
+    with warnings.catch_warnings(record=True) as read_notes:  # reported with the image's others (multi-frame files)
+        warnings.simplefilter("always")
+        work, out_shape, img = seg.read(path)
     from_files = getattr(seg.backend, "result_for", None)  # another segmenter's maps or masks, per image
     if from_files is not None:
         res = from_files(seg, path, work, out_shape)
@@ -240,7 +242,7 @@ def predict_file(seg: Segmenter, path, out_dir, tile: int = 512, n_regions: Opti
     finally:
         if run is not None:
             run.end(written)
-    return img, res, [str(w.message) for w in caught]
+    return img, res, [str(w.message) for w in [*read_notes, *caught]]
 
 
 class _Entry:

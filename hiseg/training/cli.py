@@ -19,6 +19,7 @@ from typing import Optional, Sequence
 import pytorch_lightning as pl
 from pytorch_lightning.cli import LightningCLI
 
+from .._lifetime import first_process
 from ..io import DataError
 from ..models.weights import CheckpointError, load_checkpoint_file, refuse_remote_checkpoint
 from .configs import (TRUST_FLAG, ConfigFileError, UntrustedConfigError, check_config_objects, check_config_text, current_class_paths,
@@ -128,7 +129,9 @@ class HisegCLI(LightningCLI):
         from .callbacks import use_atomic_checkpoints
         from .run_folders import refuse_replacing_loggers
 
-        if not _TRUST_CONFIG:  # before anything is written
+        # before anything is written, in the process the user started: the other ranks of a DDP run (started by
+        # its launcher once the run began) find the first rank's files in the same folders, and must join it
+        if not _TRUST_CONFIG and first_process():
             refuse_replacing_loggers(self.trainer.loggers, _RESUMED_LOGGERS)
         use_atomic_checkpoints(self.trainer)
         global _NEW_LOG_DIRS

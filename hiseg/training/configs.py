@@ -99,6 +99,10 @@ def _registry() -> tuple[dict, dict]:
                 objects[id(obj)] = obj
                 names[f"{module_name}.{attr}"] = obj
                 names[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    for module_name, _ in ALLOWED_KINDS:  # an allowed class re-exported by another of these modules, by that path
+        for attr, obj in vars(importlib.import_module(module_name)).items():  # too (hiseg.training.module.CSVLogger)
+            if id(obj) in objects:
+                names.setdefault(f"{module_name}.{attr}", obj)
     for module_name, source, attrs in _LAZY_EXPORTS:
         for attr in attrs:
             obj = getattr(importlib.import_module(source), attr)

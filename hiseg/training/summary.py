@@ -43,6 +43,19 @@ def _start_note(start) -> Optional[str]:
             "on your own images (hiseg predict, hiseg evaluate) before using them instead of it.")
 
 
+def _zero_warning(ods: float, threshold: float) -> list:
+    """The lines of a run whose validation boundary F ended at 0 at ``threshold`` (``ods``: at the best one)."""
+    return [
+        f"  WARNING: validation boundary F ended at 0 (threshold {threshold:g}): the hierarchy's "
+        "boundaries match none of the annotations" + (f" at that threshold (best of {len(VAL_THRESHOLDS)} "
+                                                      f"thresholds: {ods:.4f})" if ods > 0 else "") + ". Try:",
+        "    - fine-tuning the shipped model instead of training from scratch: --config configs/folder_finetune.yaml"
+        " (or --model.init_from bsds500 with its architecture);",
+        "    - a lower learning rate (--model.lr), or more steps (--trainer.max_steps) on more images;",
+        "    - checking the labels: one integer label per region, the same size as each image "
+        "(datasets/README.md); a label image of one region has no boundary to learn."]
+
+
 def fit_summary(trainer, model) -> str:
     """The closing summary of a fit (see :meth:`HisegCLI.after_fit`): the validation figures of
     the starting model (measured before the first step, logged as ``val_start/...``), of the best
@@ -99,16 +112,7 @@ def fit_summary(trainer, model) -> str:
         lines.append(f"  last checkpoint (resume with --ckpt_path): {last}")
     zero = "boundary_f" in after and not after["boundary_f"] > 0
     if zero:
-        ods = after.get("boundary_f_ods", 0.0)
-        lines += [
-            f"  WARNING: validation boundary F ended at 0 (threshold {threshold:g}): the hierarchy's "
-            "boundaries match none of the annotations" + (f" at that threshold (best of {len(VAL_THRESHOLDS)} "
-                                                          f"thresholds: {ods:.4f})" if ods > 0 else "") + ". Try:",
-            "    - fine-tuning the shipped model instead of training from scratch: --config configs/folder_finetune.yaml"
-            " (or --model.init_from bsds500 with its architecture);",
-            "    - a lower learning rate (--model.lr), or more steps (--trainer.max_steps) on more images;",
-            "    - checking the labels: one integer label per region, the same size as each image "
-            "(datasets/README.md); a label image of one region has no boundary to learn."]
+        lines += _zero_warning(after.get("boundary_f_ods", 0.0), threshold)
     elif worse:
         keep = f"hiseg predict IMAGE --checkpoint {start}" if start else "the starting model"
         lines += [f"  NOT IMPROVED: this run did not improve on the starting model ({name} "
