@@ -381,10 +381,10 @@ def test_ddp_two_cpu_processes(tmp_path):
     last = load_ckpt(next(tmp_path.glob("**/last.ckpt")))
     assert (last["epoch"], last["global_step"]) == (1, 2)
     rows = csv_rows(next(tmp_path.glob("csv/*/metrics.csv")))
-    f = [float(row["val/boundary_f"]) for row in rows if row.get("val/boundary_f")]
+    f = [float(row["val/boundary_f_ods"]) for row in rows if row.get("val/boundary_f_ods")]
     callbacks = last["callbacks"]
-    best = next(v for k, v in callbacks.items() if "val/boundary_f" in k)["best_model_score"]
-    assert len(f) == 2 and float(best) == pytest.approx(max(f))  # ModelCheckpoint selects on the logged F
+    best = next(v for k, v in callbacks.items() if "val/boundary_f_ods" in k)["best_model_score"]
+    assert len(f) == 2 and float(best) == pytest.approx(max(f))  # ModelCheckpoint selects on the logged ODS F
 
 
 @pytest.mark.slow
@@ -454,7 +454,8 @@ def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
         assert f"next: hiseg predict IMAGE --checkpoint {best[0]} -o predictions/" in r.stdout and "WARNING" not in r.stdout
     else:
         assert "WARNING: validation boundary F ended at 0" in r.stdout and "configs/folder_finetune.yaml" in r.stdout
-        assert best[0].endswith("(F 0: not worth using)") and "next:" not in r.stdout
+        # the best checkpoint is marked unusable when its monitored F (at the best threshold) is 0 too
+        assert best[0].endswith("(F 0: not worth using)") == (max(v[1] for v in vals) == 0) and "next:" not in r.stdout
     # the checkpoint carries its segmentation pipeline: hiseg predict can use it
     from hiseg.segmentation.segmenter import Segmenter
 

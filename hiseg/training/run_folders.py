@@ -51,8 +51,8 @@ class ExclusiveSaveConfig(SaveConfigCallback):
     def setup(self, trainer, pl_module, stage: str) -> None:
         if self.already_saved:
             return
+        log_dir = trainer.log_dir  # on every rank: a broadcast under DDP (rank 0 alone would wait for the others)
         if trainer.is_global_zero:
-            log_dir = trainer.log_dir
             os.makedirs(log_dir, exist_ok=True)
             text = self.parser.dump(self.config, skip_none=False)
             stem, ext = os.path.splitext(self.config_filename)
@@ -66,3 +66,7 @@ class ExclusiveSaveConfig(SaveConfigCallback):
                     continue
             self.save_config(trainer, pl_module, stage)
             self.already_saved = True
+        # as Lightning's saver: every rank learns that it was saved (their next setup calls agree)
+        strategy = getattr(trainer, "strategy", None)
+        if strategy is not None:
+            self.already_saved = strategy.broadcast(self.already_saved)

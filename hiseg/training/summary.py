@@ -103,8 +103,8 @@ def fit_summary(trainer, model) -> str:
     if best is not None:
         note = "  (F 0: not worth using)" if degenerate else ""
         shown = "not measured" if score is None else f"{score:.4f}"
-        lines.append(f"  best checkpoint ({best.monitor} = {shown}): {best.best_model_path}{note}"
-                     f"{_csv_row(best.best_model_path)}")
+        lines.append(f"  best checkpoint ({best.monitor} = {shown}): {best.best_model_path}"
+                     f"{_csv_row(best.best_model_path)}{note}")
     if best is not None and key == "boundary_f" and "boundary_f_ods" in after:
         lines.append("  note: chosen on F at one threshold; hiseg evaluate's ODS is F at the best threshold "
                      "(val/boundary_f_ods, logged too): monitor it to choose the checkpoint on it")
