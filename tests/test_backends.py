@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from hiseg.segmentation.segmenter import Segmenter
+from test_export import _synthetic  # blocks of colour with noise: one image maker for the deploy tests
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,15 +36,6 @@ class _Absent(importlib.abc.MetaPathFinder):
             raise ModuleNotFoundError(f"No module named {{name!r}}", name=name)
 sys.meta_path.insert(0, _Absent())
 """
-
-
-def _synthetic(h: int = 96, w: int = 120, seed: int = 0) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    img = np.zeros((h, w, 3), np.float32)
-    for _ in range(6):
-        y, x = rng.integers(0, h - 20), rng.integers(0, w - 20)
-        img[y:y + rng.integers(15, 60), x:x + rng.integers(15, 70)] = rng.random(3)
-    return np.clip(img + 0.03 * rng.standard_normal(img.shape).astype(np.float32), 0, 1)
 
 
 def _python(code: str, cwd=None, timeout: int = 300) -> subprocess.CompletedProcess:

@@ -72,7 +72,7 @@ def test_rle_round_trip(h, w, data):
 
 
 def test_rle_against_pycocotools():
-    coco = pytest.importorskip("pycocotools.mask")
+    coco = pytest.importorskip("pycocotools.mask", reason="pycocotools is not installed (an optional cross-check, not a dependency)")
     rng = np.random.default_rng(0)
     for _ in range(20):
         m = rng.random((37, 53)) < rng.random()

@@ -234,8 +234,7 @@ class Segmenter:
         Raises FileNotFoundError, CheckpointError (corrupt, not a checkpoint, no architecture
         named), ArchitectureMismatchError, PipelineError, ExportError.
         """
-        return cls(path if isinstance(path, str) and not Path(path).exists() else Path(path), device=device,
-                   **kwargs)
+        return cls(path, device=device, **kwargs)
 
     @classmethod
     def from_exported(cls, folder, threads: Optional[int] = None, **kwargs) -> "Segmenter":
