@@ -42,7 +42,8 @@ torch.set_num_threads(1)
 
 import hiseg  # noqa: E402
 from hiseg.core.fitting import make_loss  # noqa: E402
-from hiseg.core.graph import batch_graphs, grid_graph, region_adjacency_graph  # noqa: E402
+from hiseg.core.builders import grid_graph  # noqa: E402
+from hiseg.core.graph import batch_graphs, region_adjacency_graph  # noqa: E402
 from hiseg.core.ultrametric import build_hierarchy  # noqa: E402
 
 

@@ -207,7 +207,8 @@ def _deploy_stages(seg, im, out_dir, name):
     """Seconds of each stage of one image on ``seg`` (a Segmenter, or an ExportedSegmenter:
     its ``pipeline`` has the same step methods)."""
     from hiseg.core.graph import region_adjacency_graph
-    from hiseg.core.ultrametric import build_average_linkage_hierarchy, build_hierarchy
+    from hiseg.core.average_linkage import build_average_linkage_hierarchy
+    from hiseg.core.ultrametric import build_hierarchy
     from hiseg.segmentation.result import SegmentationResult
 
     pipe, t = seg.pipeline, {}

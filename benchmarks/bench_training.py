@@ -54,11 +54,12 @@ import torch
 
 import hiseg.segmentation.hostpool as hostpool
 from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch, loader_superpixels, rebuild_graphs
-from hiseg.core.graph import batch_graphs, grid_graph
+from hiseg.core.builders import grid_graph
+from hiseg.core.graph import batch_graphs
 from hiseg.training.module import HierarchicalSegmentationModule
 from hiseg.segmentation import Pipeline
 from hiseg.segmentation.hostpool import average_linkage_batch, host_pool, resolve_workers
-from hiseg.core.ultrametric import build_average_linkage_hierarchy
+from hiseg.core.average_linkage import build_average_linkage_hierarchy
 
 STAGES = ("forward", "superpixels", "pooling", "tree", "loss", "backward", "optimizer")
 HOST = ("pooling", "tree", "loss", "superpixels")

@@ -555,7 +555,7 @@ def many_features(tmp, n):
 
     import sklearn.neighbors  # noqa: F401 - its import is not the graph's memory
 
-    from hiseg.core.graph import knn_graph
+    from hiseg.core.builders import knn_graph
 
     X = np.random.default_rng(0).standard_normal((120, 20000))
     tracemalloc.start()

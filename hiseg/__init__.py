@@ -17,8 +17,8 @@ The product, importable from here (see ``__all__``):
   :func:`region_adjacency_graph`, :func:`batch_graphs`), the differentiable ultrametric layer
   (:func:`subdominant_ultrametric`, :func:`average_linkage_ultrametric`, ...), hierarchies
   (:func:`build_hierarchy`, :func:`cut_hierarchy`), fitting (:func:`fit_ultrametric`); the
-  modules :mod:`hiseg.core.graph`, :mod:`hiseg.core.ultrametric`, :mod:`hiseg.core.cuts`, :mod:`hiseg.core.losses`,
-  :mod:`hiseg.core.fitting`.
+  modules :mod:`hiseg.core.graph`, :mod:`hiseg.core.builders`, :mod:`hiseg.core.ultrametric`,
+  :mod:`hiseg.core.average_linkage`, :mod:`hiseg.core.cuts`, :mod:`hiseg.core.losses`, :mod:`hiseg.core.fitting`.
 
 Every name is imported when first used (``import hiseg`` alone costs no torch or higra).
 """
@@ -35,12 +35,13 @@ _WHERE = {
     "UltrametricClustering": "clustering",
     "fit_ultrametric": "core.fitting", "FitResult": "core.fitting",
     "cut_hierarchy": "core.cuts",
-    **{n: "core.graph" for n in ("EdgeList", "BatchedGraph", "RegionAdjacencyGraph", "batch_graphs", "grid_graph",
-                                 "knn_graph", "region_adjacency_graph")},
-    **{n: "core.ultrametric" for n in ("Hierarchy", "SubdominantUltrametric", "AverageLinkageUltrametric",
-                                       "AverageLinkageHierarchy", "subdominant_ultrametric",
-                                       "average_linkage_ultrametric", "build_hierarchy",
-                                       "build_average_linkage_hierarchy")},
+    **{n: "core.graph" for n in ("EdgeList", "BatchedGraph", "RegionAdjacencyGraph", "batch_graphs",
+                                 "region_adjacency_graph")},
+    "grid_graph": "core.builders", "knn_graph": "core.builders",
+    **{n: "core.ultrametric" for n in ("Hierarchy", "SubdominantUltrametric", "subdominant_ultrametric",
+                                       "build_hierarchy")},
+    **{n: "core.average_linkage" for n in ("AverageLinkageUltrametric", "AverageLinkageHierarchy",
+                                           "average_linkage_ultrametric", "build_average_linkage_hierarchy")},
     "ward_linkage_ultrametric": "core.ward",
     "hierarchy_from_masks": "segmentation.external", "hierarchy_from_boundary_map": "segmentation.external",
 }

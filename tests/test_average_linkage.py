@@ -11,7 +11,7 @@ import hiseg
 from _graphs import complete_graph, random_connected_graph
 from hiseg.core import losses
 from hiseg.core.graph import EdgeList, batch_graphs
-from hiseg.core.ultrametric import average_linkage_ultrametric, build_average_linkage_hierarchy
+from hiseg.core.average_linkage import average_linkage_ultrametric, build_average_linkage_hierarchy
 
 
 def brute_average_linkage(g: EdgeList, w, lengths=None):

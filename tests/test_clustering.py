@@ -345,7 +345,8 @@ def coins_rag():
     from skimage.filters import sobel
     from skimage.segmentation import slic
 
-    from hiseg.core.graph import grid_graph, region_adjacency_graph
+    from hiseg.core.builders import grid_graph
+    from hiseg.core.graph import region_adjacency_graph
 
     im = skimage.util.img_as_float(skimage.data.coins())
     grad = sobel(im).ravel()
@@ -452,7 +453,7 @@ def test_auto_dissimilarity_is_chosen_on_the_labelled_samples(data, expected):
 def test_internal_score_is_the_normalised_cut():
     # against a dense brute force: sum over clusters of cut(C, rest) / vol(C) on the
     # similarity matrix of the 5-NN graph
-    from hiseg.core.graph import knn_graph
+    from hiseg.core.builders import knn_graph
     from hiseg.core.ultrametric import build_hierarchy
 
     rng = np.random.default_rng(4)

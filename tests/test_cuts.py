@@ -136,7 +136,7 @@ def test_kcut_merges_against_brute_force(rng):
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 
-    from hiseg.core.graph import knn_graph
+    from hiseg.core.builders import knn_graph
 
     X = rng.normal(size=(70, 2))
     X[:4] += 12  # a small far group

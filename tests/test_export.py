@@ -117,7 +117,7 @@ def test_the_chain_features_equal_their_differentiable_twin(segmenters):
 
 def test_hierarchy_of_numpy_weights_equals_torch_one(segmenters):
     from hiseg.core.graph import region_adjacency_graph
-    from hiseg.core.ultrametric import build_average_linkage_hierarchy
+    from hiseg.core.average_linkage import build_average_linkage_hierarchy
 
     res = segmenters[0].segment(_synthetic(seed=5))
     rag = res.rag

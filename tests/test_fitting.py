@@ -6,7 +6,7 @@ from sklearn.datasets import make_blobs
 
 import hiseg
 from hiseg.core.fitting import fit_ultrametric
-from hiseg.core.graph import grid_graph, knn_graph
+from hiseg.core.builders import grid_graph, knn_graph
 
 from test_ultrametric import is_ultrametric_on_graph
 

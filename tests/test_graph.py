@@ -5,7 +5,8 @@ import higra as hg
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-from hiseg.core.graph import batch_graphs, grid_graph, knn_graph, region_adjacency_graph
+from hiseg.core.builders import grid_graph, knn_graph
+from hiseg.core.graph import batch_graphs, region_adjacency_graph
 
 
 def test_grid_graph_matches_higra_edge_set():
@@ -264,7 +265,7 @@ def test_knn_graph_with_many_features_holds_no_edges_by_features_array():
 
     import sklearn.neighbors  # noqa: F401 - its import is not the graph's memory
 
-    from hiseg.core.graph import knn_graph
+    from hiseg.core.builders import knn_graph
 
     X = np.random.default_rng(0).standard_normal((120, 20000))
     tracemalloc.start()

@@ -13,11 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hiseg.segmentation.hostpool as hostpool
-from hiseg.core.graph import batch_graphs, grid_graph
+from hiseg.core.builders import grid_graph
+from hiseg.core.graph import batch_graphs
 from hiseg.core.losses import closest, triplet
 from hiseg.segmentation import Pipeline
 from hiseg.segmentation.hostpool import HostPool, average_linkage_batch, host_pool, resolve_workers
-from hiseg.core.ultrametric import build_average_linkage_hierarchy, leaf_lca, upload_indices
+from hiseg.core.average_linkage import build_average_linkage_hierarchy
+from hiseg.core.device import leaf_lca, upload_indices
 
 ARRAYS = ("parents", "mst_edge_map", "edge_lca", "pass_edge")
 

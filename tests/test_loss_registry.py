@@ -6,7 +6,7 @@ import torch
 
 from hiseg.core import losses
 from hiseg.core.fitting import fit_ultrametric, make_loss
-from hiseg.core.graph import grid_graph
+from hiseg.core.builders import grid_graph
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 from scipy.special import expit
 
 from hiseg.core import losses
-from hiseg.core.graph import grid_graph
+from hiseg.core.builders import grid_graph
 from hiseg.core.soft_cardinal import _soft_cardinal_core
 from hiseg.core.ultrametric import build_hierarchy, subdominant_ultrametric
 
@@ -155,7 +155,8 @@ def test_torch_triplet_sampler_matches_make_triplets():
 def test_torch_triplets_give_the_host_triplet_loss(rng):
     """The device path of `triplet` (tensors: one batched leaf_lca lookup) equals the host
     path on the same triplets; `valid` masks out slots."""
-    from hiseg.core.ultrametric import average_linkage_ultrametric, upload_indices
+    from hiseg.core.average_linkage import average_linkage_ultrametric
+    from hiseg.core.device import upload_indices
 
     g = grid_graph((4, 5))
     w = torch.tensor(rng.random(g.num_edges), requires_grad=True)

@@ -16,7 +16,7 @@ from hiseg.models.weights import save_weights
 from hiseg.segmentation import Pipeline, PipelineError
 from hiseg.segmentation.merging import FEATURES, MergeHead, MergeHeadError, network_fingerprint
 from hiseg.segmentation.pooling import TorchEdgeFeatures, edge_features, edge_features_torch, rag_frontier_mean
-from hiseg.core.ultrametric import average_linkage_ultrametric
+from hiseg.core.average_linkage import average_linkage_ultrametric
 
 
 def scene(seed=0, h=40, w=56):

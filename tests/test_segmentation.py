@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 from scipy import ndimage
 from skimage.measure import label as cc_label
 
-from hiseg.core.graph import batch_graphs, grid_graph, region_adjacency_graph
+from hiseg.core.builders import grid_graph
+from hiseg.core.graph import batch_graphs, region_adjacency_graph
 from hiseg.segmentation import (cut_at_threshold, cut_num_regions, frontier_mean, frontier_pixel_pairs,
                                 rag_hierarchy, ucm2_from_rag)
 
@@ -167,7 +168,7 @@ def test_size_aware_cut_against_brute_force(linkage, seed, frac):
     """Size-aware K cuts: min_size halved until k - 1 merges are relevant, the k-1 highest
     relevant merges undone (replayed independently), exactly k regions, every region >=
     the size used, connected; nested in k while no halving was needed."""
-    from hiseg.core.ultrametric import average_linkage_ultrametric
+    from hiseg.core.average_linkage import average_linkage_ultrametric
 
     rng = np.random.default_rng(seed)
     lab = voronoi_labels(rng, (18, 22), 14)

@@ -218,7 +218,7 @@ def test_relaxed_entropy_is_a_registered_term(rng):
 
 def test_relaxed_entropy_bad_inputs(rng):
     from hiseg.core import losses
-    from hiseg.core.graph import grid_graph
+    from hiseg.core.builders import grid_graph
     from hiseg.core.ultrametric import build_hierarchy
 
     g = grid_graph((3, 3))

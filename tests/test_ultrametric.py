@@ -9,7 +9,8 @@ from scipy.cluster.hierarchy import cophenet, linkage
 
 import hiseg
 from _graphs import complete_graph, random_connected_graph
-from hiseg.core.graph import EdgeList, batch_graphs, grid_graph
+from hiseg.core.builders import grid_graph
+from hiseg.core.graph import EdgeList, batch_graphs
 from hiseg.core.ultrametric import build_hierarchy, canonical_edge_order, subdominant_ultrametric
 
 
@@ -341,10 +342,10 @@ def test_ward_bad_input(X, graph, msg):
 
 
 def test_packed_copy_keeps_values_dtypes_and_shapes():
-    """hiseg.core.ultrametric.packed_copy: one buffer viewed back with each array's dtype, shape and
+    """hiseg.core.device.packed_copy: one buffer viewed back with each array's dtype, shape and
     values (on the CPU too: tests/test_sync.py's CPU simulation counts its one ``.to``; the meta
     device: shapes and dtypes only); an unsupported dtype is refused, naming it."""
-    from hiseg.core.ultrametric import packed_copy
+    from hiseg.core.device import packed_copy
 
     arrays = [np.arange(5, dtype=np.int64), np.arange(6, dtype=np.int32).reshape(2, 3),
               np.linspace(0, 1, 7), np.float32([[1.5]]), np.array([True, False, True]), np.zeros(0, np.int64),

@@ -121,7 +121,7 @@ def train_head(args, train):
     except ImportError:  # before it moved out of hiseg.training.module
         from hiseg.core.losses import sample_batch_triplets
     from hiseg.segmentation.merging import MergeHead
-    from hiseg.core.ultrametric import average_linkage_ultrametric
+    from hiseg.core.average_linkage import average_linkage_ultrametric
 
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -174,7 +174,7 @@ def val_ucm2(head, val, feats, linkage="average"):
     """Per val image: (name, ucm2, rag) of the head's (or, head None, the frontier mean's) hierarchy."""
     from hiseg.core.graph import region_adjacency_graph
     from hiseg.segmentation.saliency import ucm2_from_rag
-    from hiseg.core.ultrametric import average_linkage_ultrametric
+    from hiseg.core.average_linkage import average_linkage_ultrametric
 
     Xs = select(val, feats) if head is not None else None
     mi = val["features"].index("mean")

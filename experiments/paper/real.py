@@ -135,7 +135,7 @@ def start_sensitivity(name, max_iter):
     ultrametric (what the paper's code starts from: its parameter holds the subdominant
     ultrametric and goes through softplus); size-aware cut."""
     import hiseg
-    from hiseg.core.graph import knn_graph
+    from hiseg.core.builders import knn_graph
 
     X, y = load(name)
     k = len(np.unique(y))

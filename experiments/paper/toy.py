@@ -4,7 +4,7 @@ Data (200 points each, raw coordinates, as the paper's code builds them): circle
 (factor 0.5, noise 0.05), moons (two pairs of moons, 4 clusters, noise 0.05), blobs
 (3 isotropic), varied (3 blobs, std 1, 2.5, 0.5), aniso (3 blobs sheared by
 [[0.6, -0.6], [-0.4, 0.8]]).  Seed ``s`` draws the data (``random_state=s``) and the 10%
-(20) labelled samples. Graph: 5-NN + MST (:func:`hiseg.core.graph.knn_graph`). Each
+(20) labelled samples. Graph: 5-NN + MST (:func:`hiseg.core.builders.knn_graph`). Each
 hierarchy is cut at the true number of clusters. A second table runs the same methods on
 the paper's own single draw of each set.
 

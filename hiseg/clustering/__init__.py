@@ -1,7 +1,7 @@
 r"""Hierarchical clustering by ultrametric fitting: a scikit-learn style estimator.
 
 :class:`UltrametricClustering` builds the paper's graph on the samples (k nearest
-neighbours made connected by spanning edges, :func:`hiseg.core.graph.knn_graph`, without n^2
+neighbours made connected by spanning edges, :func:`hiseg.core.builders.knn_graph`, without n^2
 memory), fits an ultrametric on its edges and cuts the resulting hierarchy into
 ``n_clusters`` flat clusters with a size-aware cut (:mod:`hiseg.core.cuts`). The default
 (``loss="auto"``) refines Ward's hierarchy and average linkage by descent on the relaxed

@@ -127,7 +127,7 @@ def fit_candidates(est, X, y, loss):
 def candidate_graph(est, X, dissimilarity, k, seed, knn: dict):
     """The kNN + spanning-edges graph (``k`` neighbours) and the input dissimilarity on
     its edges; ``knn`` caches the graphs by neighbour count."""
-    from ..core.graph import knn_graph
+    from ..core.builders import knn_graph
 
     if k not in knn:
         knn[k] = knn_graph(X, k, connect=est.connect, method=est.knn,

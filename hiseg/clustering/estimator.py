@@ -114,7 +114,7 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
 
     The samples are the vertices of a graph: every sample is joined to its
     ``n_neighbors`` nearest neighbours and spanning edges are added so that the graph is
-    connected (:func:`hiseg.core.graph.knn_graph`: the exact Euclidean MST up to 2e4 samples,
+    connected (:func:`hiseg.core.builders.knn_graph`: the exact Euclidean MST up to 2e4 samples,
     the paper's construction; edges joining the kNN graph's components above); edge
     weights are the input dissimilarity (``dissimilarity``: Euclidean distances, the
     paper's choice, or Ward's heights on the graph), divided by their mean for the fit
@@ -190,11 +190,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
         from the unconstrained one), 10 for ``loss="auto"`` (``n - 1`` for fewer samples,
         at least 5).
     knn : {"auto", "exact", "approximate"}, default="auto"
-        Neighbour search (``method`` of :func:`hiseg.core.graph.knn_graph`): exact up to 2e4
+        Neighbour search (``method`` of :func:`hiseg.core.builders.knn_graph`): exact up to 2e4
         samples (or in at most 3 dimensions), a random-projection forest with NN-descent
         above.
     connect : {"auto", "mst", "components"}, default="auto"
-        Spanning edges of the graph (:func:`hiseg.core.graph.knn_graph`): the exact Euclidean
+        Spanning edges of the graph (:func:`hiseg.core.builders.knn_graph`): the exact Euclidean
         MST (``"mst"``, O(n^2) time, O(n) memory) up to 2e4 samples, edges joining the
         kNN graph's components above.
     init : {"auto", "input", "average"} or array, default="auto"

@@ -87,7 +87,8 @@ def start_ultrametric(kind, graph, lengths, X) -> tuple:
     ultrametric of the edge lengths on the graph), ``"input"`` (the edge lengths: the
     single-linkage hierarchy) or an (E,) array of nonnegative values.
     """
-    from ..core.ultrametric import average_linkage_ultrametric, check_weights
+    from ..core.average_linkage import average_linkage_ultrametric
+    from ..core.graph import check_weights
     from ..core.ward import ward_linkage_ultrametric
 
     lengths = np.asarray(lengths, dtype=np.float64)

@@ -1,7 +1,11 @@
 """The paper's layer (Chierchia & Perret, NeurIPS 2019): no I/O, no Lightning, no image code.
 
-* :mod:`~hiseg.core.graph`: sparse graphs as edge lists, batching, builders (grid, kNN + MST, RAG);
-* :mod:`~hiseg.core.ultrametric`: the differentiable subdominant / average-linkage layer;
+* :mod:`~hiseg.core.graph`: sparse graphs as edge lists, their checks (with their weights),
+  batching, the region adjacency graph;
+* :mod:`~hiseg.core.builders`: graphs of data (the pixel grid, kNN + spanning edges);
+* :mod:`~hiseg.core.lca`: lowest common ancestors of a tree's leaves (a range-maximum query);
+* :mod:`~hiseg.core.ultrametric`: the hierarchy and the differentiable subdominant (single-linkage) layer;
+* :mod:`~hiseg.core.average_linkage`: the differentiable average-linkage layer;
 * :mod:`~hiseg.core.device`: a training step's device copies (indices up in one copy, leaf lcas there);
 * :mod:`~hiseg.core.ward`: Ward's hierarchy of points on a graph (a dissimilarity to fit, not a layer);
 * :mod:`~hiseg.core.cuts`: cuts of a hierarchy into clusters;
@@ -15,7 +19,7 @@ from __future__ import annotations
 
 import importlib
 
-_MODULES = ("graph", "ultrametric", "device", "ward", "cuts", "losses", "fitting")
+_MODULES = ("graph", "builders", "lca", "ultrametric", "average_linkage", "device", "ward", "cuts", "losses", "fitting")
 
 
 def __getattr__(name):

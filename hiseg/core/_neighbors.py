@@ -16,7 +16,7 @@
   least halves the number of components).
 
 All functions take float arrays already centred and rescaled by the caller
-(:func:`hiseg.core.graph.knn_graph`), so squared norms neither overflow nor underflow.
+(:func:`hiseg.core.builders.knn_graph`), so squared norms neither overflow nor underflow.
 """
 from __future__ import annotations
 

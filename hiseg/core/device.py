@@ -6,14 +6,14 @@ host, the tree's indices up. :func:`packed_copy` packs any numpy arrays into one
 copies it once; :func:`upload_indices` sends in that one copy every index array a hierarchy's
 differentiable views gather with (:meth:`hiseg.core.ultrametric.Hierarchy.view_arrays`), with the
 leaf-lca tables the triplet term queries (:func:`leaf_lca`: the range-maximum query of
-:class:`hiseg.core.ultrametric.LeafLCA` as a few gathers, no host synchronisation), and leaves
+:class:`hiseg.core.lca.LeafLCA` as a few gathers, no host synchronisation), and leaves
 them in the hierarchy, where its views find them. One image's path (:meth:`Pipeline.hierarchy
 <hiseg.segmentation.pipeline.Pipeline.hierarchy>`, numpy weights) makes none of these copies.
 
 A hierarchy (:class:`hiseg.core.ultrametric.Hierarchy`) is read through its public methods only
 (``view_arrays``, ``leaf_lcas``, ``device_index``, ``set_device_index``), so this module imports
 nothing of :mod:`hiseg.core.ultrametric` (not even for annotations: no import circle) and sits
-below it, which hands its names on (``hiseg.core.ultrametric.upload_indices`` etc. stay importable).
+below it; the layers' callers import these names from here.
 """
 from __future__ import annotations
 

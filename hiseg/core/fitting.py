@@ -16,7 +16,9 @@ import torch
 
 from . import losses
 from .graph import as_edge_list
-from .ultrametric import Hierarchy, average_linkage, check_values, host_weights, single_linkage
+from .average_linkage import average_linkage
+from .graph import check_values, host_weights
+from .ultrametric import Hierarchy, single_linkage
 
 __all__ = ["fit_ultrametric", "FitResult", "LOSSES", "OPTIMIZERS", "POSITIVITY", "INITS", "make_loss"]
 

@@ -1,4 +1,5 @@
-"""Sparse undirected graphs as plain edge arrays, their validation, batching and builders.
+"""Sparse undirected graphs as plain edge arrays: their validation (with their edge weights),
+batching, connectivity, and the region adjacency graph of a label image.
 
 A *graph* argument anywhere in hiseg is either a higra ``UndirectedGraph`` or a tuple
 ``(sources, targets, num_vertices)`` of integer arrays / tensors (edge ``i`` joins
@@ -8,29 +9,38 @@ weights are 1-D arrays indexed by edge id, as in higra.
 Builders return :class:`EdgeList`, a named tuple, so their result *is* a valid graph
 argument and also unpacks as ``sources, targets, num_vertices = g``.
 
-This module has no torch autograd, no I/O and no image code.
+Every builder of a hierarchy checks its arguments here, once (:func:`checked_input`). The
+graphs of pixel grids and point clouds are built by :mod:`hiseg.core.builders`. This module has
+no torch autograd (tensors are only read), no I/O and no image code.
 """
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import NamedTuple, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
-from ._lazy import import_higra
+from ._lazy import import_higra, lazy_torch
 
 __all__ = [
     "EdgeList",
     "BatchedGraph",
     "as_edge_list",
     "batch_graphs",
-    "grid_graph",
-    "knn_graph",
+    "check_weights",
+    "check_values",
+    "check_lengths",
+    "checked_input",
+    "host_weights",
+    "disconnected_message",
     "RegionAdjacencyGraph",
     "region_adjacency_graph",
     "compact_labels",
     "connected_components",
 ]
+
+#: imported at its first use (:mod:`hiseg.core._lazy`): only weight tensors are read, for their checks
+torch = lazy_torch()
 
 
 class EdgeList(NamedTuple):
@@ -176,6 +186,13 @@ class BatchedGraph:
         """For each vertex, the index of the graph it belongs to."""
         return np.repeat(np.arange(self.num_graphs), np.diff(self.vertex_ptr))
 
+    def chain_edges(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(sources, targets)`` of the ``B - 1`` virtual edges that chain the first vertices of
+        consecutive graphs: above every weight, they make the batch one connected graph whose
+        hierarchy is the graphs' hierarchies joined at the top."""
+        firsts = self.vertex_ptr[:-1]
+        return firsts[:-1], firsts[1:]
+
 
 def batch_graphs(graphs: Sequence) -> BatchedGraph:
     """Concatenate graphs into one :class:`BatchedGraph` (vertex ids shifted by offsets).
@@ -199,129 +216,104 @@ def batch_graphs(graphs: Sequence) -> BatchedGraph:
     return BatchedGraph(s, t, vptr, eptr)
 
 
-# ----------------------------------------------------------------------------- builders
-def grid_graph(shape: Sequence[int]) -> EdgeList:
-    """4-adjacency graph of a 2-D image of ``shape = (H, W)`` (row-major pixel ids).
-
-    Edge order: all horizontal edges (pixel and its right neighbour, in raster order),
-    then all vertical edges (pixel and its bottom neighbour, in raster order).
-    ``E = H(W-1) + (H-1)W``.
-    """
-    if len(shape) != 2:
-        raise ValueError(f"grid_graph expects a 2-D shape (H, W), got {tuple(shape)}")
-    h, w = (int(x) for x in shape)
-    if h <= 0 or w <= 0:
-        raise ValueError(f"grid_graph: shape must be positive, got {(h, w)}")
-    idx = np.arange(h * w, dtype=np.int64).reshape(h, w)
-    s = np.concatenate([idx[:, :-1].ravel(), idx[:-1, :].ravel()])
-    t = np.concatenate([idx[:, 1:].ravel(), idx[1:, :].ravel()])
-    return EdgeList(s, t, h * w)
-
-
-#: ``knn_graph(method="auto")`` searches exact neighbours up to this many points (or at
-#: any size in at most :data:`EXACT_KNN_MAX_DIM` dimensions, where KD-trees stay fast)
-EXACT_KNN_MAX_POINTS = 20000
-EXACT_KNN_MAX_DIM = 3
-#: ``knn_graph(connect="auto")`` adds the exact Euclidean MST up to this many points
-EXACT_MST_MAX_POINTS = 20000
-
-
-def knn_graph(X, n_neighbors: int = 5, *, connect="auto", method: str = "auto", random_state=0):
-    """Symmetric k-nearest-neighbour graph of points, made connected by spanning edges.
-
-    Every point is joined to its ``n_neighbors`` nearest neighbours (Euclidean); the
-    edge set is symmetrised (an edge found from one side only is kept once, with no
-    halving of its weight). Then, unless ``connect`` is false, edges are added so that
-    the graph is connected:
-
-    * ``"mst"``: the edges of the exact minimum spanning tree of the complete Euclidean
-      graph (the paper's kNN + MST construction); Prim's algorithm, O(n^2 d) time but
-      O(n d) memory;
-    * ``"components"``: edges joining the connected components of the kNN graph, found
-      by nearest-neighbour searches between components (Borůvka-style rounds; see
-      :func:`hiseg.core._neighbors.spanning_edges`): nothing is added when the kNN graph is
-      connected, otherwise about one edge per component, each a close pair of points
-      of two nearby components; O(n) memory and time per round, at most
-      log2(components) rounds;
-    * ``"auto"`` (or ``True``): ``"mst"`` up to :data:`EXACT_MST_MAX_POINTS` points,
-      ``"components"`` above.
-
-    Parameters
-    ----------
-    X : (n, d) array of finite values.
-    n_neighbors : int >= 1.
-    connect : ``"auto"``, ``True``, ``"mst"``, ``"components"`` or ``False``.
-    method : neighbour search: ``"exact"`` (scikit-learn's ``NearestNeighbors``: KD-tree,
-        ball tree or chunked brute force), ``"approximate"`` (random-projection forest +
-        NN-descent, :func:`hiseg.core._neighbors.approximate_knn`; about 90% of the true
-        neighbours on 16-d Gaussian blobs, the others near ones) or ``"auto"``: exact up
-        to :data:`EXACT_KNN_MAX_POINTS` points or in at most :data:`EXACT_KNN_MAX_DIM`
-        dimensions, approximate otherwise.
-    random_state : int, seed of the approximate search (deterministic for a given seed).
-
-    Returns
-    -------
-    graph : EdgeList
-    weights : float64 array, the Euclidean length of each edge.
-
-    The search runs on the points centred and rescaled by a power of two, so the graph
-    does not depend on the scale of ``X`` (``X * 1e300`` and ``X * 1e-300`` give the same
-    edges; weights scale with ``X``). Memory O(n (k + d)) whatever the method: besides ``X``
-    (as float64), one normalised copy of it, the search's own (the exact MST keeps a second
-    copy), and the edge lengths computed :data:`EDGE_BLOCK` values at a time.
+# ----------------------------------------------------------------------------- edge weights
+def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
+    """Validate an edge-weight array/tensor; return it unchanged.
 
     Raises
     ------
+    TypeError
+        Not a tensor/array, or an integer/bool dtype (the layer is differentiable and
+        ties of integer weights are better made explicit by the caller).
     ValueError
-        Non-finite coordinates, edge lengths beyond the float64 range, fewer than
-        ``n_neighbors + 1`` points, bad ``n_neighbors``, ``connect`` or ``method``.
+        Not 1-D, length differs from ``num_edges``, NaN or infinite values, or (with
+        ``nonnegative``) negative values.
     """
-    from . import _neighbors as nb
+    check_values(weights, torch.is_tensor(weights), num_edges, name=name, nonnegative=nonnegative)
+    return weights
 
-    X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2:
-        raise ValueError(f"X must be a 2-D array (n_samples, n_features), got shape {X.shape}")
-    n, d = X.shape
-    if not _all_finite(X):
-        raise ValueError("X contains NaN or infinite values")
-    if isinstance(n_neighbors, bool) or int(n_neighbors) != n_neighbors or n_neighbors < 1:
-        raise ValueError(f"n_neighbors must be a positive integer, got {n_neighbors}")
-    n_neighbors = int(n_neighbors)
-    if n < n_neighbors + 1:
-        raise ValueError(f"need at least n_neighbors + 1 = {n_neighbors + 1} samples, got {n}")
-    if connect is True:
-        connect = "auto"
-    if connect not in ("auto", "mst", "components", False, None):
-        raise ValueError(f"connect must be 'auto', 'mst', 'components' or False, got {connect!r}")
-    if method not in ("auto", "exact", "approximate"):
-        raise ValueError(f"method must be 'auto', 'exact' or 'approximate', got {method!r}")
-    Xs, scale = normalised_points(X)
-    if method == "auto":
-        method = "exact" if n <= EXACT_KNN_MAX_POINTS or d <= EXACT_KNN_MAX_DIM else "approximate"
-    if method == "exact":
-        nn = nb.exact_knn(Xs, n_neighbors)
+
+def check_values(weights, tensor: bool, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
+    """:func:`check_weights` once the caller has told a tensor (``tensor``) from an array
+    (returns None; raises as :func:`check_weights`)."""
+    if tensor:
+        if weights.dtype in (torch.bool,) or not torch.is_floating_point(weights):
+            raise TypeError(f"{name} must be a floating point tensor, got dtype {weights.dtype}")
+        shape = tuple(weights.shape)
+        finite = bool(torch.isfinite(weights).all())
+        neg = bool((weights < 0).any()) if nonnegative else False
     else:
-        nn = nb.approximate_knn(Xs, n_neighbors, random_state=random_state)
-    src = np.repeat(np.arange(n), n_neighbors)
-    dst = nn.ravel()
-    if connect == "auto":
-        connect = "mst" if n <= EXACT_MST_MAX_POINTS else "components"
-    if connect == "mst":
-        ms, mt = nb.euclidean_mst(Xs)
-    elif connect == "components":
-        ms, mt = nb.spanning_edges(Xs, src, dst)
-    else:
-        ms = mt = np.zeros(0, dtype=np.int64)
-    src, dst = np.concatenate([src, ms]), np.concatenate([dst, mt])
-    a = np.minimum(src, dst).astype(np.int64)
-    b = np.maximum(src, dst).astype(np.int64)
-    key = np.unique(a * n + b)
-    a, b = key // n, key % n
-    w = _edge_lengths(Xs, a, b) * scale
-    if not np.all(np.isfinite(w)):
-        raise ValueError("distances between samples exceed the float64 range (about 1.8e308): "
-                         "rescale X")
-    return EdgeList(a, b, n), w
+        arr = np.asarray(weights)
+        if not np.issubdtype(arr.dtype, np.floating):
+            raise TypeError(f"{name} must be a floating point array, got dtype {arr.dtype}")
+        shape = arr.shape
+        finite = bool(np.isfinite(arr).all())
+        neg = bool((arr < 0).any()) if nonnegative else False
+    if len(shape) != 1:
+        raise ValueError(f"{name} must be 1-D (one value per edge), got shape {shape}")
+    if shape[0] != num_edges:
+        raise ValueError(f"{name} has {shape[0]} values but the graph has {num_edges} edges")
+    if not finite:
+        raise ValueError(f"{name} contains NaN or infinite values")
+    if neg:
+        raise ValueError(f"{name} contains negative values; this loss needs dissimilarities >= 0")
+
+
+def checked_input(graph, weights, check: bool, tensor: Optional[bool] = None):
+    """``(edge list, weights on the host, batch or None)`` of a public builder's arguments: the
+    graph normalised and, with ``check``, the graph and the weights validated, here and only
+    here; the host weights are numpy (a tensor detached and copied to the CPU, float32 or
+    float64). The builders of checked arrays (:func:`hiseg.core.ultrametric.single_linkage`,
+    :func:`hiseg.core.average_linkage.average_linkage`) take them as they are. ``tensor``: whether
+    ``weights`` is a tensor, when the caller knows."""
+    batch = graph if isinstance(graph, BatchedGraph) else None
+    el = as_edge_list(graph, check=check)
+    tensor = torch.is_tensor(weights) if tensor is None else tensor
+    if check:
+        check_values(weights, tensor, el.num_edges)
+    return el, host_weights(weights) if tensor else np.asarray(weights), batch
+
+
+def host_weights(weights: torch.Tensor) -> np.ndarray:
+    """A weight tensor as the builders read it: detached, on the host, float32 or float64."""
+    w = weights.detach()
+    if w.device.type != "cpu":
+        w = w.cpu()
+    if w.dtype not in (torch.float32, torch.float64):
+        w = w.float()
+    return w.numpy()
+
+
+def check_lengths(lengths, num_edges: int):
+    """Edge lengths (frontier lengths, multiplicities) as float64, or None for all ones: one finite
+    value > 0 per edge, else ValueError / TypeError naming the problem."""
+    if lengths is None:
+        return None
+    ln = lengths.detach().cpu().numpy() if torch.is_tensor(lengths) else np.asarray(lengths)
+    if ln.ndim != 1 or ln.shape[0] != num_edges:
+        raise ValueError(f"lengths must have one value per edge ({num_edges}), got shape {ln.shape}")
+    if not np.issubdtype(ln.dtype, np.number) or np.issubdtype(ln.dtype, np.bool_):
+        raise TypeError(f"lengths must be numbers, got dtype {ln.dtype}")
+    ln = ln.astype(np.float64)
+    if not np.isfinite(ln).all() or (ln <= 0).any():
+        raise ValueError("lengths must be finite and > 0 (frontier lengths, multiplicities)")
+    return ln
+
+
+def disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
+    """What a hierarchy builder says of a disconnected graph (or batch member): which, and what to do."""
+    from ._neighbors import components
+
+    n = el.num_vertices
+    ncomp, lab = components(el.sources, el.targets, n)  # el is checked: no second normalisation
+    if batch is not None:
+        gi = batch.vertex_graph_index()
+        bad = sorted({int(gi[v]) for v in range(n) if lab[v] != lab[batch.vertex_ptr[gi[v]]]})
+        return (f"graphs {bad[:10]} of the batch are not connected: the subdominant ultrametric "
+                "is defined on connected graphs (connect them, e.g. with MST edges, or split them)")
+    return (f"the graph is not connected ({ncomp} connected components): the subdominant "
+            "ultrametric is defined on connected graphs (connect it, e.g. with MST edges, "
+            "or process each component separately)")
 
 
 def connected_components(graph) -> tuple:
@@ -331,49 +323,6 @@ def connected_components(graph) -> tuple:
 
     el = as_edge_list(graph)
     return components(el.sources, el.targets, el.num_vertices)
-
-
-#: The edge lengths of :func:`knn_graph` are computed this many coordinates at a time (a
-#: block of edges' differences), so that many features cost no (edges x features) array.
-EDGE_BLOCK = 1 << 20
-
-
-def _all_finite(X: np.ndarray) -> bool:
-    """``np.isfinite(X).all()`` a block of rows at a time (no full-size boolean array)."""
-    rows = max(1, EDGE_BLOCK // max(1, X.shape[1]))
-    return all(bool(np.isfinite(X[i:i + rows]).all()) for i in range(0, X.shape[0], rows))
-
-
-def _edge_lengths(Z: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """The Euclidean lengths of the edges (a, b) of points ``Z``, :data:`EDGE_BLOCK` values at a
-    time: the same values as the whole-array expression, in O(EDGE_BLOCK) memory."""
-    w = np.empty(len(a), np.float64)
-    rows = max(1, EDGE_BLOCK // max(1, Z.shape[1]))
-    for i in range(0, len(a), rows):
-        diff = Z[a[i:i + rows]] - Z[b[i:i + rows]]
-        w[i:i + rows] = np.sqrt(np.einsum("ij,ij->i", diff, diff))
-    return w
-
-
-def _abs_max(X: np.ndarray) -> float:
-    """``np.abs(X).max()`` without the copy."""
-    return max(float(X.max()), -float(X.min())) if X.size else 0.0
-
-
-def normalised_points(X: np.ndarray):
-    """``(Z, scale)`` with ``X = Z * scale + mean``: ``Z`` centred, its largest coordinate
-    in [0.5, 1), ``scale`` a power of two (rescaling by powers of two is exact, and squared
-    norms of ``Z`` neither overflow nor underflow whatever the scale of ``X``). One copy of
-    ``X``, rescaled in place."""
-    e1 = int(np.frexp(_abs_max(X))[1]) if X.size else 0
-    Y = np.ldexp(X, -e1)
-    Y -= Y.mean(axis=0)
-    m = _abs_max(Y)
-    if m == 0.0:  # all points equal
-        return Y, 1.0
-    e2 = int(np.frexp(m)[1])
-    with np.errstate(over="ignore"):  # inf: distances beyond the float64 range (caller's error)
-        return np.ldexp(Y, -e2, out=Y), float(np.ldexp(1.0, e1 + e2))
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,9 @@ import torch
 # the triplets and the soft cardinal have their own modules; their names stay hiseg.core.losses.<name>
 from .soft_cardinal import sigmoid_expansion, soft_cardinal, soft_cardinal_sum  # noqa: F401
 from .triplets import make_triplets, sample_batch_triplets, sample_batch_triplets_torch  # noqa: F401
-from .ultrametric import Hierarchy, check_weights, leaf_lca
+from .device import leaf_lca
+from .graph import check_weights
+from .ultrametric import Hierarchy
 
 __all__ = ["closest", "cluster_size", "triplet", "make_triplets", "sample_batch_triplets",
            "sample_batch_triplets_torch", "dasgupta", "structural_entropy", "gaussian_similarities",
@@ -124,7 +126,7 @@ def triplet(hierarchy: Hierarchy, weights: torch.Tensor, triplets=None, *, label
         Only these triplets count (:func:`sample_batch_triplets_torch`'s mask); the mean
         is over them (0 when none is valid).
 
-    Triplets as tensors on ``weights``' device are looked up there (:func:`hiseg.core.ultrametric.leaf_lca`,
+    Triplets as tensors on ``weights``' device are looked up there (:func:`hiseg.core.device.leaf_lca`,
     one batched call, no host synchronisation); others on the host. Cost O(N log N) once
     per hierarchy (lca preprocessing) + O(|T|).
     """

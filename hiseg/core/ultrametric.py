@@ -17,23 +17,23 @@ Work that need not be done is not done:
   index, giving exactly higra's stable (canonical) order;
 * the tree is built by higra's public ``bpt_canonical`` on the edge arrays, without materialising the
   MST graph;
-* an edge of the MST is its own pass edge, so only the other edges need an lca;
-* lcas of leaves are answered by a range-maximum query over the *split nodes* of the
-  leaves in depth-first order (a sparse table of ``N - 1`` int32 entries per level),
-  built in O(N log N) vectorised numpy instead of an Euler tour of all ``2N - 1`` nodes.
+* an edge of the MST is its own pass edge, so only the other edges need an lca
+  (:class:`~hiseg.core.lca.LeafLCA`, a range-maximum query).
 
-The module is pure computation: no I/O, no Lightning, no image code.
+:class:`Hierarchy` is also the structure of the average-linkage layer
+(:mod:`hiseg.core.average_linkage`); the graph and the weights are checked by
+:func:`hiseg.core.graph.checked_input`; the device copies of a training step are
+:mod:`hiseg.core.device`'s. The module is pure computation: no I/O, no Lightning, no image code.
 """
 from __future__ import annotations
 
-import threading
 from typing import Optional, Union
 
 import numpy as np
 
 from ._lazy import import_higra, lazy_torch
-from .device import leaf_lca, packed_copy, upload_indices  # noqa: F401 (their home is hiseg.core.device)
-from .graph import BatchedGraph, EdgeList, as_edge_list
+from .graph import BatchedGraph, EdgeList, checked_input, disconnected_message
+from .lca import LeafLCA
 
 hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
 
@@ -42,11 +42,8 @@ __all__ = [
     "build_hierarchy",
     "subdominant_ultrametric",
     "SubdominantUltrametric",
-    "AverageLinkageHierarchy",
-    "build_average_linkage_hierarchy",
-    "average_linkage_ultrametric",
-    "AverageLinkageUltrametric",
-    "check_weights",
+    "single_linkage",
+    "canonical_edge_order",
 ]
 
 GraphLike = Union[EdgeList, BatchedGraph, tuple, "hg.UndirectedGraph"]
@@ -56,86 +53,7 @@ GraphLike = Union[EdgeList, BatchedGraph, tuple, "hg.UndirectedGraph"]
 torch = lazy_torch()
 
 
-# ----------------------------------------------------------------------------- validation
-def check_weights(weights, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
-    """Validate an edge-weight array/tensor; return it unchanged.
-
-    Raises
-    ------
-    TypeError
-        Not a tensor/array, or an integer/bool dtype (the layer is differentiable and
-        ties of integer weights are better made explicit by the caller).
-    ValueError
-        Not 1-D, length differs from ``num_edges``, NaN or infinite values, or (with
-        ``nonnegative``) negative values.
-    """
-    check_values(weights, torch.is_tensor(weights), num_edges, name=name, nonnegative=nonnegative)
-    return weights
-
-
-def check_values(weights, tensor: bool, num_edges: int, *, name: str = "weights", nonnegative: bool = False):
-    """:func:`check_weights` once the caller has told a tensor (``tensor``) from an array
-    (returns None; raises as :func:`check_weights`)."""
-    if tensor:
-        if weights.dtype in (torch.bool,) or not torch.is_floating_point(weights):
-            raise TypeError(f"{name} must be a floating point tensor, got dtype {weights.dtype}")
-        shape = tuple(weights.shape)
-        finite = bool(torch.isfinite(weights).all())
-        neg = bool((weights < 0).any()) if nonnegative else False
-    else:
-        arr = np.asarray(weights)
-        if not np.issubdtype(arr.dtype, np.floating):
-            raise TypeError(f"{name} must be a floating point array, got dtype {arr.dtype}")
-        shape = arr.shape
-        finite = bool(np.isfinite(arr).all())
-        neg = bool((arr < 0).any()) if nonnegative else False
-    if len(shape) != 1:
-        raise ValueError(f"{name} must be 1-D (one value per edge), got shape {shape}")
-    if shape[0] != num_edges:
-        raise ValueError(f"{name} has {shape[0]} values but the graph has {num_edges} edges")
-    if not finite:
-        raise ValueError(f"{name} contains NaN or infinite values")
-    if neg:
-        raise ValueError(f"{name} contains negative values; this loss needs dissimilarities >= 0")
-
-
-def checked_input(graph, weights, check: bool, tensor: Optional[bool] = None):
-    """``(edge list, weights on the host, batch or None)`` of a public builder's arguments: the
-    graph normalised and, with ``check``, the graph and the weights validated, here and only
-    here; the host weights are numpy (a tensor detached and copied to the CPU, float32 or
-    float64). The builders of checked arrays (:func:`single_linkage`, :func:`average_linkage`)
-    take them as they are. ``tensor``: whether ``weights`` is a tensor, when the caller knows."""
-    batch = graph if isinstance(graph, BatchedGraph) else None
-    el = as_edge_list(graph, check=check)
-    tensor = torch.is_tensor(weights) if tensor is None else tensor
-    if check:
-        check_values(weights, tensor, el.num_edges)
-    return el, host_weights(weights) if tensor else np.asarray(weights), batch
-
-
-def host_weights(weights: torch.Tensor) -> np.ndarray:
-    """A weight tensor as the builders read it: detached, on the host, float32 or float64."""
-    w = weights.detach()
-    if w.device.type != "cpu":
-        w = w.cpu()
-    if w.dtype not in (torch.float32, torch.float64):
-        w = w.float()
-    return w.numpy()
-
-
-# ----------------------------------------------------------------------------- workspace
-_tls = threading.local()
-
-
-def _workspace(nbytes: int) -> np.ndarray:
-    """A per-thread reusable byte buffer (avoids re-faulting large fresh pages every call)."""
-    buf = getattr(_tls, "buf", None)
-    if buf is None or buf.nbytes < nbytes:
-        buf = np.empty(max(nbytes, 1), dtype=np.uint8)
-        _tls.buf = buf
-    return buf
-
-
+# ----------------------------------------------------------------------------- edge order
 def canonical_edge_order(w: np.ndarray) -> np.ndarray:
     """Indices sorting ``w`` increasingly, ties by increasing edge index (= a stable sort).
 
@@ -160,81 +78,6 @@ def canonical_edge_order(w: np.ndarray) -> np.ndarray:
         key.sort()
         order[pos] = key % order.size
     return order
-
-
-# ----------------------------------------------------------------------------- lca
-class LeafLCA:
-    """Lowest common ancestor of *leaves* of a binary tree whose parents have larger ids.
-
-    Leaves get their rank in a depth-first order; between consecutive leaves sits the
-    *split node* (their lca); the lca of two leaves is the highest (largest id) split
-    node between their ranks: a range-maximum query answered by a sparse table.
-    Preprocessing O(N log N) time, O(N log N) int32 memory; query O(1) per pair.
-    """
-
-    def __init__(self, tree: "hg.Tree", parents: np.ndarray, num_leaves: int, sizes: np.ndarray,
-                 children: tuple[np.ndarray, np.ndarray], transient: bool = False):
-        n = parents.shape[0]
-        nl = num_leaves
-        small, big = children
-        off = np.zeros(n, dtype=np.int64)
-        off[big] = sizes[small]  # the larger child is placed after the smaller one
-        start = hg.propagate_sequential_and_accumulate(tree, off, hg.Accumulators.sum)
-        self.rank = start[:nl]
-        m = nl - 1
-        self.m = m
-        idt = np.int32 if n < 2**31 else np.int64
-        if m == 0:
-            self.table = np.zeros((1, 1), dtype=idt)
-            return
-        levels = max(1, int(m).bit_length())
-        nbytes = levels * m * np.dtype(idt).itemsize
-        # a transient table (used once, inside build_hierarchy) lives in a reused buffer
-        buf = _workspace(nbytes)[:nbytes] if transient else np.empty(nbytes, dtype=np.uint8)
-        table = buf.view(idt).reshape(levels, m)
-        table[0, start[nl:] + sizes[small] - 1] = np.arange(nl, n, dtype=idt)
-        self.table = _sparse_levels(table)
-
-    @classmethod
-    def from_split_nodes(cls, rank: np.ndarray, split: np.ndarray) -> "LeafLCA":
-        """The query structure of leaves ranked ``rank`` in a depth-first order whose
-        consecutive leaves have the split nodes ``split`` (N - 1,): e.g. per-graph orders
-        concatenated (``hiseg.segmentation.hostpool``). O(N log N)."""
-        self = cls.__new__(cls)
-        self.rank, self.m = rank, int(split.shape[0])
-        if self.m == 0:
-            self.table = np.zeros((1, 1), dtype=split.dtype)
-            return self
-        table = np.zeros((max(1, self.m.bit_length()), self.m), dtype=split.dtype)  # deterministic tails
-        table[0] = split
-        self.table = _sparse_levels(table)
-        return self
-
-    def __call__(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        ra = self.rank[a]
-        rb = self.rank[b]
-        lo = np.minimum(ra, rb)
-        hi = np.maximum(ra, rb)
-        length = hi - lo
-        same = length == 0
-        length[same] = 1
-        lo[same], hi[same] = 0, 1  # answered below; keeps the reads in the table (N = 2: one entry)
-        k = np.frexp(length)[1] - 1
-        flat = self.table.reshape(-1)
-        base = k * self.m
-        res = np.maximum(flat[base + lo], flat[base + hi - (1 << k)]).astype(np.int64)
-        if same.any():
-            res[same] = a[same]
-        return res
-
-
-def _sparse_levels(table: np.ndarray) -> np.ndarray:
-    """Fill levels 1.. of a range-maximum sparse table from its level 0, in place."""
-    m = table.shape[1]
-    for k in range(1, table.shape[0]):
-        h = 1 << (k - 1)
-        np.maximum(table[k - 1, : m - h], table[k - 1, h:], out=table[k, : m - h])
-    return table
 
 
 # ----------------------------------------------------------------------------- hierarchy
@@ -411,11 +254,6 @@ class Hierarchy:
                 f"batched={self.batch is not None})")
 
 
-def _connect_batch(bg: BatchedGraph):
-    """Virtual edges chaining the first vertex of consecutive graphs."""
-    firsts = bg.vertex_ptr[:-1]
-    return firsts[:-1], firsts[1:]
-
 
 def build_hierarchy(graph: GraphLike, weights, *, check: bool = True) -> Hierarchy:
     """Single-linkage hierarchy (canonical BPT) and pass edges of a graph or batch.
@@ -449,7 +287,7 @@ def single_linkage(el: EdgeList, w: np.ndarray, batch: Optional[BatchedGraph] = 
     E, N = el.num_edges, el.num_vertices
     s, t = el.sources, el.targets
     if batch is not None and batch.num_graphs > 1:
-        vs, vt = _connect_batch(batch)
+        vs, vt = batch.chain_edges()
         top = (w.max() + 1) if w.size else 1.0
         w_all = np.concatenate([w, np.full(vs.size, top, dtype=w.dtype)])
         s_all = np.concatenate([s, vs])
@@ -496,21 +334,6 @@ def _canonical_bpt(sources: np.ndarray, targets: np.ndarray, order: np.ndarray, 
     return tree.parents(), hg.CptBinaryHierarchy.get_mst_edge_map(tree)
 
 
-def disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
-    from ._neighbors import components
-
-    n = el.num_vertices
-    ncomp, lab = components(el.sources, el.targets, n)  # el is checked: no second normalisation
-    if batch is not None:
-        gi = batch.vertex_graph_index()
-        bad = sorted({int(gi[v]) for v in range(n) if lab[v] != lab[batch.vertex_ptr[gi[v]]]})
-        return (f"graphs {bad[:10]} of the batch are not connected: the subdominant ultrametric "
-                "is defined on connected graphs (connect them, e.g. with MST edges, or split them)")
-    return (f"the graph is not connected ({ncomp} connected components): the subdominant "
-            "ultrametric is defined on connected graphs (connect it, e.g. with MST edges, "
-            "or process each component separately)")
-
-
 # ----------------------------------------------------------------------------- the layer
 def subdominant_ultrametric(graph: GraphLike, weights: torch.Tensor, *, return_hierarchy: bool = False,
                             check: bool = True):
@@ -544,224 +367,9 @@ def subdominant_ultrametric(graph: GraphLike, weights: torch.Tensor, *, return_h
     return (u, h) if return_hierarchy else u
 
 
-# ----------------------------------------------------------------------------- average linkage
-class AverageLinkageHierarchy(Hierarchy):
-    r"""The (length-weighted) average-linkage hierarchy of an edge-weighted graph.
-
-    Same attributes as :class:`Hierarchy`, with these meanings:
-
-    * ``parents``: higra's parent array of the average-linkage binary partition tree
-      (internal nodes in merge order, altitudes non-decreasing);
-    * ``edge_lca``: the lca node of every edge -- the merge that first joins its ends;
-    * ``mst_edge_map``: a *representative* edge of every internal node (the edge of
-      smallest index among those whose lca it is; virtual ids ``>= E`` for the top nodes
-      of a batch), so that undoing the last merges gives a cut with exactly ``k``
-      regions as for single linkage;
-    * ``pass_edge``: ``mst_edge_map[edge_lca - N]`` (representative, *not* a gradient path);
-    * ``lengths``: the edge lengths (float64, ``None`` for all ones).
-
-    The altitude of internal node ``n`` is the length-weighted mean weight of the edges
-    whose lca is ``n``, i.e. of all edges joining its two children:
-
-    .. math:: \alpha(n) = \frac{\sum_{f:\,\mathrm{lca}(f) = n} \ell_f w_f}{\sum_{f:\,\mathrm{lca}(f) = n} \ell_f}
-
-    so :meth:`node_altitudes` and :meth:`ultrametric` are differentiable in ``w`` with
-    :math:`\partial u_e / \partial w_f = \ell_f / \sum_{g:\,\mathrm{lca}(g)=\mathrm{lca}(e)} \ell_g`
-    when ``lca(f) = lca(e)``, 0 otherwise.  For a fixed hierarchy these are the closest
-    (least-squares, length-weighted) altitudes to ``w`` (the paper's appendix remark).
-    """
-
-    def __init__(self, graph, parents, mst_edge_map, edge_lca, lengths, batch=None):
-        pass_edge = mst_edge_map[edge_lca - graph.num_vertices] if edge_lca.size else np.zeros(0, np.int64)
-        super().__init__(graph, parents, mst_edge_map, pass_edge, edge_lca, batch)
-        self.lengths = lengths
-
-    def node_altitudes(self, weights: torch.Tensor) -> torch.Tensor:
-        """Altitudes of all nodes: leaves 0, internal nodes the length-weighted mean of the
-        edges joining their children (differentiable); virtual top nodes of a batch get
-        ``max(weights) + 1`` (constant). Numpy weights: a float64 numpy array (no torch;
-        the same sums, :func:`numpy.bincount` for ``index_add``)."""
-        return self._device_altitudes(weights) if torch.is_tensor(weights) else self._host_altitudes(weights)
-
-    def view_arrays(self) -> dict:
-        """:meth:`Hierarchy.view_arrays` with those of the average-linkage altitudes."""
-        arrays = super().view_arrays()
-        arrays["edge_lca"] = self.edge_lca
-        arrays["edge_lca_int"] = self.edge_lca - self.num_leaves
-        if self.lengths is not None:
-            arrays["lengths"] = self.lengths
-        if self.batch is not None and self.batch.num_graphs > 1:
-            arrays["virtual_nodes"] = self.mst_edge_map >= self.num_edges
-        return arrays
-
-    def _host_altitudes(self, weights) -> np.ndarray:
-        """:meth:`node_altitudes` of numpy weights, in numpy."""
-        n_int = self.num_nodes - self.num_leaves
-        w = np.asarray(weights, np.float64)
-        ln = np.ones(self.num_edges) if self.lengths is None else self.lengths
-        lca = self.edge_lca - self.num_leaves
-        num = np.bincount(lca, weights=ln * w, minlength=n_int)
-        den = np.bincount(lca, weights=ln, minlength=n_int)
-        if self.batch is not None and self.batch.num_graphs > 1:
-            virt = self.mst_edge_map >= self.num_edges
-            den[virt], num[virt] = 1.0, (w.max() + 1 if w.size else 1.0)
-        return np.concatenate([np.zeros(self.num_leaves), num / den])
-
-    def _device_altitudes(self, weights: torch.Tensor) -> torch.Tensor:
-        """:meth:`node_altitudes` of a tensor, on its device, differentiable."""
-        n_int = self.num_nodes - self.num_leaves
-        lca = self._index("edge_lca_int", self.edge_lca - self.num_leaves, weights.device)
-        ln = (weights.new_ones(self.num_edges) if self.lengths is None
-              else self._index("lengths", self.lengths, weights.device).to(weights.dtype))
-        num = weights.new_zeros(n_int).index_add(0, lca, ln * weights)
-        den = weights.new_zeros(n_int).index_add(0, lca, ln)
-        if self.batch is not None and self.batch.num_graphs > 1:  # virtual top nodes (known on the CPU)
-            virt = self._index("virtual_nodes", self.mst_edge_map >= self.num_edges, weights.device)
-            top = weights.detach().max() + 1 if weights.numel() else weights.new_ones(())
-            den = torch.where(virt, torch.ones_like(den), den)
-            num = torch.where(virt, top.expand_as(num), num)
-        return torch.cat([weights.new_zeros(self.num_leaves), num / den])
-
-    def ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
-        """The average-linkage ultrametric on the graph edges: ``altitude(lca(e))`` (a numpy
-        array for numpy weights, no torch)."""
-        if not torch.is_tensor(weights):
-            return self._host_altitudes(weights)[self.edge_lca]
-        return self.device_ultrametric(weights)
-
-    def device_ultrametric(self, weights: torch.Tensor) -> torch.Tensor:
-        return self._device_altitudes(weights)[self._index("edge_lca", self.edge_lca, weights.device)]
-
-
-def check_lengths(lengths, num_edges: int):
-    if lengths is None:
-        return None
-    ln = lengths.detach().cpu().numpy() if torch.is_tensor(lengths) else np.asarray(lengths)
-    if ln.ndim != 1 or ln.shape[0] != num_edges:
-        raise ValueError(f"lengths must have one value per edge ({num_edges}), got shape {ln.shape}")
-    if not np.issubdtype(ln.dtype, np.number) or np.issubdtype(ln.dtype, np.bool_):
-        raise TypeError(f"lengths must be numbers, got dtype {ln.dtype}")
-    ln = ln.astype(np.float64)
-    if not np.isfinite(ln).all() or (ln <= 0).any():
-        raise ValueError("lengths must be finite and > 0 (frontier lengths, multiplicities)")
-    return ln
-
-
-def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
-                                    check: bool = True) -> AverageLinkageHierarchy:
-    """Length-weighted average-linkage hierarchy of a graph or a batch (no gradient).
-
-    Parameters
-    ----------
-    graph : graph argument or :class:`~hiseg.core.graph.BatchedGraph`
-    weights : 1-D float tensor or array (E,): dissimilarities (only read).
-    lengths : 1-D positive array (E,), optional: edge lengths (frontier lengths of a
-        RAG, multiplicities); all ones when omitted.
-
-    Returns
-    -------
-    AverageLinkageHierarchy
-
-    Cost: higra's average linkage, O(E log E) time, plus O(N log N + E) for the lcas of
-    all edges. In a batch the graphs are chained by virtual edges above every weight, so
-    the result equals the per-graph hierarchies.
-
-    Raises
-    ------
-    ValueError / TypeError
-        As :func:`build_hierarchy`; lengths of the wrong shape, not finite, or <= 0.
-    """
-    return average_linkage(*checked_average_input(graph, weights, lengths, check))
-
-
-def checked_average_input(graph, weights, lengths, check: bool, tensor: Optional[bool] = None):
-    """:func:`checked_input` with the lengths checked too: ``(edge list, host weights, float64
-    lengths or None, batch or None)``, what :func:`average_linkage` takes."""
-    el, w, batch = checked_input(graph, weights, check, tensor)
-    return el, w, check_lengths(lengths, el.num_edges), batch
-
-
-def average_linkage(el: EdgeList, w: np.ndarray, ln: Optional[np.ndarray] = None,
-                     batch: Optional[BatchedGraph] = None) -> "AverageLinkageHierarchy":
-    """:func:`build_average_linkage_hierarchy` of a checked edge list, host weights and
-    checked lengths (float64 or None); nothing is checked again."""
-    E, N = el.num_edges, el.num_vertices
-    w = np.asarray(w, dtype=np.float64)
-    s, t = el.sources, el.targets
-    if batch is not None and batch.num_graphs > 1:
-        vs, vt = _connect_batch(batch)
-        top = (w.max() + 1) if w.size else 1.0
-        w_all = np.concatenate([w, np.full(vs.size, top)])
-        s_all, t_all = np.concatenate([s, vs]), np.concatenate([t, vt])
-        ln_all = np.concatenate([ln if ln is not None else np.ones(E), np.ones(vs.size)])
-    else:
-        w_all, s_all, t_all = w, s, t
-        ln_all = ln if ln is not None else np.ones(E)
-    if N == 1:
-        return AverageLinkageHierarchy(el, np.zeros(1, np.int64), np.zeros(0, np.int64),
-                                       np.zeros(0, np.int64), ln, batch)
-    if s_all.size < N - 1:
-        raise ValueError(disconnected_message(el, batch))
-    g = hg.UndirectedGraph(N)
-    g.add_edges(s_all, t_all)
-    try:
-        tree, _ = hg.binary_partition_tree_average_linkage(g, w_all, ln_all)
-    except RuntimeError as e:  # pragma: no cover - higra's message for a disconnected graph
-        raise ValueError(disconnected_message(el, batch)) from e
-    parents = np.asarray(tree.parents(), dtype=np.int64)
-    if parents.size != 2 * N - 1:
-        raise ValueError(disconnected_message(el, batch))
-    # a bare Hierarchy lends its size / children / lca machinery for the lcas of all edges
-    h0 = Hierarchy(el, parents, np.zeros(N - 1, np.int64), None, None, batch)
-    h0._tree = tree
-    lca_all = LeafLCA(h0.tree, parents, N, h0.sizes, h0.children(), transient=True)(s_all, t_all)
-    nodes, first = np.unique(lca_all, return_index=True)  # first edge of every internal node
-    if nodes.size != N - 1:  # pragma: no cover - every merge joins adjacent clusters
-        raise RuntimeError("average linkage produced a node with no edge between its children")
-    mst_edge_map = np.empty(N - 1, dtype=np.int64)
-    mst_edge_map[nodes - N] = first
-    h = AverageLinkageHierarchy(el, parents, mst_edge_map, lca_all[:E].astype(np.int64), ln, batch)
-    h._tree = h0._tree
-    h._sizes = h0._sizes
-    return h
-
-
-def average_linkage_ultrametric(graph: GraphLike, weights: torch.Tensor, lengths=None, *,
-                                return_hierarchy: bool = False, check: bool = True):
-    r"""Average-linkage ultrametric of an edge-weighted graph, differentiable.
-
-    The tree is length-weighted average linkage (UPGMA on a complete graph), built on
-    the CPU with higra; an edge's value is the length-weighted mean weight of all the
-    edges joining the two clusters that its ends first share, computed on ``weights``'
-    device so that the gradient is that averaging (see :class:`AverageLinkageHierarchy`).
-
-    Parameters
-    ----------
-    graph : higra ``UndirectedGraph``, ``(sources, targets, num_vertices)`` or a
-        :class:`~hiseg.core.graph.BatchedGraph` (result equal to the per-graph results).
-    weights : torch.Tensor (E,) floating point, any device.
-    lengths : (E,) positive array or tensor, optional (frontier lengths of a RAG).
-    return_hierarchy : also return the :class:`AverageLinkageHierarchy`.
-
-    Returns
-    -------
-    u : torch.Tensor, same shape, dtype and device as ``weights``.
-    hierarchy : AverageLinkageHierarchy (if requested)
-
-    Raises
-    ------
-    ValueError / TypeError as :func:`build_average_linkage_hierarchy`.
-    """
-    if not torch.is_tensor(weights):
-        weights = torch.as_tensor(np.asarray(weights))
-    h = average_linkage(*checked_average_input(graph, weights, lengths, check, tensor=True))
-    u = h.device_ultrametric(weights)
-    return (u, h) if return_hierarchy else u
-
-
-# ----------------------------------------------------------------------------- module forms
-def _module_classes() -> dict:
-    """The ``torch.nn.Module`` forms, defined at their first use (module ``__getattr__``):
+# ----------------------------------------------------------------------------- module form
+def _module_class():
+    """The ``torch.nn.Module`` form, defined at its first use (module ``__getattr__``):
     importing this module costs no torch."""
     class SubdominantUltrametric(torch.nn.Module):
         """Module form of :func:`subdominant_ultrametric`: ``forward(graph, weights)``.
@@ -778,27 +386,12 @@ def _module_classes() -> dict:
             u, self.hierarchy = subdominant_ultrametric(graph, weights, return_hierarchy=True, check=self.check)
             return u
 
-    class AverageLinkageUltrametric(torch.nn.Module):
-        """Module form of :func:`average_linkage_ultrametric`: ``forward(graph, weights, lengths=None)``."""
-
-        def __init__(self, check: bool = True):
-            super().__init__()
-            self.check = check
-            self.hierarchy: Optional[AverageLinkageHierarchy] = None
-
-        def forward(self, graph: GraphLike, weights: torch.Tensor, lengths=None) -> torch.Tensor:
-            u, self.hierarchy = average_linkage_ultrametric(graph, weights, lengths, return_hierarchy=True,
-                                                            check=self.check)
-            return u
-
-    classes = {"SubdominantUltrametric": SubdominantUltrametric, "AverageLinkageUltrametric": AverageLinkageUltrametric}
-    for c in classes.values():
-        c.__module__, c.__qualname__ = __name__, c.__name__
-    return classes
+    SubdominantUltrametric.__module__ = __name__
+    return SubdominantUltrametric
 
 
 def __getattr__(name):
-    if name in ("SubdominantUltrametric", "AverageLinkageUltrametric"):
-        globals().update(_module_classes())
+    if name == "SubdominantUltrametric":
+        globals()[name] = _module_class()
         return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

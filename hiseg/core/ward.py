@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from ._lazy import import_higra, lazy_torch
-from .graph import as_edge_list, connected_components, normalised_points
+from .builders import normalised_points
+from .graph import as_edge_list, connected_components
 
 hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..core.graph import BatchedGraph, batch_graphs, region_adjacency_graph
-from ..core.ultrametric import packed_copy
+from ..core.device import packed_copy
 from ..segmentation.pooling import frontier_pixel_pairs
 from ..segmentation.superpixels import Superpixels, make_connected
 from .cache import SuperpixelCache
@@ -431,7 +431,7 @@ def with_superpixels(batch: GraphBatch, superpixels: Sequence[np.ndarray], map_f
 
     ``map_fn`` maps the per-image work (for example a thread pool's ``map``).
     Cost: the RAG and targets of every image on the CPU (O(A H W) each), and the graph
-    tensors moved to the images' device in one copy (:func:`hiseg.core.ultrametric.packed_copy`);
+    tensors moved to the images' device in one copy (:func:`hiseg.core.device.packed_copy`);
     no image is copied.
     """
     if len(superpixels) != batch.batch_size:

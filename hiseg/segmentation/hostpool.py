@@ -30,7 +30,7 @@ The batched tree (:func:`average_linkage_batch`) is laid out per image: image ``
 internal nodes are consecutive (after those of images ``0..b-1``), and ``B - 1`` virtual
 nodes chain the image roots at the top (``V_j`` joins images ``0..j`` with image ``j + 1``;
 its representative edge is the virtual edge ``E + j``, as in
-:func:`hiseg.core.ultrametric.build_average_linkage_hierarchy`'s batches). It is therefore the
+:func:`hiseg.core.average_linkage.build_average_linkage_hierarchy`'s batches). It is therefore the
 per-image trees exactly, ties included; its ultrametric equals the one-call batched tree's.
 """
 from __future__ import annotations
@@ -48,8 +48,9 @@ import numpy as np
 
 from .._lifetime import process_pool
 from ..core.graph import BatchedGraph, EdgeList
-from ..core.ultrametric import (AverageLinkageHierarchy, LeafLCA, average_linkage, checked_average_input,
-                                disconnected_message)
+from ..core.average_linkage import AverageLinkageHierarchy, average_linkage, checked_average_input
+from ..core.graph import disconnected_message
+from ..core.lca import LeafLCA
 
 __all__ = ["HostPool", "host_pool", "resolve_workers", "available_cores", "average_linkage_batch",
            "thread_pool", "MIN_POOL_EDGES", "MIN_POOL_PIXELS"]
@@ -196,7 +197,7 @@ def thread_pool() -> ThreadPoolExecutor:
 def average_linkage_job(sources: np.ndarray, targets: np.ndarray, num_vertices: int, weights: np.ndarray,
                         lengths: Optional[np.ndarray], lca: bool = False):
     """What a worker sends back of one graph's average-linkage tree
-    (:func:`hiseg.core.ultrametric.build_average_linkage_hierarchy`, local ids, not checked): the
+    (:func:`hiseg.core.average_linkage.build_average_linkage_hierarchy`, local ids, not checked): the
     int64 arrays ``parents``, ``mst_edge_map`` and ``edge_lca``, with ``lca`` also the leaves'
     depth-first ranks and the split nodes between consecutive leaves (the level 0 of the leaf-lca
     table). ValueError for a disconnected graph."""
@@ -239,21 +240,21 @@ def average_linkage_batch(graph: BatchedGraph, weights, lengths=None, pool: Opti
     weights : (E,) float array or tensor (read on the host; a tensor is copied there)
     lengths : (E,) positive array, optional: the frontier lengths (all ones when omitted)
     pool : :class:`HostPool` or None
-    lca : also make the leaf-lca tables (what :meth:`Hierarchy.lca`, :func:`hiseg.core.ultrametric.leaf_lca`
+    lca : also make the leaf-lca tables (what :meth:`Hierarchy.lca`, :func:`hiseg.core.device.leaf_lca`
         and ``upload_indices(lca=True)`` read): the workers order each graph's leaves, this
         process chains the orders graph after graph and fills the sparse table (O(N log N)).
     check : validate the graph, weights and lengths (O(E))
 
     Returns
     -------
-    :class:`~hiseg.core.ultrametric.AverageLinkageHierarchy` with ``batch=graph``: per graph, its
+    :class:`~hiseg.core.average_linkage.AverageLinkageHierarchy` with ``batch=graph``: per graph, its
     nodes are those of ``build_average_linkage_hierarchy(graph.graph(b), ...)`` shifted; the
     ultrametric equals that of ``build_average_linkage_hierarchy(graph, ...)``.
 
     Cost: the trees (higra, O(E_b log E_b) each, superlinear in practice: one call on a whole
     69k-edge batch was 2.6-3.7x slower than the per-graph calls) spread over the pool's workers, plus O(N + E)
     in this process (pickling the graphs and weights, placing the arrays). Raises as
-    :func:`~hiseg.core.ultrametric.build_average_linkage_hierarchy` (a disconnected graph names its
+    :func:`~hiseg.core.average_linkage.build_average_linkage_hierarchy` (a disconnected graph names its
     index in the batch).
     """
     el, w, ln, _ = checked_average_input(graph, weights, lengths, check)

@@ -63,7 +63,9 @@ import numpy as np
 
 from ..core._lazy import lazy_torch
 from ..core.graph import BatchedGraph, region_adjacency_graph
-from ..core.ultrametric import build_average_linkage_hierarchy, build_hierarchy, subdominant_ultrametric, upload_indices
+from ..core.average_linkage import build_average_linkage_hierarchy
+from ..core.device import upload_indices
+from ..core.ultrametric import build_hierarchy, subdominant_ultrametric
 from .pooling import MergeHeadError, TorchEdgeFeatures, batch_frontier_pixels, edge_features, frontier_mean
 from .superpixels import color_gradient, make_superpixels
 
@@ -348,7 +350,7 @@ class Pipeline:
         (except ``closest``, a fit), on their device. The tree is built on the host from
         ``host_weights`` (the weights already copied there) or from a copy of ``weights``; its
         gather indices (with ``lca`` the leaf-lca tables the triplet term queries) go to the
-        weights' device in one copy (:func:`hiseg.core.ultrametric.upload_indices`).
+        weights' device in one copy (:func:`hiseg.core.device.upload_indices`).
         ``lengths``: the frontier lengths (average linkage). A training batch goes through
         :meth:`batch_ultrametric`."""
         if self.linkage == "closest":  # single linkage of the fitted ultrametric

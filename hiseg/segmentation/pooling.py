@@ -34,7 +34,7 @@ import numpy as np
 
 from ..core._lazy import lazy_torch
 from ..core.graph import RegionAdjacencyGraph, batch_graphs
-from ..core.ultrametric import packed_copy
+from ..core.device import packed_copy
 
 __all__ = ["frontier_pixel_pairs", "batch_frontier_pixels", "frontier_mean", "rag_frontier_mean", "FEATURES",
            "MergeHeadError", "TorchEdgeFeatures", "edge_features_torch", "edge_features"]
