@@ -9,7 +9,8 @@ returns the parent array and the MST edge map; all paths are checked to give ide
 ones. Median of ``--repeat`` calls, the paths alternating. The graph-object call needs a
 higra graph, built outside the timing (as a fit would).
 
-Writes ``benchmarks/results/bpt_canonical.md``. Usage: ``python benchmarks/bench_bpt_canonical.py``.
+Writes ``benchmarks/results/bpt_canonical.md``, stamped (``provenance.py``). Usage:
+``python benchmarks/bench_bpt_canonical.py``.
 """
 import argparse
 import time
@@ -19,6 +20,7 @@ import higra as hg
 import numpy as np
 
 from hiseg.core.ultrametric import _canonical_bpt, canonical_edge_order
+from provenance import write_stamped
 
 OUT = Path(__file__).resolve().parent / "results" / "bpt_canonical.md"
 
@@ -78,8 +80,7 @@ def main():
              "edge index) + the public `hg.bpt_canonical((sources, targets, n), sorted_edge_indices=...)` "
              "(`hiseg.core.ultrametric._canonical_bpt`); *private*: the same order + `hg.cpp._bpt_canonical` "
              "(hiseg's path before, pinned `higra<0.7`); *public, graph*: `hg.bpt_canonical(graph, w, "
-             "compute_mst=False)` on a prebuilt higra graph (its own sort). Measured on the shared 2-core machine, "
-             "other jobs running.", "",
+             "compute_mst=False)` on a prebuilt higra graph (its own sort).", "",
              "| vertices | edges | hiseg (ms) | private (ms) | public, graph (ms) | identical output |",
              "|---:|---:|---:|---:|---:|---|"]
     for n, e, p1, p2, p3, same in rows:
@@ -87,8 +88,7 @@ def main():
     lines += ["", "hiseg calls only higra's public API: the private call saves the tree object's construction "
               "(a few ms at 3e5 edges, a few % of a fit iteration, which also sorts and answers lcas), not "
               "enough to pin higra below its next release for."]
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(write_stamped(args.out, "\n".join(lines)).read_text())
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ Goals (issue 56): the default at or above HypCSE's measured figure on each set, 
 less, and never more than 0.005 below the better of Ward and average.
 
 Writes ``benchmarks/results/clustering_hypcse.md``, stamped with the git revision, the date,
-the machine and the command. Usage: ``python benchmarks/bench_clustering_hypcse.py`` (a few
+the machine and the command (``provenance.py``). Usage: ``python benchmarks/bench_clustering_hypcse.py`` (a few
 minutes; ``--sets "iris (sklearn),zoo (HypCSE)"`` prints a subset without writing).
 """
 import os
@@ -24,9 +24,7 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse  # noqa: E402
-import datetime  # noqa: E402
 import platform  # noqa: E402
-import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -36,31 +34,19 @@ sys.path.insert(0, str(ROOT / "experiments" / "clustering"))
 from entropy_choice import DASGUPTA, ENTROPY, ESTIMATORS, STARTS, measure_set  # noqa: E402
 from sets import HYPCSE_MEASURED, hypcse_sets  # noqa: E402
 
+from provenance import stamp  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "results" / "clustering_hypcse.md"
 #: the goal's tolerance below the better of Ward and average linkage
 TOLERANCE = 0.005
 TIME_GOAL_S = 10.0
-#: the code the table measures (the stamp says when it differs from the revision)
-CODE = ("hiseg/clustering", "hiseg/core", "hiseg/metrics/hierarchy.py", "hiseg/metrics/entropy.py",
-        "experiments/clustering", "benchmarks/bench_clustering_hypcse.py")
 
 
-def stamp() -> list:
-    """The lines that say where and when the table was measured."""
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.SubprocessError):
-            return "?"
-
-    dirty = git("status", "--porcelain", "--untracked-files=no", "--", *CODE)
-    dirty = " (with uncommitted changes to the clustering code)" if dirty else ""
+def conditions() -> str:
+    """The run's conditions, beside its stamp: threads and the load (wall seconds count it)."""
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return [f"* revision: `{git('rev-parse', '--short', 'HEAD')}`{dirty}",
-            f"* date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC",
-            f"* machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}; one "
-            f"thread; load average {load:.1f} at the end (wall seconds count other jobs, CPU seconds do not)",
-            f"* command: `{' '.join([Path(sys.executable).name, *sys.argv])}`"]
+    return (f"One thread; load average {load:.1f} at the end (wall seconds count other jobs, CPU seconds do "
+            f"not); Python {platform.python_version()}.")
 
 
 def summary(results: dict) -> list:
@@ -124,7 +110,7 @@ def main():
         results[name] = (X.shape, measure_set(X, y))
         print(name, "done", flush=True)
     lines = ["# Clustering on HypCSE's data: hiseg's default, its candidates, Ward, average and HypCSE (issue 56)", "",
-             *stamp(), "",
+             stamp(), "", conditions(), "",
              "Written by `benchmarks/bench_clustering_hypcse.py` (its docstring: the sets, the methods). Exact "
              "dendrogram purity; Dasgupta's cost (normalised) and structural entropy on the default's 10-NN + MST "
              "graph with similarities `exp(-(d / mean d)^2)`; seconds of one thread (CPU: the fit's own work).", "",

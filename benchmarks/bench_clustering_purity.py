@@ -22,7 +22,7 @@ graph the default refines on, so this column favours it by construction); second
 fit, wall and CPU (``time.process_time``: the fit's own work, one thread; the wall time on
 the shared 2-core machine also counts other users' jobs).
 
-Writes ``benchmarks/results/clustering_purity.md``. Usage:
+Writes ``benchmarks/results/clustering_purity.md``, stamped (``provenance.py``). Usage:
 ``python benchmarks/bench_clustering_purity.py [--sets iris,wine]`` (a few minutes).
 """
 import os
@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "experiments" / "clustering"))
 
 from measure import LINKAGES, dasgupta_reference, linkage_tree, purity  # noqa: E402
+from provenance import write_stamped  # noqa: E402
 from sets import benchmark_sets  # noqa: E402
 
 from hiseg import UltrametricClustering  # noqa: E402
@@ -128,7 +129,7 @@ def main():
     text = "\n".join(tables(results)) + "\n"
     print(text)
     if not args.sets:
-        Path(args.out).write_text(text)
+        write_stamped(args.out, text)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ Every run is a fresh process (``python -c`` on this file's ``--worker`` mode); i
 time (data generation excluded, imports included in the peak memory only) and its peak
 resident memory (``os.wait4``'s rusage of that child alone, so runs do not contaminate
 each other) are reported with the ARI of the labels to the blobs. Writes
-``benchmarks/results/clustering_scale.md``.
+``benchmarks/results/clustering_scale.md``, stamped with revision, date, machine and command
+(``provenance.py``).
 
 Usage: ``python benchmarks/bench_clustering_scale.py [--sizes 1e4,1e5,1e6] [--dims 10,10,16]
 [--ward-max 1e5]`` (about 20 minutes on the 2-core development machine; the 10^6 row
@@ -30,6 +31,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from provenance import write_stamped
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks" / "results" / "clustering_scale.md"
@@ -98,8 +101,7 @@ def table(rows, note: str) -> str:
     lines = [
         "# UltrametricClustering at scale, against scikit-learn's Ward",
         "",
-        note,
-        "",
+        *([note, ""] if note else []),
         "5 Gaussian blobs (`make_blobs(n, n_features=d, centers=5, random_state=0)`), cut into 5 clusters. "
         "Each run is a fresh process: *seconds* is the wall time of the clustering (for Ward including "
         "its 10-NN connectivity graph), *peak MB* the process's peak resident memory (imports and the "
@@ -132,7 +134,7 @@ def main():
     ap.add_argument("--sizes", default="1e4,1e5,1e6")
     ap.add_argument("--dims", default="10,10,16", help="dimension for each size")
     ap.add_argument("--ward-max", type=float, default=1e5, help="largest n Ward is run at")
-    ap.add_argument("--note", default="", help="a line on the machine and its load, written above the table")
+    ap.add_argument("--note", default="", help="a line on the run's conditions (the machine's load), written above the table")
     ap.add_argument("--methods", default="hiseg,ward",
                     help="comma-separated: hiseg, 'hiseg, Ward heights' (write it 'hiseg-ward'), ward")
     ap.add_argument("--out", default=str(OUT))
@@ -162,10 +164,7 @@ def main():
             if method == "hiseg" and n == 1000000:
                 target = "< 600 s, < 8 GB"
             rows.append(dict(n=n, d=d, method=method, res=res, target=target))
-    text = table(rows, args.note or f"Measured {time.strftime('%Y-%m-%d')}.")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
-    print(text)
+    print(write_stamped(args.out, table(rows, args.note)).read_text())
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ import time  # noqa: E402
 import higra as hg  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from provenance import stamp  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -175,7 +176,8 @@ def optimiser_child(name):
 
 
 def optimiser_table(sizes, repeat):
-    print(f"# The optimiser step of fit_ultrametric (single thread, torch {torch.__version__}, float64)\n")
+    print(f"# The optimiser step of fit_ultrametric (single thread, torch {torch.__version__}, float64)\n\n"
+          f"{stamp()}\n")
     names = list(_steppers(torch.zeros(1, requires_grad=True)))
     print("| edges | floor: theta.add_(g) (ms) | " + " | ".join(f"{n} (ms)" for n in names)
           + " | " + " | ".join(f"{n}: ratio" for n in names) + " |")
@@ -233,8 +235,9 @@ def main():
         return
     sizes = [float(x) for x in args.sizes.split(",")]
     lams = [float(x) for x in args.lam.split(",")]
-    rows, raw = [], {"iteration": []}
-    print(f"# hiseg core benchmark (single thread, torch {torch.__version__}, numpy {np.__version__})\n")
+    rows, raw = [], {"iteration": [], "stamp": stamp()}
+    print(f"# hiseg core benchmark (single thread, torch {torch.__version__}, numpy {np.__version__})\n\n"
+          f"{raw['stamp']}\n")
     print("| edges | floor: bpt_canonical + lca (s) | loss | iteration (s) | ratio to floor |")
     print("|---:|---:|---|---:|---:|")
     for e in sizes:

@@ -44,12 +44,13 @@ sys.path.insert(0, str(ROOT))
 from hiseg.data import (BSDS500, Compose, RandomCrop, RandomFlip, RandomRescale,  # noqa: E402
                         SegmentationGraphDataset, SyntheticSegmentation, collate_graph_batch, make_graph_sample)
 from hiseg.data.cache import SuperpixelCache  # noqa: E402
-from hiseg.data.collate import _graph_item  # noqa: E402
+from hiseg.data.graphs import graph_item  # noqa: E402
 from hiseg.data.targets import graph_targets, mean_boundary  # noqa: E402
 from hiseg.segmentation import (Superpixels, achievable_segmentation_accuracy, boundary_recall,  # noqa: E402
                                 frontier_pixel_pairs, slic_superpixels, watershed_superpixels)
 from hiseg.segmentation.superpixels import make_connected  # noqa: E402
 from hiseg.core.graph import region_adjacency_graph  # noqa: E402
+from provenance import stamp  # noqa: E402
 
 SHARED_BSDS = ROOT.parent / "shared" / "data" / "BSDS500"
 PATHS = ("per_sample", "cached", "none")
@@ -207,7 +208,7 @@ def rebuild_cost(raw, transform, n: int, region_size: float = 8.0) -> dict:
     for p, s in zip(prob, samples):
         def rebuild():  # what the step does per image (with_superpixels)
             sp = pipe.make_superpixels(p)
-            return sp, frontier_pixel_pairs(_graph_item(sp, s["segmentations"])["rag"])
+            return sp, graph_item(sp, s["segmentations"])["frontier"]
         (sp, _), t = _timed(rebuild)
         times.append(t)
         n_sp.append(int(sp.max()) + 1)
@@ -267,6 +268,7 @@ def main(argv=None):
     import torch
     torch.set_num_threads(1)
     root = _bsds_root(args.bsds_root)
+    print(f"{stamp()}\n")
     if args.superpixels:
         if root is None:
             print("(BSDS500 not found: superpixels compared on synthetic 320x320 images instead)")

@@ -44,6 +44,7 @@ from hiseg.io import atomic_write_files  # noqa: E402
 from hiseg.metrics.bsds import evaluate  # noqa: E402
 from hiseg.metrics.report import official_txt_files  # noqa: E402
 from hiseg.metrics.report import format_table, pr_curve_png, results_markdown  # noqa: E402
+from provenance import stamp, stamped  # noqa: E402
 
 SHARED_BSDS = ROOT.parent / "shared" / "data" / "BSDS500"
 
@@ -192,7 +193,7 @@ def main(argv=None) -> int:
     cpu_b, cpu_r, cpu_f = tm["boundary_cpu_s"], tm["region_cpu_s"], tm.get("fop_cpu_s", 0.0)
     print(f"## hiseg.metrics on {n} BSDS500 val gPb-owt-ucm images, {args.thresholds} thresholds, "
           f"{tm['workers']} worker(s), {os.cpu_count()} CPU(s)\n")
-    print(f"Load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.\n")
+    print(f"Load average (1 min) {load:.1f} at the start, {os.getloadavg()[0]:.1f} at the end.\n\n{stamp()}\n")
     if old is not None:
         print("### Before / after\n")
         print(before_after_table(old, res, args.baseline))
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
     for k, ((o, i, x), (o5, i5, x5)) in PUBLISHED.items():
         print(f"| {k} | {o:.2f} | {i:.2f} | {x} | {o5:.2f} | {i5:.2f} | {x5} |")
     if args.out is not None:
-        files = {"results.md": results_markdown(res)}
+        files = {"results.md": stamped(results_markdown(res))}
         files.update(official_txt_files(res))
         if res.get("boundary"):
             files["pr_curve.png"] = pr_curve_png(res)

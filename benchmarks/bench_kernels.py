@@ -18,7 +18,8 @@ components of the last threshold kept, as :class:`hiseg.metrics.matching.Boundar
 keeps them), the region labels grown over the thresholds and their contingency tables.
 Prints a markdown table (``--write``: also to ``benchmarks/results/kernels.md``): per kernel,
 the median over rounds of the CPU time of its calls, before and after, and their ratio
-(after / before), with the revision, date, machine and command above it. Both sides' outputs are compared (exits 1 on a difference). Exits cleanly
+(after / before), with the revision, date, machine and command above it (``provenance.py``).
+Both sides' outputs are compared (exits 1 on a difference). Exits cleanly
 (status 0, with a message) when the data are absent.
 """
 from __future__ import annotations
@@ -30,7 +31,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 from hiseg.io.labels import load_ground_truth, loadmat  # noqa: E402
 from hiseg.metrics import kernels as after  # noqa: E402
 from hiseg.metrics.matching import DEFAULT_MAX_DIST, DEFAULT_OUTLIER_COST, _offsets, max_distance_pixels  # noqa: E402
+from provenance import stamp  # noqa: E402
 
 SHARED_BSDS = ROOT.parent / "shared" / "data" / "BSDS500"
 #: the last revision whose kernels are one file, hiseg/metrics/kernels.py
@@ -138,16 +139,11 @@ def main(argv=None) -> int:
             for name in KERNELS:
                 per_round[side][name].append(clock[name])
     same = outs["before"] == outs["after"]
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
-    dirty = subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--", "hiseg/metrics"],
-                           capture_output=True, text=True).stdout.strip()
     lines = []
     say = lines.append
-    say(f"revision {rev}{' + uncommitted changes under hiseg/metrics' if dirty else ''} (after) vs "
-          f"{args.baseline} (before); {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC; {platform.node()}, "
-          f"{platform.processor() or platform.machine()}, Python {platform.python_version()}; command: "
-          f"python benchmarks/bench_kernels.py {' '.join(argv if argv is not None else sys.argv[1:])}")
+    say(f"{stamp()}\n")
+    say(f"After: this tree (the stamp's revision); before: revision {args.baseline}; "
+        f"Python {platform.python_version()}.")
     say(f"{len(data)} val images x {args.thresholds} thresholds; CPU seconds of each kernel's calls, median of "
           f"{args.rounds} rounds, sides alternating; outputs {'identical' if same else 'DIFFERENT'}\n")
     say("| kernel | before (s) | after (s) | after / before |")

@@ -11,7 +11,7 @@ floor: decoding the 200 images once (what the first epoch's loaders pay in any c
 reading every label file once (``read_labels``; for BSDS500 ``load_ground_truth``).
 
 Usage: ``python benchmarks/bench_label_check.py [--bsds DIR] [--repeats 3]``; appends its
-table to ``benchmarks/results/label_check.md``. Needs the BSDS500 data (``../shared/data``).
+table to ``benchmarks/results/label_check.md``, stamped (``provenance.py``). Needs the BSDS500 data (``../shared/data``).
 """
 import argparse
 import os
@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from provenance import append_stamped
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,14 +92,10 @@ def main(argv=None):
     lines = [f"| {k} | {n} | {f} | {c:.3f} | {lab:.3f} | {im:.3f} | {c / im:.3f} |" for k, n, f, c, lab, im in rows]
     print(head)
     print("\n".join(lines))
-    table = Path(args.table)
-    new = not table.exists()
-    with open(table, "a", encoding="utf-8") as fh:
-        if new:
-            fh.write("# Start-up label check of a folder data set (benchmarks/bench_label_check.py)\n\n"
-                     "BSDS500 train (200 images) as a folder; best of the repeats, one thread, "
-                     f"{time.strftime('%Y-%m-%d')}.\n\n" + head + "\n")
-        fh.write("\n".join(lines) + "\n")
+    title = ("# Start-up label check of a folder data set (benchmarks/bench_label_check.py)\n\n"
+             "BSDS500 train (200 images) as a folder; best of the repeats, one thread.\n\n")
+    # one section per run, the newest last, each with its stamp (earlier runs kept)
+    append_stamped(args.table, ("" if Path(args.table).exists() else title) + head + "\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":

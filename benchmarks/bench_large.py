@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provenance import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 FLOOR = ("import sys, cv2, hiseg.segmentation.segmenter; from hiseg.io import read_image; "
          "im = read_image(sys.argv[1]); cv2.imwrite(sys.argv[2], (im[..., 0] * 255).astype('uint8'))")
@@ -132,7 +134,7 @@ def main():
             ok = "" if name.startswith("floor") else ("met" if met(t, m) else "missed")
             size = (f" {page[0]:.1f} |" if page and page[0] else " |") if pages else ""
             print(f"| {name} | {t:.1f} | {t / floor_t:.2f} | {m:.0f} | {m / floor_m:.2f} | {ok} |" + size)
-        print()
+        print(f"\n{stamp()}\n")
 
 
 def _page_mb(cmd) -> float:

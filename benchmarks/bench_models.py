@@ -27,6 +27,7 @@ import time
 import torch
 
 from hiseg.models import get_model, list_models
+from provenance import stamp
 
 WORKLOADS = {"8x128x128": (8, 128, 128), "8x320x320": (8, 320, 320), "1x321x481": (1, 321, 481)}
 
@@ -99,7 +100,7 @@ def main() -> None:
                 f"| {tf / floors[k]:.0f} | {tfb / floors[k]:.0f} |",
                 flush=True,
             )
-    print(f"\nload average at end {os.getloadavg()[0]:.2f}")
+    print(f"\nload average at end {os.getloadavg()[0]:.2f}\n\n{stamp()}")
 
 
 if __name__ == "__main__":

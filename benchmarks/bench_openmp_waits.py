@@ -18,6 +18,8 @@ import os
 import subprocess
 import sys
 
+from provenance import stamp
+
 STEPS = """
 import resource, sys, time
 import numpy as np, torch
@@ -62,6 +64,7 @@ def main(argv=None) -> None:
     print("|---|---|---|---|")
     for policy, (cpu, wall, loss) in out.items():
         print(f"| {policy or 'default (spin, then sleep)'} | {float(cpu):.1f} | {float(wall):.1f} | {loss} |")
+    print(f"\n{stamp()}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import torch
 
 from hiseg.core.losses import edge_loss
 from hiseg.models import get_model
+from provenance import stamp
 
 SHIPPED = {"width": 32, "blocks": [2, 2, 3, 3], "side_channels": 16}
 CANDIDATES = [
@@ -69,6 +70,7 @@ def main(argv=None):
     for kw, n, t in rows:
         rate = H200_SHIPPED_CROPS_PER_S * base / t
         print(f"| `{json.dumps(kw)}` | {n:,} | {t:.2f} | {t / base:.2f} | {rate:.0f} | {rate * 60 * args.minutes:,.0f} |")
+    print(f"\n{stamp()}")
 
 
 if __name__ == "__main__":

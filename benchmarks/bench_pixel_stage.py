@@ -20,7 +20,8 @@ measured before and after the real step; the faster of the two is the floor.
 Both are timed wall-clock for ``--seconds`` each after ``--warmup`` steps, with the device
 synchronised at both ends of the timed window only (the host may run ahead of the GPU in
 between, as in training). Prints the table and appends one row to ``--results`` (default
-``benchmarks/results/pixel_stage.md``): ``device | network | crops/s | floor crops/s | ratio``.
+``benchmarks/results/pixel_stage.md``): ``device | network | crops/s | floor crops/s | ratio``, its
+stamp (revision, date, machine, command) in the list below the table.
 Goal on one H100/H200 (issue 33): ratio >= 0.8 and >= 915 crops/s (3x the 305 measured in
 November 2026). On the CPU the goal is only to run: ``--device cpu`` at a tiny setting.
 
@@ -40,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from provenance import append_rows
 
 RESULTS = Path(__file__).resolve().parent / "results" / "pixel_stage.md"
 HEADER = """# Pixel stage speed (benchmarks/bench_pixel_stage.py)
@@ -216,12 +219,9 @@ def network_cell(args, params: int) -> str:
 
 
 def append_row(path: Path, row: list) -> None:
-    """Append ``row`` to the markdown table at ``path`` (written with its header if absent)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = path.read_text() if path.is_file() else HEADER
-    if not text.endswith("\n"):
-        text += "\n"
-    path.write_text(text + "| " + " | ".join(str(c) for c in row) + " |\n")
+    """Append ``row`` to the markdown table at ``path`` (written with its header if absent), its
+    stamp in the list below the table (``provenance.append_rows``)."""
+    append_rows(path, ["| " + " | ".join(str(c) for c in row) + " |"], HEADER)
 
 
 def main(argv=None) -> int:

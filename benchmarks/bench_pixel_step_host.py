@@ -28,6 +28,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from provenance import write_stamped
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -143,7 +145,7 @@ def main(argv=None) -> int:
                                f"torch {torch.__version__}.")
     print(out)
     if a.table:
-        Path(a.table).write_text("# Host work of a pixel-stage step (`benchmarks/bench_pixel_step_host.py`)\n\n" + out + "\n")
+        write_stamped(a.table, "# Host work of a pixel-stage step (`benchmarks/bench_pixel_step_host.py`)\n\n" + out)
     return 0 if same else 1
 
 

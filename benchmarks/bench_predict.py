@@ -52,6 +52,7 @@ import torch
 from hiseg.segmentation.outputs import write_outputs
 
 from hiseg.segmentation.segmenter import Segmenter
+from provenance import stamped, write_stamped
 
 ROOT = Path(__file__).resolve().parents[1]
 BSDS_VAL = Path("/work/shared/data/BSDS500/data/images/val")
@@ -116,18 +117,13 @@ def throughput(args):
              f"{os.getloadavg()[0]:.1f} at the end of the run)**: the wall-clock figures are what "
              "that load allowed; CPU seconds (user + system, of the command and its "
              "worker processes) are the work done, less sensitive to the load. Workers start by forkserver "
-             "(they import hiseg themselves: about a second each). "
-             "Command: `python benchmarks/bench_predict.py --workers " + " ".join(map(str, args.workers))
-             + f" --n {args.n}`.\n",
+             "(they import hiseg themselves: about a second each).\n",
              "| workers | images/s | ratio | wall s | CPU s | CPU s per image | files equal to the first row's |",
              "|---:|---:|---:|---:|---:|---:|---|"]
     for w, ips, wall, cpu, same in rows:
         lines.append(f"| {w} | {ips:.3f} | {ips / rows[0][1]:.2f} | {wall:.1f} | {cpu:.1f} | {cpu / n:.2f} | "
                      f"{'yes, byte for byte' if same else 'NO'} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.table).write_text(text)
+    print(write_stamped(args.table, "\n".join(lines)).read_text())
 
 
 #: (label, builder, kwargs, fold) of ``--archs``; the first row is the floor of the ratios
@@ -187,8 +183,7 @@ def compare_archs(args):
              f"{ref_what} at the same scales, the same for every row. Ratios against the first row at the same "
              f"scales, measured in the same run. **The machine has {os.cpu_count()} cores, shared with other jobs "
              f"(load average {os.getloadavg()[0]:.1f} at the end)**: wall figures are what that load allowed; "
-             f"CPU seconds (all threads) are the work. Command: `python benchmarks/bench_predict.py --archs "
-             f"--n {args.n} --threads {args.threads}`.\n",
+             f"CPU seconds (all threads) are the work.\n",
              "| network | parameters | scales | network s | superpixels + hierarchy s | total s | total ratio "
              "| network CPU s | total CPU s | total CPU ratio |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
     floor = {r[2]: r for r in rows if r[0] == ARCHS[0][0]}
@@ -197,10 +192,7 @@ def compare_archs(args):
         lines.append(f"| {label} | {n_params:,} | {sc} | {t:.3f} | {post:.3f} | {t + post:.3f} | "
                      f"{(t + post) / (f[3] + f[5]):.2f} | {c:.3f} | {c + post_cpu:.3f} | "
                      f"{(c + post_cpu) / (f[4] + f[6]):.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.table).write_text(text)
+    print(write_stamped(args.table, "\n".join(lines)).read_text())
 
 
 def _deploy_stages(seg, im, out_dir, name):
@@ -310,9 +302,7 @@ def deploy(args):
              "superpixels: boundary watershed + region adjacency graph; merging: the merge head's 14 edge features and "
              "its MLP; tree: average linkage (higra) and the ultrametric; writing: the PNGs and the .mat. Ratio: eager "
              f"torch's time over this path's (higher is faster). **The machine has {os.cpu_count()} cores, shared with "
-             f"other jobs (load average {load:.1f} after the paired runs)**: wall figures are what that load allowed. "
-             f"Command: `python benchmarks/bench_predict.py --deploy DIR --n {args.n} --thread-counts "
-             f"{' '.join(map(str, args.thread_counts))}{' --photo' if args.photo else ''}`.\n"]
+             f"other jobs (load average {load:.1f} after the paired runs)**: wall figures are what that load allowed.\n"]
     for threads in args.thread_counts:
         lines += [f"\n## {threads} thread(s)\n", "| stage | " + " | ".join(paths) + " | folded ratio | onnxruntime ratio |",
                   "|---|" + "---:|" * (len(paths) + 2)]
@@ -335,10 +325,7 @@ def deploy(args):
         lines += ["\n## A 12 MP photograph (4000x3000 JPEG), `hiseg predict`, start-up included\n",
                   "| path | wall s |", "|---|---:|"]
         lines += [f"| {p} | {v:.2f} |" for p, v in photo.items()]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    Path(args.table).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.table).write_text(text)
+    print(write_stamped(args.table, "\n".join(lines)).read_text())
 
 
 def main():
@@ -408,7 +395,7 @@ def main():
                 seg.model(x)
             torch.cuda.synchronize()
         lines.append(f"\nBatched network on {args.device}: {(time.perf_counter() - t0) / 5 / len(x) * 1e3:.1f} ms per image")
-    text = "\n".join(lines) + "\n"
+    text = stamped("\n".join(lines))
     print(text)
     if args.table:
         Path(args.table).parent.mkdir(parents=True, exist_ok=True)

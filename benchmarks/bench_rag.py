@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_saliency_higra import _dist_version, best_time, voronoi_labels  # noqa: E402
+from provenance import stamped  # noqa: E402
 
 CASES = (("481x321", (321, 481), 2000), ("4000x3000", (3000, 4000), 30000))
 
@@ -74,7 +75,7 @@ def main(argv=None):
               f"({t_call / t_ours:4.1f}x)  higra-based {t_full * 1e3:9.1f} ms ({t_full / t_ours:4.1f}x)  "
               f"identical {same}", flush=True)
     lines = [f"hiseg's region adjacency graph against higra's (benchmarks/bench_rag.py), best of {a.repeats}, "
-             f"same run; {platform.processor() or platform.machine()}, python {platform.python_version()}, "
+             f"same run; python {platform.python_version()}, "
              f"numpy {np.__version__}, higra {_dist_version('higra')}\n",
              "| image | regions | RAG edges | hiseg (ms) | higra call (ms) | higra call / hiseg | "
              "higra-based (ms) | higra-based / hiseg | identical output |",
@@ -82,7 +83,7 @@ def main(argv=None):
     for name, nv, ne, t_ours, t_call, t_full, same in rows:
         lines.append(f"| {name} | {nv} | {ne} | {t_ours * 1e3:.1f} | {t_call * 1e3:.1f} | {t_call / t_ours:.1f} | "
                      f"{t_full * 1e3:.1f} | {t_full / t_ours:.1f} | {'yes' if same else 'NO'} |")
-    text = "\n".join(lines) + "\n"
+    text = stamped("\n".join(lines))
     print(text)
     if a.out:
         Path(a.out).write_text(text)

@@ -22,7 +22,8 @@ they are identical). Command::
 
     python benchmarks/bench_revisions.py --before a76bd82 --after 3e6d459 --runs 5
 
-appends its section to ``benchmarks/results/revisions.md`` (``--table``), earlier ones kept.
+appends its section to ``benchmarks/results/revisions.md`` (``--table``), earlier ones kept, stamped with
+revision, date, machine and command (``provenance.py``).
 """
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from provenance import append_stamped
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "BSDS500" / "data"
@@ -136,9 +139,7 @@ def main(argv=None) -> int:
         text = "\n".join([
             f"# {a.before} (before) against {a.after} (after): whole processes, paired",
             "",
-            f"Written by `benchmarks/bench_revisions.py --before {a.before} --after {a.after} --runs {a.runs}` on "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {os.cpu_count()} cores, load average "
-            f"{load:.1f} at the end. Medians of {a.runs} runs each, after a warm-up pair; ratios: after / before, "
+            f"Load average {load:.1f} at the end. Medians of {a.runs} runs each, after a warm-up pair; ratios: after / before, "
             "the median of the pairs (min-max); below 1 is faster; CPU seconds count other jobs less than wall "
             f"seconds. predict and evaluate: {a.n} images, one worker.",
             "",
@@ -147,10 +148,8 @@ def main(argv=None) -> int:
             "|---|---:|---:|---:|---:|---:|---:|---|",
             *rows, ""])
         print(text)
-        a.table.parent.mkdir(parents=True, exist_ok=True)
-        earlier = a.table.read_text().rstrip() if a.table.is_file() else ""
-        # one section per comparison, the newest last: earlier comparisons are kept, never overwritten
-        a.table.write_text(f"{earlier}\n\n\n#{text}" if earlier else text)
+        # one section per comparison, the newest last (a level down): earlier comparisons are kept, never overwritten
+        append_stamped(a.table, f"#{text}" if a.table.is_file() and a.table.read_text().strip() else text)
     finally:
         for tree in trees.values():
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)],

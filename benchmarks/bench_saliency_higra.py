@@ -34,6 +34,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from provenance import stamped  # noqa: E402
 
 
 def voronoi_labels(shape, n_regions: int, seed: int = 0) -> np.ndarray:
@@ -93,15 +96,14 @@ def main(argv=None):
     import higra
 
     lines = [f"hiseg's saliency functions against higra's (benchmarks/bench_saliency_higra.py), best of "
-             f"{a.repeats}, same run; {platform.processor() or platform.machine()}, python "
-             f"{platform.python_version()}, numpy {np.__version__}, higra "
+             f"{a.repeats}, same run; python {platform.python_version()}, numpy {np.__version__}, higra "
              f"{getattr(higra, '__version__', None) or _dist_version('higra')}\n",
              "| function | image | superpixels | hiseg (ms) | higra (ms) | higra / hiseg | identical output |",
              "|---|---|---|---|---|---|---|"]
     for fname, name, nsp, t_ours, t_higra, same in rows:
         lines.append(f"| {fname} | {name} | {nsp} | {t_ours * 1e3:.1f} | {t_higra * 1e3:.1f} | "
                      f"{t_higra / t_ours:.1f} | {'yes' if same else 'NO'} |")
-    text = "\n".join(lines) + "\n"
+    text = stamped("\n".join(lines))
     print(text)
     if a.out:
         Path(a.out).write_text(text)

@@ -30,19 +30,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_revisions import timed  # noqa: E402 - the paired runner, one copy
+from provenance import append_stamped, revision  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "BSDS500" / "data"
@@ -91,10 +90,7 @@ def main(argv=None) -> int:
         p.error(f"--images {a.images} is not a folder (BSDS500 val)")
     scratch = Path(tempfile.mkdtemp(prefix="bench_segmenter-"))
     before = scratch / "before"
-    after_rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                               text=True).stdout.strip()
-    dirty = bool(subprocess.run(["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-                                capture_output=True, text=True).stdout.strip())
+    after_rev = revision(ROOT)
     try:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "-q", "--detach", str(before), a.before], check=True)
         trees = {"before": before, "after": ROOT}
@@ -145,21 +141,16 @@ def main(argv=None) -> int:
             ("torch backend vs the earlier default (torch)", scratch / "torch-after", scratch / "p-before-1"),
             ("default (onnxruntime) vs the earlier exported path", scratch / "p-after-1", scratch / "export-before")]
         eq = [f"| {what} | {'yes' if same_files(x, y) else 'no'} | {ucm_difference(x, y):.3g} |" for what, x, y in same]
-        stamp = (f"revisions {a.before} (before) and {after_rev}{' with uncommitted changes' if dirty else ''} "
-                 f"(after), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()} "
-                 f"{platform.processor() or ''} {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the "
-                 f"end; command: `python benchmarks/bench_segmenter.py --before {a.before} --runs {a.runs} --n {a.n}`")
         text = "\n".join([
             f"# The default model's speed, {a.before} against {after_rev}: whole processes, paired", "",
-            stamp + ". Medians of the pairs after a warm-up pair; ratio after / before, median (min-max) of the "
-            "pairs; below 1 is faster.", "",
+            f"Revisions {a.before} (before) and this checkout (after: the stamp's revision); load average "
+            f"{os.getloadavg()[0]:.1f} at the end. Medians of the pairs after a warm-up pair; ratio after / before, "
+            "median (min-max) of the pairs; below 1 is faster.", "",
             "| figure | before | after | ratio |", "|---|---:|---:|---:|", *rows, "",
             f"Outputs on the {a.n} images:", "",
             "| compared | files byte-identical | largest ucm2 difference |", "|---|---|---:|", *eq, ""])
         print(text)
-        a.table.parent.mkdir(parents=True, exist_ok=True)
-        earlier = a.table.read_text().rstrip() if a.table.is_file() else ""
-        a.table.write_text(f"{earlier}\n\n\n{text}" if earlier else text)
+        append_stamped(a.table, text)
     finally:
         subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(before)], capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)

@@ -6,7 +6,7 @@ else synthetic images) and times, over several steps, each stage of
 pipelines:
 
 * ``color_watershed``: the loader's colour superpixels, exactly the pipeline's
-  (``hiseg.data.collate.loader_superpixels``; the batch carries the graph);
+  (``hiseg.data.graphs.loader_superpixels``; the batch carries the graph);
 * ``boundary_watershed`` (the BSDS recipe, ``configs/bsds500_finetune.yaml``): the loader
   computes no superpixels, the step rebuilds superpixels, RAGs and targets from the
   predicted boundary maps on the CPU (``superpixels`` stage) before pooling;
@@ -53,13 +53,15 @@ import numpy as np
 import torch
 
 import hiseg.segmentation.hostpool as hostpool
-from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch, loader_superpixels, rebuild_graphs
+from hiseg.data.collate import collate_graph_batch
+from hiseg.data.graphs import SegmentationGraphDataset, loader_superpixels, rebuild_graphs
 from hiseg.core.builders import grid_graph
 from hiseg.core.graph import batch_graphs
 from hiseg.training.module import HierarchicalSegmentationModule
 from hiseg.segmentation import Pipeline
 from hiseg.segmentation.hostpool import average_linkage_batch, host_pool, resolve_workers
 from hiseg.core.average_linkage import build_average_linkage_hierarchy
+from provenance import stamp
 
 STAGES = ("forward", "superpixels", "pooling", "tree", "loss", "backward", "optimizer")
 HOST = ("pooling", "tree", "loss", "superpixels")
@@ -176,7 +178,7 @@ def gil_check(res: dict) -> None:
     """Which parts of the host work hold the GIL (see the module docstring)."""
     import higra as hg
 
-    from hiseg.data.collate import _graph_item
+    from hiseg.data.graphs import graph_item
 
     m, batch, logits = res["module"], res["batch"], res["logits"]
     prob = torch.sigmoid(logits[0, 0].float()).cpu().numpy()
@@ -197,7 +199,7 @@ def gil_check(res: dict) -> None:
                   lambda: tree.lowest_common_ancestor(big.sources, big.targets),
               "boundary_watershed (scipy filters + skimage watershed + make_connected)":
                   lambda: m.pipeline.make_superpixels(prob),
-              "RAG + targets (_graph_item)": lambda: _graph_item(sp, seg)}
+              "RAG + targets (graph_item)": lambda: graph_item(sp, seg)}
     print("\nGIL check: the longest a Python thread waits during one call in another thread (a call that holds "
           "the GIL blocks it for the whole call), and the speed of a competing pure-Python thread while the "
           "function runs in a loop, relative to its speed alone (~0.5-0.7: releases the GIL; ~0.2: holds it):\n")
@@ -308,7 +310,7 @@ def main():
     res = {p: step_split(args, dev, clock, p) for p in pipelines(args.region_size)}
     print(f"# training step, batch {args.batch} x {args.crop}x{args.crop} ({what}), {args.arch} "
           f"{args.arch_kwargs or ''}, device {dev}, torch threads {args.threads}, host workers {workers}, "
-          f"{'wall-clock' if clock is time.perf_counter else 'process CPU'} time\n")
+          f"{'wall-clock' if clock is time.perf_counter else 'process CPU'} time\n\n{stamp()}\n")
     print("| stage (seconds per step) | " + " | ".join(res) + " |")
     print("|---|" + "---:|" * len(res))
     for k in STAGES:

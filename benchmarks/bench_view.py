@@ -22,6 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provenance import stamped
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 VAL_DIRS = [ROOT.parent / "shared" / "data" / "BSDS500" / "data" / "images" / "val",
@@ -119,7 +121,7 @@ def main(argv=None) -> int:
     for name, size, lv, mb, med, mx, fl in rows:
         lines.append(f"| {name} | {size} | {lv} | {mb:.2f} | {med:.1f} | {mx:.1f} | {fl:.2f} | {med / max(fl, 1e-3):.0f}x |")
     lines += ["", "Targets: < 50 ms per move and < 2 MB per page (481x321)."]
-    text = "\n".join(lines) + "\n"
+    text = stamped("\n".join(lines))
     print(text)
     if args.out:
         args.out.write_text(text)

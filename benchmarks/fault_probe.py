@@ -34,6 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
+from provenance import stamp
+
 ROOT = Path(__file__).resolve().parents[1]
 BAD = b"bad\xff\xfename.png"
 CASES = []
@@ -882,6 +884,7 @@ def main(argv=None) -> int:
     print(f"| {'case':<{width}} | verdict | s |\n|{'-' * (width + 2)}|---|---|")
     for name, verdict, s in rows:
         print(f"| {name:<{width}} | {verdict} | {s:.1f} |")
+    print(f"\n{stamp()}")
     tagged = [(name[4:name.index("]")], verdict) for name, verdict, _ in rows if name.startswith("[52 ")]
     if tagged:
         print("\nissue 52's families: " + ", ".join(

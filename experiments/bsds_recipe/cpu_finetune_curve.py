@@ -6,11 +6,17 @@ Lightning CSV logs into a small CSV kept in the repository.
 One row per validation (20 val images, every 100 steps): step, boundary F of the UCM at
 threshold 0.5 and at the best of 9 thresholds, validation losses, and the mean training
 loss over the steps since the previous row. Runs resumed in later sessions (new
-``version_N`` folders) are merged by step.
+``version_N`` folders) are merged by step. The CSV's stamp (revision, date, machine, command:
+``benchmarks/provenance.py``) is the Markdown file of the same name beside it.
 """
 import argparse
 import csv
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 
 def main():
@@ -45,7 +51,9 @@ def main():
         w = csv.writer(fh)
         w.writerow(["step"] + [k.replace("/", "_") for k in keys] + ["train_loss_mean"])
         w.writerows(rows)
-    print(f"{len(rows)} validation rows -> {a.out}")
+    note = write_stamped(Path(a.out).with_suffix(".md"), f"`{Path(a.out).name}`: {len(rows)} validation rows of "
+                         f"the CPU fine-tuning (`{a.runs}`), collected by `cpu_finetune_curve.py`.")
+    print(f"{len(rows)} validation rows -> {a.out} (its stamp: {note})")
     for r in rows:
         print(r)
 

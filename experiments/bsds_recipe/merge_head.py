@@ -29,11 +29,16 @@ Stages (each resumable, caches under ``runs/merge_cache/``, git-ignored):
 import argparse
 import json
 import pickle
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 CACHE = Path("runs/merge_cache")
 BSDS = "../shared/data/BSDS500"
@@ -373,9 +378,7 @@ def cmd_report(args):
                   "**not a measurement** (val was trained on); they only show the run is sane.", ""] + table(tv)
     for f in args.final or []:
         lines += ["", Path(f).read_text().strip()]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(write_stamped(args.out, "\n".join(lines)).read_text())
 
 
 def cmd_final(args):
@@ -418,9 +421,7 @@ def cmd_final(args):
                 lines.append(row("MCG (SEISM's results)", vals + [None] * 7, [None, None]))
     lines.append("\n(VI: lower is better. K-cut: K = the median annotator region count; size-aware = "
                  "`cut(n_regions=K)`'s default, min 0.05/K of the image; closest level = the UCM level closest to K.)")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(write_stamped(args.out, "\n".join(lines)).read_text())
 
 
 def main():

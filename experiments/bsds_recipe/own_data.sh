@@ -2,7 +2,7 @@
 # The README's own-data figures: 20 BSDS500 train images exported as a user's folder (images +
 # one 16-bit label PNG per annotator), the shipped model fine-tuned on it with the README's
 # command (configs/folder_finetune.yaml), then the shipped and the fine-tuned model scored with
-# `hiseg evaluate` on the first 20 val images.
+# `hiseg evaluate` on the first 20 val images (each results.md stamped by benchmarks/provenance.py).
 #   nohup nice -n 10 experiments/bsds_recipe/own_data.sh [BSDS_ROOT] [WORK] > runs/own_data.log 2>&1 &
 set -euo pipefail
 BSDS=${1:-datasets/BSDS500}; WORK=${2:-runs/own_data}
@@ -33,4 +33,5 @@ ck=$(echo "$ck" | tail -1)
 for m in shipped:bsds500 finetuned:$ck; do
   hiseg predict "$WORK/val20/images" --checkpoint "${m#*:}" --out "$WORK/pred_${m%%:*}"
   hiseg evaluate "$WORK/pred_${m%%:*}" --gt "$WORK/val20/gt" --out "$WORK/eval_${m%%:*}"
+  python benchmarks/provenance.py "$WORK/eval_${m%%:*}/results.md" --command "experiments/bsds_recipe/own_data.sh $*"
 done

@@ -37,6 +37,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
+
 SHIPPED = ROOT / "experiments/bsds_recipe/results/ensemble_merge2_val/results.json"
 
 #: issue 33's goals on val: (figure, at least / at most, value)
@@ -193,7 +197,7 @@ class Rest:
                 "the shipped default's on every val figure within 1 s per image (issue 33, item 6). Seconds per image: "
                 "bsds_eval.py's predict with writing, median.\n\n" + table(rows, n, thr)
                 + f"\nThis run's stages: {seconds / 60:.0f} min (the stages already done are not counted).\n")
-        (self.results / "README.md").write_text(text)
+        text = write_stamped(self.results / "README.md", text).read_text()
         self.log(f"wrote {self.results / 'README.md'}")
         return text
 

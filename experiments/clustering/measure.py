@@ -18,7 +18,7 @@
   :func:`row_summary` adds the CPU seconds, :func:`pilot_choice` picks a setting by that goal;
 * :func:`group_table`, :func:`pool_table`: the tables of a geometry's settings and of its pilot's
   choice as a start of the refinement (``consensus.py``, ``contrastive.py``);
-* :func:`write_table`: print a markdown table and write it next to the script.
+* :func:`write_table`: print a markdown table and write it, stamped, next to the script.
 """
 from __future__ import annotations
 
@@ -333,11 +333,18 @@ def timed(fn, *args, **kw):
 
 
 def write_table(lines, script_file: str, name: str | None = None) -> Path:
-    """Print the markdown ``lines`` and write them to ``<script>.md`` (or ``name``) next to
-    the script."""
+    """Print the markdown ``lines`` and write them, stamped with revision, date, machine and
+    command (``benchmarks/provenance.py``), to ``<script>.md`` (or ``name``) next to the script."""
+    import sys
+
+    benchmarks = str(Path(__file__).resolve().parents[2] / "benchmarks")
+    if benchmarks not in sys.path:
+        sys.path.insert(0, benchmarks)
+    from provenance import stamped
+
     here = Path(script_file).resolve()
     out = here.with_name(name) if name else here.with_suffix(".md")
-    text = "\n".join(lines) + "\n"
+    text = stamped("\n".join(lines))
     print(text)
     out.write_text(text)
     return out

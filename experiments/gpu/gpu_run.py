@@ -22,7 +22,8 @@
   without it from its last periodic checkpoint; where that retry trains, KEEP/compile_failed keeps this
   machine's later commands off compile, and a 'failed' row in OUT/pixel_stage.md every later session on
   that GPU kind (where the retry fails too, the cause was not compile: nothing is marked).
-  At most 8 files come back in OUT: summary.txt, bench.log (every check's output), pixel_stage.md and
+  At most 8 files come back in OUT: summary.txt (its first line the stamp the rows carry once appended),
+  bench.log (every check's output), pixel_stage.md and
   gpu_checks.md (the rows to append to benchmarks/results/), recipe.log, pixel_last.ckpt, pixel_metrics.csv
   (the whole curve so far; where the stage was cut before its end, the run's last periodic checkpoint and
   the curve up to its step).
@@ -59,7 +60,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from provenance import append_rows, stamp  # noqa: E402 - the standard library only, as everything above
+
 ITEMS = ("eager", "sync", "host", "compile", "compact")
+PIXEL_HEAD = "| device | network | crops/s | floor crops/s | ratio |\n|---|---|---:|---:|---:|\n"  # OUT/pixel_stage.md's
 PDC_CONFIG = "configs/bsds500_pdc_pixel.yaml"  # the session's stage (its network names the failed-compile row)
 TINY_ARCH = '{"width": 8, "blocks": [1, 1, 1, 1], "side_channels": 4}'
 TINY_DATA = ["--data.init_args.limit_images", "4", "--data.init_args.crop_size", "64",
@@ -247,11 +253,7 @@ def speed_row(out: Path, log: Log) -> None:
     except (OSError, ValueError) as e:
         log(f"no speed row: {e}")
         return
-    table = out / "pixel_stage.md"
-    with open(table, "a") as f:
-        if f.tell() == 0:
-            f.write("| device | network | crops/s | floor crops/s | ratio |\n|---|---|---:|---:|---:|\n")
-        f.write(row + "\n")
+    append_rows(out / "pixel_stage.md", [row], PIXEL_HEAD)
     log(f"speed row (pixel_stage.md): {row}")
 
 
@@ -336,8 +338,8 @@ def benchmark(a, out: Path, log: Log, g, todo, device, bench_log) -> None:
             result = f"rc=0: {(bench_log.read_text().strip().splitlines() or [''])[-1]}"
         elif check in ("eager", "compact", "compile"):
             table = out / "pixel_stage.md"
-            rows = table.read_text().strip().splitlines() if table.is_file() else []
-            cells = [c.replace(" ", "") for c in rows[-1].split("|")] if rows else []
+            rows = [ln for ln in table.read_text().splitlines() if ln.startswith("|")] if table.is_file() else []
+            cells = [c.replace(" ", "") for c in rows[-1].split("|")] if rows else []  # the table's last row
             crops, ratio = (cells[3], cells[5]) if len(cells) > 5 else ("", "")
             result = f"crops/s {crops}, ratio {ratio} (pixel_stage.md)"
         else:
@@ -477,10 +479,9 @@ def session(a, out: Path, log: Log, start: float) -> int:
             if rc in (0, 124, 137):
                 now = datetime.datetime.now(datetime.timezone.utc)
                 (keep / "compile_failed").write_text(f"rc={compiled_rc} {now:%Y-%m-%dT%H:%M:%SZ}\n")
-                with open(out / "pixel_stage.md", "a") as f:
-                    f.write(f"| {device} | {a.arch_name} `{config_kw}` training with torch.compile (gpu_run.py, "
-                            f"{now:%Y-%m-%d}), compiled (default) | failed (rc={compiled_rc}, recipe.log) "
-                            "| – | – |\n")
+                append_rows(out / "pixel_stage.md", [
+                    f"| {device} | {a.arch_name} `{config_kw}` training with torch.compile (gpu_run.py, "
+                    f"{now:%Y-%m-%d}), compiled (default) | failed (rc={compiled_rc}, recipe.log) | – | – |"], PIXEL_HEAD)
             else:
                 log(f"the retry without torch.compile failed too (rc={rc}): not compile's failure, nothing marked "
                     "(recipe.log)")
@@ -541,6 +542,8 @@ def main(argv=None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     log = Log(out.resolve(), start)
+    log(f"the rows of OUT/pixel_stage.md and OUT/gpu_checks.md, appended to benchmarks/results/, carry this "
+        f"stamp: {stamp()}")
     os.environ["PYTHONUNBUFFERED"] = "1"
     # torch.compile's cache in the git-ignored runs/, which a warm machine keeps between calls (the carried .gpu/ is
     # replaced at each call): a second command compiles from it in seconds

@@ -64,6 +64,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import real  # noqa: E402
 import toy  # noqa: E402
 from common import accuracy  # noqa: E402
+from provenance import write_stamped  # noqa: E402
 
 from hiseg import UltrametricClustering, knn_graph  # noqa: E402
 from hiseg.metrics import dasgupta_cost, dendrogram_purity  # noqa: E402
@@ -432,9 +433,7 @@ def write(res, methods, scale_rows, args):
     out += ["## Published dendrogram purity (HypCSE's Table 1, %; preprocessing not stated)", "",
             "| method | iris | wine | breast cancer |", "|---|---:|---:|---:|"]
     out += [f"| {m} | " + " | ".join(f"{v:.1f}" for v in vals) + " |" for m, vals in PUBLISHED.items()]
-    out.append("")
-    Path(args.out).write_text("\n".join(out))
-    print("\n".join(out))
+    print(write_stamped(args.out, "\n".join(out)).read_text())
 
 
 if __name__ == "__main__":

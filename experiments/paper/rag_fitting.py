@@ -43,11 +43,13 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 
 import hiseg  # noqa: E402
 from hiseg.core.fitting import fit_ultrametric  # noqa: E402
 from hiseg.core.graph import region_adjacency_graph  # noqa: E402
 from hiseg.segmentation.pooling import frontier_mean, frontier_pixel_pairs  # noqa: E402
+from provenance import write_stamped  # noqa: E402
 
 OUT = Path(__file__).resolve().parent / "results"
 IMAGES = ["astronaut", "coffee", "chelsea", "rocket", "camera", "coins", "hubble_deep_field",
@@ -172,7 +174,7 @@ def write(rows, curves, sizes, path_md, path_png):
             lines.append(f"| {s:g} | {label} | {q.mean():.3f} | {q.min():.3f} | {q.max():.3f} | "
                          f"{int((q < 1).sum())}/{q.size} | {np.mean([r[key + '_iter'] for r in rs]):.0f} | "
                          f"{np.mean([r[key + '_stop'] for r in rs]):.0f} |")
-    Path(path_md).write_text("\n".join(lines) + "\n")
+    write_stamped(path_md, "\n".join(lines))
 
     import matplotlib
 

@@ -57,6 +57,7 @@ torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
 
 from sklearn.cluster import AgglomerativeClustering, SpectralClustering  # noqa: E402
 from sklearn.datasets import load_breast_cancer, load_iris, load_wine, make_blobs  # noqa: E402
@@ -65,6 +66,7 @@ from sklearn.preprocessing import MinMaxScaler  # noqa: E402
 from sklearn.svm import SVC  # noqa: E402
 
 from common import accuracy, fmt  # noqa: E402
+from provenance import write_stamped  # noqa: E402
 from hiseg import UltrametricClustering  # noqa: E402
 
 REAL = {"wine": load_wine, "breast cancer": load_breast_cancer, "iris": load_iris}
@@ -227,7 +229,7 @@ def write(unsup, semi, draws, path, sens=None):
         for name, r in sens.items():
             lines.append(f"| {name} | {r['input']:.3f} | {r['average']:.3f} | {r['subdominant']:.3f} | "
                          f"{r['softplus(subdominant)']:.3f} |")
-    Path(path).write_text("\n".join(lines) + "\n")
+    write_stamped(path, "\n".join(lines))
 
 
 def main():

@@ -4,7 +4,8 @@ Reads the JSON written by ``python benchmarks/bench_core.py --json experiments/p
 (grids with uniform random weights; one fit iteration = forward, backward and optimiser
 step, single thread) and draws a log-log plot per loss, with the floor (higra
 ``bpt_canonical`` + lca of all edges) measured in the same run. Writes
-``experiments/paper/results/timing.png`` and ``timing.md``.
+``experiments/paper/results/timing.png`` and ``timing.md`` (stamped, ``benchmarks/provenance.py``;
+the JSON's own stamp, the timings' run, quoted in it).
 
 Usage::
 
@@ -13,12 +14,16 @@ Usage::
 """
 import argparse
 import json
+import sys
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 
 def load(path):
@@ -72,7 +77,8 @@ def main():
     sizes = sorted(floor)
     lines = ["# Time per iteration (seconds, one thread) vs number of edges", "",
              "From `benchmarks/bench_core.py` (grid graphs, uniform random weights); *slope*: exponent "
-             "of a power-law fit (1 = linear).", "",
+             "of a power-law fit (1 = linear). The timings' own run: "
+             + (raw.get("stamp") or "not recorded in the JSON (written before its stamp)."), "",
              "| loss | " + " | ".join(f"{s:,} edges" for s in sizes) + " | slope |",
              "|---|" + "---:|" * (len(sizes) + 1)]
     for name in sorted(series):
@@ -81,8 +87,7 @@ def main():
         lines.append(f"| {name} | " + " | ".join(cells) + f" | {slope(e, [series[name][k] for k in e]):.2f} |")
     lines.append("| floor (bpt_canonical + lca) | " + " | ".join(f"{floor[s]:.4f}" for s in sizes)
                  + f" | {slope(np.array(sizes), [floor[s] for s in sizes]):.2f} |")
-    (out / "timing.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    print(write_stamped(out / "timing.md", "\n".join(lines)).read_text())
 
 
 if __name__ == "__main__":

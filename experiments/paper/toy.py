@@ -40,11 +40,13 @@ torch.set_num_threads(1)
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1] / "benchmarks"))
 
 from sklearn import datasets  # noqa: E402
 from sklearn.cluster import AgglomerativeClustering  # noqa: E402
 
 from common import fmt, scores  # noqa: E402
+from provenance import write_stamped  # noqa: E402
 from hiseg import UltrametricClustering  # noqa: E402
 
 SETS = ["circles", "moons", "blobs", "varied", "aniso"]
@@ -176,7 +178,7 @@ def write(res, methods, seeds, path_md, res_paper=None):
     out += ["Settings: " + "; ".join(f"{m}: {o}" for m, o in opts.items())
             + "; all with the default n_neighbors (5 for the edge lengths, 15 for Ward's heights), lr=0.1, AMSGrad, softplus, patience 50 (estimator defaults "
             "otherwise).", ""]
-    Path(path_md).write_text("\n".join(out))
+    write_stamped(path_md, "\n".join(out))
 
 
 def figure(cells, path_png):

@@ -7,14 +7,20 @@ rows are merged by step, the latest version winning) for every architecture fold
 ``RUNS`` and writes ``OUT/curves.csv`` (one row per validation: arch, step, crops seen, the
 validation boundary F of the UCM at the fixed threshold and at the best of its thresholds,
 the validation pixel loss, and the mean training loss since the previous row) and
-``OUT/curves.md`` (the same, one column pair per architecture). Raises FileNotFoundError
+``OUT/curves.md`` (the same, one column pair per architecture; stamped with the revision, date,
+machine and command, ``benchmarks/provenance.py``, which the CSV cannot hold). Raises FileNotFoundError
 when ``RUNS`` holds no metrics.
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 FIELDS = ["arch", "step", "crops", "val_boundary_f", "val_boundary_f_ods", "val_pixel", "train_loss"]
 
@@ -73,8 +79,8 @@ def main(argv=None) -> None:
             r = by.get((arch, step))
             cells += ["" if r is None or r[k] is None else f"{r[k]:.4f}" for k in ("val_boundary_f_ods", "train_loss")]
         lines.append(f"| {step} | {step * a.batch} | " + " | ".join(cells) + " |")
-    (out / "curves.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    lines += ["", "`curves.csv` beside this table: the same rows, one per validation and architecture."]
+    print(write_stamped(out / "curves.md", "\n".join(lines)).read_text())
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,10 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
+
 DATA = ROOT.parent / "shared" / "data" / "BSDS500"
 OUT = ROOT / "experiments" / "segmentation" / "results" / "any_segmenter.md"
 DOCS = ROOT / "docs"
@@ -159,21 +162,16 @@ def main(argv=None) -> int:
     seconds = time_masks()
     if a.figures:
         figures(a.figure_image, scratch)
-    rev = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True,
-                         text=True).stdout.strip()
     keys = list(next(iter(rows.values())))
     lines = [
         "# Hierarchies from any segmenter on BSDS500 val", "",
-        f"Revision {rev}, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, {platform.machine()} "
-        f"{os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}); command: "
-        f"`python experiments/segmentation/any_segmenter.py{' --figures' if a.figures else ''}"
-        f"{'' if a.n == 100 else f' --n {a.n}'}`. {len(stems)} val images, 99 thresholds, hiseg's benchmark.", "",
+        f"{len(stems)} val images, 99 thresholds, hiseg's benchmark; load average {os.getloadavg()[0]:.1f} at "
+        "the end.", "",
         "| input | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys),
         *[f"| {name} | " + " | ".join(f"{v:.4f}" for v in r.values()) + " |" for name, r in rows.items()], "",
         f"`hierarchy_from_masks` of 100 masks on a 481x321 image: {seconds:.3f} s (median of 7). "
         f"`hiseg predict --boundaries` of gPb's maps: {gpb_time:.2f} s per image, start-up and files included.", ""]
-    OUT.write_text("\n".join(lines))
-    print("\n".join(lines))
+    print(write_stamped(OUT, "\n".join(lines)).read_text())
     return 0
 
 

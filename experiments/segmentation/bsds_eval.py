@@ -13,16 +13,22 @@
    reads SEISM's published per-image results of gPb-owt-ucm and MCG
    (``../shared/data/bench/seism``, when present; SEISM's rules, see
    :mod:`hiseg.metrics.seism`) for the same images;
-4. writes ``OUT/results.md`` (a table of both) and ``OUT/results.json``.
+4. writes ``OUT/results.md`` (a table of both, stamped: ``benchmarks/provenance.py``) and
+   ``OUT/results.json``.
 """
 import argparse
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 
 def pipeline_summary(pipeline) -> dict:
@@ -198,7 +204,7 @@ def main():
     lines.append(f"pipeline: {pipeline_summary(seg.pipeline)}")
     lines.append("\n(VI: lower is better.) predict, seconds per image (median): "
                  + ", ".join(f"{k} {v:.3f}" for k, v in tmed.items()))
-    (out / "results.md").write_text("\n".join(lines) + "\n")
+    write_stamped(out / "results.md", "\n".join(lines))
     def summary(v):  # dataset figures and per-threshold curves; per-image tables stay out
         return {kk: {f: x for f, x in v[kk].items() if f != "per_image"}
                 for kk in ("boundary", "fop", "covering", "pri", "vi") if kk in v}

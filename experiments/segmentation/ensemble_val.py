@@ -12,10 +12,15 @@ gives every figure.
 """
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 
 def main(argv=None):
@@ -28,8 +33,6 @@ def main(argv=None):
     ap.add_argument("--limit", type=int, default=0)
     ap.add_argument("--alone", action="store_true", help="also each member alone")
     args = ap.parse_args(argv)
-    import sys
-
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from ucm_calibration import figures, link_ground_truth
 
@@ -68,10 +71,8 @@ def main(argv=None):
              "boundary_watershed 8 px, average linkage, scale 1, no merging head (experiments/segmentation/ensemble_val.py)\n",
              "| run | " + " | ".join(keys) + " | s/img |", "|---|" + "---|" * (len(keys) + 1)]
     lines += [f"| {n} | " + " | ".join(f"{v:.4f}" for v in r.values()) + f" | {s:.2f} |" for n, r, s in rows]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(write_stamped(args.out, "\n".join(lines)).read_text())
     Path(args.out).with_suffix(".json").write_text(json.dumps({n: r for n, r, _ in rows}))
-    print("\n".join(lines))
 
 
 if __name__ == "__main__":

@@ -8,12 +8,17 @@ own folder, then the Python BSDS benchmark on each folder, and one table.
 """
 import argparse
 import shutil
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import scipy.io
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 # RAG hierarchies go through hiseg's Pipeline; the pixel-graph watershed hierarchies are
 # higra's, kept here because only this comparison uses them.
@@ -97,8 +102,7 @@ def main():
         print(rows[-1], flush=True)
     hdr = (f"BSDS500 val, first {len(names)} images, {args.thresholds} thresholds\n\n"
            "| variant | ODS F | OIS F | AP | cover ODS | cover OIS | PRI ODS | VI ODS | s/img |\n|---|---|---|---|---|---|---|---|---|\n")
-    (out / "results.md").write_text(hdr + "\n".join(rows) + "\n")
-    print(hdr + "\n".join(rows))
+    print(write_stamped(out / "results.md", hdr + "\n".join(rows)).read_text())
 
 
 if __name__ == "__main__":

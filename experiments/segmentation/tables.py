@@ -2,13 +2,18 @@
 
 
 def emit(lines, out=None):
-    """Print a markdown table (a list of lines) and write it to ``out`` when given."""
+    """Print a markdown table (a list of lines) and write it to ``out`` when given, stamped with
+    revision, date, machine and command (``benchmarks/provenance.py``)."""
+    import sys
     from pathlib import Path
 
-    text = "\n".join(lines)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from provenance import stamped
+
+    text = stamped("\n".join(lines))
     print(text)
     if out:
-        Path(out).write_text(text + "\n")
+        Path(out).write_text(text)
 
 
 def region_shares(labels):

@@ -24,10 +24,15 @@ Select ``lam`` on train, then measure it on val:
 """
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+
+from provenance import write_stamped  # noqa: E402
 
 
 def region_scale(ucm2: np.ndarray, altitudes: np.ndarray, n_leaves: int, lam: float) -> np.ndarray:
@@ -129,10 +134,8 @@ def main(argv=None):
              "f(u) = (1 - lam) u + lam (1 - log n(u) / log N) (experiments/segmentation/ucm_calibration.py)\n",
              "| lam | " + " | ".join(keys) + " |", "|---|" + "---|" * len(keys)]
     lines += [f"| {lam:g} | " + " | ".join(f"{v:.4f}" for v in f.values()) + " |" for lam, f in rows]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(write_stamped(args.out, "\n".join(lines)).read_text())
     Path(args.out).with_suffix(".json").write_text(json.dumps([{"lam": lam, **f} for lam, f in rows]))
-    print("\n".join(lines))
 
 
 def figures(r: dict) -> dict:
