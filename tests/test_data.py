@@ -438,7 +438,7 @@ def test_superpixel_modes_errors():
 
 
 def test_items_without_superpixels_and_their_batches():
-    from hiseg.data.collate import with_superpixels
+    from hiseg.data.graphs import with_superpixels
 
     raw = SyntheticSegmentation(3, 32, 2, seed=2)
     none = SegmentationGraphDataset(raw, None, superpixels="none")
@@ -468,7 +468,7 @@ def test_datamodule_superpixel_settings():
     import inspect
 
     from hiseg.data import BSDS500DataModule, FolderDataModule, SyntheticDataModule
-    from hiseg.data.collate import PipelineSuperpixels
+    from hiseg.data.graphs import PipelineSuperpixels
     from hiseg.segmentation import Pipeline
 
     for cls in (SyntheticDataModule, BSDS500DataModule, FolderDataModule):
@@ -493,7 +493,7 @@ def test_datamodule_superpixel_settings():
 
 def test_pipeline_superpixels_key_a_disk_cache_by_what_they_depend_on(tmp_path):
     from hiseg.data.cache import settings_key
-    from hiseg.data.collate import PipelineSuperpixels, loader_superpixels
+    from hiseg.data.graphs import PipelineSuperpixels, loader_superpixels
     from hiseg.segmentation import Pipeline
 
     a = PipelineSuperpixels(Pipeline(superpixels="color_watershed", region_size=6.0))

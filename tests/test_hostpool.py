@@ -125,7 +125,8 @@ def test_disconnected_graph_is_named(pool, always_pool):
 def test_step_equals_with_the_pool(pool, always_pool):
     """A training step's losses and its rebuilt graphs (boundary_watershed) with the pool equal
     those in process, bitwise."""
-    from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+    from hiseg.data.collate import collate_graph_batch
+    from hiseg.data.graphs import SegmentationGraphDataset
     from hiseg.data.synthetic import SyntheticSegmentation
     from hiseg.training.module import HierarchicalSegmentationModule
 

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+from hiseg.data.collate import collate_graph_batch
+from hiseg.data.graphs import SegmentationGraphDataset
 from hiseg.data.synthetic import SyntheticSegmentation
 from hiseg.training.module import HierarchicalSegmentationModule
 from hiseg.models import get_model, save_weights

@@ -43,7 +43,7 @@ SUB_ORDER = {
                      "pipeline", "backends", "result", "segmenter", "external", "record", "outputs", "predict_ddp"],
     "metrics": ["ratios", "summary", "_kernels_py", "kernels", "matching", "validation", "tables", "fop", "region", "seism",
                 "predictions", "bsds", "report", "kcut", "hierarchy", "entropy"],
-    "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "datamodule", "edges"],
+    "data": ["transforms", "targets", "synthetic", "folder", "bsds", "cache", "collate", "graphs", "datamodule", "edges"],
     "training": ["callbacks", "steps", "module", "config_files", "configs", "summary", "run_folders", "help_texts", "cli",
                  "help_render"],
     "explorer": ["page"],

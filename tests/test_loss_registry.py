@@ -85,7 +85,8 @@ def test_new_term_trains_the_lightning_module(mean_height, tmp_path):
     import pytorch_lightning as pl
     from torch.utils.data import DataLoader
 
-    from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+    from hiseg.data.collate import collate_graph_batch
+    from hiseg.data.graphs import SegmentationGraphDataset
     from hiseg.data.synthetic import SyntheticSegmentation
     from hiseg.training.module import HierarchicalSegmentationModule
     from hiseg.segmentation.superpixels import Superpixels

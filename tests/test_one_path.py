@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from hiseg.data.collate import collate_graph_batch, make_graph_sample
+from hiseg.data.collate import collate_graph_batch
+from hiseg.data.graphs import make_graph_sample
 from hiseg.segmentation.segmenter import Segmenter
 from hiseg.training.module import HierarchicalSegmentationModule
 

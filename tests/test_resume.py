@@ -14,7 +14,7 @@ from _train import csv_rows, load_ckpt, run_train
 from jsonargparse import Namespace
 
 from hiseg.training.cli import _resume_log_versions
-from hiseg.data.collate import SegmentationGraphDataset
+from hiseg.data.graphs import SegmentationGraphDataset
 from hiseg.data.datamodule import SeededSampler
 from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation

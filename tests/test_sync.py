@@ -29,7 +29,8 @@ import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
-from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+from hiseg.data.collate import collate_graph_batch
+from hiseg.data.graphs import SegmentationGraphDataset
 from hiseg.data.synthetic import SyntheticSegmentation
 from hiseg.training.module import HierarchicalSegmentationModule
 from hiseg.segmentation.superpixels import Superpixels

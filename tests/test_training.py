@@ -6,7 +6,8 @@ import pytest
 import torch
 from _train import csv_rows, load_ckpt, run_train
 
-from hiseg.data.collate import SegmentationGraphDataset, collate_graph_batch
+from hiseg.data.collate import collate_graph_batch
+from hiseg.data.graphs import SegmentationGraphDataset
 from hiseg.segmentation.superpixels import Superpixels
 from hiseg.data.synthetic import SyntheticSegmentation
 from hiseg.training.module import HierarchicalSegmentationModule
@@ -224,7 +225,7 @@ def test_validation_metrics(batch):
     matching) of the same ucm2 at the same thresholds; the ground-truth partition's ucm2 has
     precision 1 at every threshold; an all-zero ultrametric has F = 0 against the
     annotators' boundary pixels counted by hand."""
-    from hiseg.data.collate import make_graph_sample
+    from hiseg.data.graphs import make_graph_sample
     from hiseg.training.module import VAL_THRESHOLDS, LossResult
     from hiseg.metrics.matching import BoundaryMatcher, boundary_counts, seg_to_boundaries
     from hiseg.metrics.predictions import Prediction

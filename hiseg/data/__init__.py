@@ -20,8 +20,9 @@ Lightning).
 """
 from .bsds import BSDS500, find_bsds_root
 from .cache import SuperpixelCache
-from .collate import GraphBatch, SegmentationGraphDataset, collate_graph_batch, make_graph_sample
+from .collate import GraphBatch, collate_graph_batch
 from .folder import FolderSegmentation, read_labels
+from .graphs import SegmentationGraphDataset, make_graph_sample
 from .synthetic import SyntheticSegmentation, make_synthetic_sample
 from .targets import boundary_maps, compute_targets, edge_targets, mean_boundary, superpixel_labels
 from .transforms import (CenterCrop, Compose, RandomCrop, RandomFlip, RandomRescale, crop_sample, flip_sample,

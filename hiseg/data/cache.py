@@ -2,7 +2,7 @@
 
 The superpixels of a raw image do not depend on the augmentation drawn for it, so
 :class:`SuperpixelCache` computes those of every image once, at full resolution and
-before augmentation, and :class:`~hiseg.data.collate.SegmentationGraphDataset`
+before augmentation, and :class:`~hiseg.data.graphs.SegmentationGraphDataset`
 (``superpixels="cached"``) hands them to the transform with the image and the
 annotations: flips, rescaling and crops move them by nearest neighbour (see
 :mod:`hiseg.data.transforms`), every label is then made one 4-connected region numbered

@@ -25,7 +25,7 @@ Superpixels belong to the model's :class:`~hiseg.segmentation.Pipeline`, for tra
 for inference: :class:`~hiseg.training.module.HierarchicalSegmentationModule` hands its pipeline
 to the data module when training starts (:meth:`GraphDataModule.use_pipeline`). An
 image-based pipeline (``color_watershed``) makes the loaders compute exactly its
-``make_superpixels`` (:class:`~hiseg.data.collate.PipelineSuperpixels`); one that builds
+``make_superpixels`` (:class:`~hiseg.data.graphs.PipelineSuperpixels`); one that builds
 them from the prediction (``boundary_watershed``, ``all_minima``) makes them compute none,
 the training step rebuilds them. With ``superpixel_cache`` (the default) those of every
 image are computed once, at full resolution, and augmented with the image
@@ -48,7 +48,8 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from ..segmentation.pipeline import Pipeline
 from .bsds import DEFAULT_BSDS_ROOT, BSDS500
-from .collate import SegmentationGraphDataset, collate_graph_batch, loader_superpixels
+from .collate import collate_graph_batch
+from .graphs import SegmentationGraphDataset, loader_superpixels
 from .folder import FolderSegmentation
 from .synthetic import SyntheticSegmentation
 from .transforms import Compose, RandomCrop, RandomFlip, RandomRescale
@@ -72,7 +73,7 @@ class SeededSampler(DistributedSampler):
 
     Yields ``(index, (seed, epoch))``: the order is ``DistributedSampler``'s permutation
     seeded with ``seed + epoch`` (Lightning calls :meth:`set_epoch` every epoch), and
-    :class:`~hiseg.data.collate.SegmentationGraphDataset` augments item ``index`` with
+    :class:`~hiseg.data.graphs.SegmentationGraphDataset` augments item ``index`` with
     ``default_rng([seed, epoch, index])``. Nothing depends on the loader workers or on
     what ran before, so a resumed run draws what the uninterrupted run drew. ``skip``
     samples of the first iteration are left out (a run resumed mid-epoch); ``len`` stays

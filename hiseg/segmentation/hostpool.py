@@ -61,7 +61,7 @@ __all__ = ["HostPool", "host_pool", "resolve_workers", "available_cores", "avera
 #: 3,877 edges, 1.87x at 7,757; ``benchmarks/results/training.md``).
 MIN_POOL_EDGES = 5000
 #: A batch of fewer pixels rebuilds its superpixels in process on the thread pool
-#: (``hiseg.data.collate.rebuild_graphs``): on the 2-core machine the pool was 0.55x for one
+#: (``hiseg.data.graphs.rebuild_graphs``): on the 2-core machine the pool was 0.55x for one
 #: 320x320 image, 0.85-0.99x from four (the thread pool already overlaps the GIL-free watershed).
 MIN_POOL_PIXELS = 400_000
 

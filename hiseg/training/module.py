@@ -4,7 +4,7 @@ One training step on a :class:`~hiseg.data.collate.GraphBatch` (the walk of
 ``docs/architecture.md``): the network's logits; the checkpoint's
 :class:`~hiseg.segmentation.Pipeline` makes the boundary maps (:meth:`Pipeline.maps`: its scales
 and flip, differentiable), the superpixels when it builds them from the prediction
-(:meth:`Pipeline.batch_superpixels`, then the batch's graphs and targets rebuilt), the edge
+(:func:`hiseg.data.graphs.rebuild_graphs`: the batch's graphs and targets rebuilt), the edge
 weights (:meth:`Pipeline.graph_weights`: frontier mean or the merging head) and the ultrametric
 (:meth:`Pipeline.batch_ultrametric`, the trees built on the host); the loss is the registry's
 :class:`~hiseg.core.losses.Objective` of the configured terms; AdamW with a warm-up and a cosine
@@ -29,12 +29,14 @@ import torch
 
 from .._params import check_parameters
 from ..core import losses as loss_terms
+from ..data.graphs import rebuild_graphs
 from .callbacks import (CSVLogger, FiniteLossGuard, LastCheckpoint, RandomStateCheckpoint,  # noqa: F401 (configs)
                         TensorBoardLogger, ValidateAtStart)
 from ..metrics.validation import VAL_THRESHOLDS, SegmentationMetrics, batch_boundary_counts
 from ..models import get_model
 from ..models.weights import check_architecture, checked_arch_kwargs
 from ..segmentation.hostpool import host_pool, resolve_workers
+from ..segmentation.pipeline import Pipeline
 from .steps import (MODULE_CONSTRAINTS, NO_SUPERPIXELS, PIXEL_BATCH, LossResult, StageClock, batch_consensus,
                        channels_last_agrees, check_finite, merge_head_of, precision_dtype, start_and_pipeline,
                        step_triplets, warmup_cosine)
@@ -93,6 +95,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
     restores the global generators).
     """
 
+    #: the checkpoint's pipeline: the step's maps, graphs' rebuild settings, edge weights and trees
+    pipeline: Pipeline
+
     def __init__(self, arch: str = "compact_boundary_net", arch_kwargs: Optional[dict] = None,
                  lr: float = 2e-3, weight_decay: float = 1e-4, closest_weight: float = 1.0,
                  triplet_weight: float = 0.5, pixel_weight: float = 0.1, margin: float = 0.2,
@@ -113,8 +118,8 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         self.save_hyperparameters()
         # LightningCLI records the parsed config instead of the locals: store the settings used
         self.hparams["pipeline"] = pipeline
-        from_start = start is not None and arch_kwargs is None and start.hyper_parameters.get("arch") == arch \
-            and start.hyper_parameters.get("arch_kwargs") is not None
+        from_start = (start is not None and arch_kwargs is None and start.hyper_parameters.get("arch") == arch
+                      and start.hyper_parameters.get("arch_kwargs") is not None)
         if from_start:
             arch_kwargs = self.hparams["arch_kwargs"] = checked_arch_kwargs(start.hyper_parameters, start.path)
         if start is not None:  # refused before it is built when it does not fit the start's tensors
@@ -258,21 +263,19 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         (the edge weights), ``pixel`` (the terms that do not read the tree), ``tree`` (the
         weights' copy, the tree, the indices' copy) and ``loss`` (all the terms); the network is
         not timed when ``logits`` are given. FloatingPointError for non-finite weights or terms."""
-        pipe, obj = self.pipeline, self.objective
+        obj = self.objective
         sides = []
         if logits is None:
             logits, sides = self._network(batch.images)
         clock = StageClock(timings, batch.images.device)
         # pooling, trees and losses run in float32 whatever the network's dtype (bf16-mixed)
-        maps = pipe.maps(self.model, batch.images, torch.sigmoid(logits[:, 0].float()))
+        maps = self.pipeline.maps(self.model, batch.images, torch.sigmoid(logits[:, 0].float()))
         if self.rebuilds_superpixels:  # one image per job of the host pool
-            from ..data.collate import rebuild_graphs
-
-            batch = rebuild_graphs(batch, maps, pipe, self.host_pool)
+            batch = rebuild_graphs(batch, maps, self.pipeline, self.host_pool)
         elif not batch.has_graph:
             raise ValueError(NO_SUPERPIXELS)
         clock("superpixels")
-        w = pipe.graph_weights(batch.rags, maps, batch.images_on_host, head=self.merge_head, frontier=(
+        w = self.pipeline.graph_weights(batch.rags, maps, batch.images_on_host, head=self.merge_head, frontier=(
             batch.frontier_pixels_a, batch.frontier_pixels_b, batch.frontier_edge, batch.frontier_count))
         clock("pooling")
         x = loss_terms.LossInputs(
@@ -287,9 +290,9 @@ class HierarchicalSegmentationModule(pl.LightningModule):
         host = torch.cat([w.detach(), *(parts[n].detach().reshape(1).to(w.dtype) for n in early)]).cpu().numpy()
         check_finite(host, w.numel(), early, self.global_step)
         lengths = (np.concatenate([r.frontier_lengths() for r in batch.rags]).astype(np.float64)
-                   if pipe.linkage == "average" else None)
-        u, h = pipe.batch_ultrametric(batch.graph, w, lengths, host_weights=host[:w.numel()],
-                                      lca="triplets" in obj.needs, pool=self.host_pool)
+                   if self.pipeline.linkage == "average" else None)
+        u, h = self.pipeline.batch_ultrametric(batch.graph, w, lengths, host_weights=host[:w.numel()],
+                                                lca="triplets" in obj.needs, pool=self.host_pool)
         clock("tree")
         x.update(ultrametric=u, hierarchy=h)
         parts.update(obj.parts(x, [n for n in obj.active if n not in parts]))

@@ -53,7 +53,7 @@ NEW_HEAD_KEYS = ("features", "hidden", "output", "context")
 NO_SUPERPIXELS = ("the batch has no superpixels, but model.pipeline.superpixels is 'color_watershed', which "
                   "trains on the loaders' superpixels: hiseg's data modules compute them when the model hands "
                   "them its pipeline (use_pipeline, in setup); another loader must give batches with a graph "
-                  "(hiseg.data.collate), or use a pipeline that builds them from the prediction "
+                  "(hiseg.data.graphs), or use a pipeline that builds them from the prediction "
                   "(boundary_watershed, all_minima)")
 PIXEL_BATCH = ("the data module gives pixel-stage batches (crops with consensus labels, no regions): the model "
                "needs closest_weight: 0, triplet_weight: 0, pixel_loss: edge and pixel_weight > 0 "
