@@ -451,9 +451,7 @@ def make_segmenter(args):
         from ..segmentation.external import ExternalFiles
         from ..segmentation.pipeline import Pipeline
 
-        seg = Segmenter(None, pipeline=Pipeline())
-        seg._backend = ExternalFiles(ext[1], ext[0])
-        seg.name = seg.checkpoint = model_name(args)
+        seg = Segmenter.from_backend(ExternalFiles(ext[1], ext[0]), Pipeline(), name=model_name(args))
     elif _classical(args):
         given = [o for o, v in (("--scales", scales), ("--no-flip" if flip is False else "--flip", flip),
                                 ("--linkage", linkage)) if v is not None]

@@ -146,6 +146,19 @@ class Segmenter:
             pipeline = Pipeline.classical() if model is None else Pipeline()
         self.pipeline = pipeline
 
+    @classmethod
+    def from_backend(cls, backend, pipeline=None, name: Optional[str] = None) -> "Segmenter":
+        """A Segmenter whose boundary maps come from ``backend``, an object made elsewhere (another
+        segmenter's files: :class:`~hiseg.segmentation.external.ExternalFiles`), with ``pipeline``
+        after it (default ``Pipeline()``); ``name`` (default the backend's) names it in a run record."""
+        from .pipeline import Pipeline
+
+        self = cls.__new__(cls)
+        self._backend, self.device, self.checkpoint_file = backend, backend.device, None
+        self.name = self.checkpoint = name if name is not None else backend.name
+        self.pipeline = Pipeline() if pipeline is None else pipeline
+        return self
+
     def _open_exported(self, model, folder, device, pipeline, threads):
         """The onnxruntime backend of an exported folder (a shipped model's or given)."""
         from ..export.manifest import MANIFEST
