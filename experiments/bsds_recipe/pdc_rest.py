@@ -5,7 +5,7 @@ output is its mark), the fine-tuning resumes from its ``last.ckpt``.
     nohup python experiments/bsds_recipe/pdc_rest.py --pixel experiments/state/pdc_pixel_last.ckpt \\
         --bsds ../shared/data/BSDS500 > runs/pdc_rest.log 2>&1 &
 
-Stages (``--work``: runs/pdc_rest; ``--results``: experiments/results/pdc_rest):
+Stages (``--work``: runs/pdc_rest; ``--results``: experiments/bsds_recipe/results/pdc_rest):
 
 1. ``finetune``: the shipped fine-tuning recipe (``configs/bsds500_finetune.yaml``: closest +
    triplet + pixel terms through average linkage, superpixels rebuilt from the prediction) from
@@ -207,7 +207,7 @@ def main(argv=None) -> int:
     ap.add_argument("--pixel", required=True, help="the pixel stage's checkpoint (experiments/state/pdc_pixel_last.ckpt)")
     ap.add_argument("--bsds", required=True, help="BSDS500 root")
     ap.add_argument("--work", default="runs/pdc_rest")
-    ap.add_argument("--results", default="experiments/results/pdc_rest")
+    ap.add_argument("--results", default="experiments/bsds_recipe/results/pdc_rest")
     ap.add_argument("--split", default="train", choices=("train", "train+val"))
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--thresholds", type=int, default=99)

@@ -8,7 +8,7 @@ val; each member alone runs through the same pipeline as the reference. ``hiseg`
 gives every figure.
 
     python experiments/segmentation/ensemble_val.py --members bsds500 experiments/state/gpu_twin_pixel_last.ckpt \\
-        --bsds ../shared/data/BSDS500 --work runs/ensemble --out experiments/segmentation/results/ensemble_val.md
+        --bsds ../shared/data/BSDS500 --work runs/ensemble --out experiments/segmentation/results/ensemble_val/results.md
 """
 import argparse
 import json
