@@ -13,7 +13,7 @@ Times, best of ``--repeats``:
   in higra's order, no frontier lists);
 * ``higra-based``: :func:`hiseg.core.graph._region_adjacency_graph_higra`, hiseg's RAG built from
   higra's (building the 4-adjacency graph included), checked here to equal hiseg's in every
-  field, bit for bit and dtype (tests/test_graph.py checks it on random label images).
+  field, bit for bit and dtype (tests/core/test_graph.py checks it on random label images).
 
 Ratios are higra / hiseg: above 1, hiseg's is faster.
 

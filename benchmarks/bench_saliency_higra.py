@@ -4,7 +4,7 @@
 
 For each function of :mod:`hiseg.segmentation.saliency` that higra could do, the time of
 hiseg's implementation and of the higra one (``_..._higra`` in that module: the same
-output, tested bit for bit in tests/test_segmentation.py), best of ``--repeats``, and their
+output, tested bit for bit in tests/segmentation/test_segmentation.py), best of ``--repeats``, and their
 ratio (higra / hiseg: above 1, hiseg's is faster):
 
 * ``ucm2_from_rag``: the BSDS ucm2 of an ultrametric on a RAG; higra:

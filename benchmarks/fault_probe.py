@@ -12,7 +12,7 @@ images; the summary below the table counts each kind's failures) and print a tab
 error naming the problem with no traceback, nothing half-written), else FAIL and why.
 
 Usage: ``python benchmarks/fault_probe.py [--images N] [--only WORD]``; exit status 1 when a
-case fails. ``tests/test_reliability.py`` runs it with ``--images 3`` (CI). Each case works in
+case fails. ``tests/package/test_reliability.py`` runs it with ``--images 3`` (CI). Each case works in
 its own temporary folder; the cases that need separate processes (two runs at once, a run
 interrupted) start ``hiseg`` as a user would.
 """

@@ -2,7 +2,7 @@
 
 * Other packages' private members that hiseg still uses, with why (:data:`PRIVATE_MEMBERS`).
   Each entry: (module, object path, private attribute, where hiseg uses it, why no public call
-  does). ``tests/test_compat.py`` imports each object and fails when the installed (pinned)
+  does). ``tests/package/test_compat.py`` imports each object and fails when the installed (pinned)
   version lacks the attribute, and fails when ``hiseg/`` uses a private member of Lightning,
   argparse or scikit-learn that is not listed here.
 * hiseg's own renamed modules (:data:`RENAMED_MODULES`), so that configs and checkpoints written
@@ -42,7 +42,7 @@ PRIVATE_MEMBERS = (
 )
 #: Not attributes but formats: the loop-state layout that ``hiseg.training.callbacks._epoch_end_loops``
 #: edits in a saved checkpoint (``fit_loop.epoch_progress``), so that a run resumed from an
-#: epoch-end checkpoint is exactly the uninterrupted run; ``tests/test_resume.py`` checks it.
+#: epoch-end checkpoint is exactly the uninterrupted run; ``tests/training/test_resume.py`` checks it.
 PRIVATE_FORMATS = (("pytorch_lightning", "checkpoint['loops']['fit_loop']['epoch_progress']",
                     "hiseg/training/callbacks.py"),)
 

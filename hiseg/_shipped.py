@@ -1,7 +1,7 @@
 """The shipped models' names and the default one, without torch: what the ``hiseg`` command's
 help and option checks need (:mod:`hiseg.cli`), kept apart from :class:`hiseg.models.weights.Weights`
 (whose entries, files and loaders need torch) so that ``hiseg --help`` imports no torch.
-``tests/test_cli_help.py`` checks that the two agree."""
+``tests/cli/test_cli_help.py`` checks that the two agree."""
 
 #: The shipped models' names, in the order of :class:`hiseg.models.weights.Weights`.
 SHIPPED_NAMES = ("bsds500", "bsds500_merge", "bsds500_ensemble")

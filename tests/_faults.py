@@ -118,7 +118,7 @@ def crafted_checkpoint(tmp: Path, name: str, arch_kwargs, arch: str = "compact_b
 def block_ground_truth(tmp: Path, n: int, height: int, width: int):
     """``tmp/gt`` with ``n`` ground truths of 2 x 2 blocks (``im0.mat``...) and an empty ``tmp/pred``:
     ``(gt, pred, seg)``, ``seg`` the blocks' label image."""
-    from test_metrics_bsds import blocks, write_gt
+    from tests.metrics.test_metrics_bsds import blocks, write_gt
 
     gt, pred = Path(tmp) / "gt", Path(tmp) / "pred"
     gt.mkdir()

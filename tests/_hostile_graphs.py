@@ -1,7 +1,7 @@
 """ONNX graphs that make onnxruntime allocate tens of GB (issue 52): each has an exported
 network's signature (``image`` (1, 3, H, W) float -> ``boundary`` (1, H, W)), so that only the
 graph check (:mod:`hiseg.export.guard`) or the allocation bound stands in the way. Shared by
-``tests/test_export_guard.py`` and ``benchmarks/fault_probe.py``."""
+``tests/export/test_export_guard.py`` and ``benchmarks/fault_probe.py``."""
 from __future__ import annotations
 
 import numpy as np

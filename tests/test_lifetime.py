@@ -50,7 +50,7 @@ def test_predict_workers_end_with_a_killed_main_process(tmp_path):
 def test_evaluate_workers_end_with_a_killed_main_process(tmp_path):
     from scipy.io import savemat
 
-    from test_metrics_bsds import seg_to_ucm2
+    from tests.metrics.test_metrics_bsds import seg_to_ucm2
 
     gt, pred, seg = block_ground_truth(tmp_path, 3, 20, 24)
     for k in range(3):

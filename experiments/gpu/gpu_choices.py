@@ -5,7 +5,7 @@ its minutes on training once a measurement exists:
 
 * ``todo``: the benchmark's checks that GPU ``--device`` has no result for yet, in the order a
   session runs them (``--items``; default ``eager sync host compile compact``), space-separated:
-  ``eager`` (the network's pixel stage against its floor), ``sync`` (tests/test_sync.py's CUDA
+  ``eager`` (the network's pixel stage against its floor), ``sync`` (tests/training/test_sync.py's CUDA
   check), ``host`` (benchmarks/bench_training.py's host pool), ``compile`` (the network under
   ``torch.compile``), ``compact`` (compact_boundary_net at the shipped width). A check is done
   when a ``--checks`` table (benchmarks/results/gpu_checks.md: ``device | check | result |

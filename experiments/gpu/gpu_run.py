@@ -4,7 +4,7 @@
   (a) the benchmark's checks this GPU kind has no result for yet (``--bench auto``; gpu_choices.py reads
       benchmarks/results/gpu_checks.md and pixel_stage.md), within ``--bench-seconds`` (120), in this
       order: ``eager`` benchmarks/bench_pixel_stage.py's crops/s of the real step next to its floor for
-      pdc_boundary_net (width 40); ``sync`` tests/test_sync.py's CUDA check that ten steps through
+      pdc_boundary_net (width 40); ``sync`` tests/training/test_sync.py's CUDA check that ten steps through
       Trainer.fit never synchronise; ``host`` benchmarks/bench_training.py --host-workers 16 (the
       fine-tuning step's host pool); ``compile`` the network under torch.compile (``--compile auto``
       trains with it from then on where it measured >= 1.3x); ``compact`` compact_boundary_net (the
@@ -314,7 +314,7 @@ def benchmark(a, out: Path, log: Log, g, todo, device, bench_log) -> None:
         "host": [a.python, ROOT / "benchmarks" / "bench_training.py", "--device", "cuda", "--threads", "16",
                  "--batch", "16", "--wall", "--host-workers", "16"],
         "sync": [a.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=-ra",  # no xdist there
-                 "-k", "cuda_pixel_stage", ROOT / "tests" / "test_sync.py"],
+                 "-k", "cuda_pixel_stage", ROOT / "tests" / "training" / "test_sync.py"],
     }
     expected = {"compile": 150, "host": 75}
     t_bench, ran = time.time(), False

@@ -3,7 +3,7 @@ one module each (:mod:`hiseg.cli.predict`, :mod:`hiseg.cli.view`, :mod:`hiseg.cl
 :mod:`hiseg.cli.ensemble`, :mod:`hiseg.cli.export`, :mod:`hiseg.cli.train`), their shared options defined once in
 :mod:`hiseg.cli.options`; ``predict``'s run record (what ``--resume`` checks) in :mod:`hiseg.cli.record`.
 
-The vocabulary, the same in every subcommand (``tests/test_cli_help.py`` checks the help; the
+The vocabulary, the same in every subcommand (``tests/cli/test_cli_help.py`` checks the help; the
 table is ``docs/cli.md``):
 
 * **inputs are positional**: ``hiseg predict INPUT ...``, ``hiseg view INPUT ...`` (images or

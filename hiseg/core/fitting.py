@@ -282,7 +282,7 @@ class _AdamStep:
     on state held here, with ``ExponentialLR``'s decay. The functions, not the classes: a
     ``torch.optim`` optimiser's constructor imports ``torch._dynamo`` (2.4-3.0 s on a cold
     start, most of a small fit's time; ``benchmarks/bench_core.py --optimiser``), the
-    functions import nothing. Tested against the classes (``tests/test_fitting.py``)."""
+    functions import nothing. Tested against the classes (``tests/core/test_fitting.py``)."""
 
     def __init__(self, theta: torch.Tensor, lr: float, lr_decay, kind: str, eps: float,
                  betas: tuple = (0.9, 0.999)):

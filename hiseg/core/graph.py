@@ -393,7 +393,7 @@ def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
 
     Not higra's ``make_region_adjacency_graph_from_labelisation`` (issue 24 item 6):
     :func:`_region_adjacency_graph_higra` builds this same RAG (every field, bit for bit:
-    tests/test_graph.py) from higra's and is 5.3-6.2 times slower on 481x321 with 2000
+    tests/core/test_graph.py) from higra's and is 5.3-6.2 times slower on 481x321 with 2000
     superpixels (66-125 ms against 12.5-20 ms), 7.4-15.6 times on 4000x3000 with 30000
     (7.7-8.7 s against 0.56-1.04 s; benchmarks/bench_rag.py, two runs on a loaded machine,
     benchmarks/results/rag.md). higra's call alone, on a 4-adjacency graph built beforehand,

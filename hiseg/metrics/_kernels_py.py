@@ -3,7 +3,7 @@
 numba is a dependency of hiseg and pip installs it everywhere a wheel exists; the CUDA machine
 the project trains on cannot install anything, and its Python has no numba. There, and in any
 such environment, :mod:`hiseg.metrics.kernels` takes these functions instead of its compiled
-ones: the same signatures, the same results (``tests/test_metrics_kernels.py`` compares them
+ones: the same signatures, the same results (``tests/metrics/test_metrics_kernels.py`` compares them
 in a process where numba cannot be imported), several times slower (about what the benchmark
 cost before the compiled kernels: ``benchmarks/results/evaluate.md``). Enough for a training
 run's validation metric; an evaluation of the whole val set wants numba.

@@ -3,7 +3,7 @@
 Pont-Tuset & Marques, "Supervised Evaluation of Image Segmentation and Object Proposal
 Techniques", TPAMI 2016 (and CVPR 2013); reference implementation: SEISM's
 ``src/measures/fop.hpp``. hiseg's own code, written from the definition and checked
-against SEISM's published per-image results on BSDS500 val (``tests/test_fop.py``).
+against SEISM's published per-image results on BSDS500 val (``tests/metrics/test_fop.py``).
 
 The definition, for a partition P and the K annotations G_1..G_K of an image:
 

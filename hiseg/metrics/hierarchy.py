@@ -18,7 +18,7 @@ are the samples, in order.
 
 Core-level code (numpy, higra and :mod:`hiseg.core.graph` only): the one module of
 :mod:`hiseg.metrics` that ranks below :mod:`hiseg.clustering` in hiseg's layers
-(``tests/test_layers.py``), because the estimator's ``score_hierarchy`` and its label-free
+(``tests/package/test_layers.py``), because the estimator's ``score_hierarchy`` and its label-free
 choice of fit (:mod:`hiseg.clustering.auto`) measure hierarchies with it.
 """
 from __future__ import annotations

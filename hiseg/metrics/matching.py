@@ -31,7 +31,7 @@ edges mirror the real edges, which keeps a perfect matching feasible with
 as :func:`scipy.sparse.csgraph.min_weight_full_bipartite_matching` breaks them on
 that graph (hiseg used it until the compiled kernels of :mod:`hiseg.metrics.kernels`:
 one LAPJVsp per connected component of the candidate graph, the same pairs,
-``tests/test_metrics_kernels.py``).
+``tests/metrics/test_metrics_kernels.py``).
 
 Thinning
 --------

@@ -15,7 +15,7 @@ network computes the same function, unfolded there).
 
 The folded network's map equals the unfolded one's to float32 rounding: on BSDS val images,
 the shipped ``bsds500_ensemble`` differs by at most about 1e-6 in probability
-(``tests/test_export.py``, ``benchmarks/results/predict_deploy.md``).
+(``tests/export/test_export.py``, ``benchmarks/results/predict_deploy.md``).
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 * :class:`LastCheckpoint`: ``last.ckpt`` at every epoch end, every N steps and at the end of
   training, whatever any monitor, written so that a run resumed from it is exactly the run
-  done in one go (``tests/test_resume.py``);
+  done in one go (``tests/training/test_resume.py``);
 * :class:`CSVLogger`: Lightning's, appending to ``metrics.csv`` when a run resumes into its
   folder; :class:`TensorBoardLogger`: Lightning's; both log under the trainer's
   ``default_root_dir`` when no ``save_dir`` is given;
@@ -12,7 +12,7 @@ Lightning's private members touched here (``ModelCheckpoint._save_last_checkpoin
 ``_monitor_candidates``, ``_last_global_step_saved``; ``ExperimentWriter._check_log_dir_exists``)
 and the loop-state layout edited by :func:`_epoch_end_loops` are not public:
 ``pyproject.toml`` bounds ``pytorch-lightning`` to the versions tested, and
-``tests/test_resume.py::test_lightning_private_members_exist`` fails loudly when an upgrade
+``tests/training/test_resume.py::test_lightning_private_members_exist`` fails loudly when an upgrade
 removes one of them.
 """
 from __future__ import annotations
@@ -28,7 +28,7 @@ __all__ = ["CompileNetwork", "LastCheckpoint", "CSVLogger", "TensorBoardLogger",
            "ValidateAtStart", "FiniteLossGuard", "AtomicCheckpointIO", "use_atomic_checkpoints"]
 
 # Lightning's private members this module relies on are listed, with why, in hiseg/_compat.py
-# (tests/test_compat.py fails when the installed version lacks one).
+# (tests/package/test_compat.py fails when the installed version lacks one).
 
 
 def _epoch_end_loops(loops: dict, completed: bool = True) -> dict:
@@ -44,9 +44,9 @@ def _epoch_end_loops(loops: dict, completed: bool = True) -> dict:
     weights. Saved as completed (``completed = processed``) with the epoch's batch counters
     cleared (as Lightning clears them when an epoch starts), the resumed run starts the next
     epoch exactly as the uninterrupted run did, with ``max_steps``, ``max_epochs`` or both
-    (``tests/test_resume.py``). Only the ``current`` counters of this epoch are touched; the
+    (``tests/training/test_resume.py``). Only the ``current`` counters of this epoch are touched; the
     ``total`` counters (global step, batches seen) are kept. Lightning's loop state is not a
-    public format: ``tests/test_resume.py`` checks every case against an uninterrupted run."""
+    public format: ``tests/training/test_resume.py`` checks every case against an uninterrupted run."""
     fit = loops.get("fit_loop")
     if not isinstance(fit, dict) or "epoch_progress" not in fit:
         return loops

@@ -4,7 +4,7 @@
 ``python -m hiseg.training.help_render`` rewrites the file (from a checkout: one variant reads
 ``configs/synthetic.yaml``) after a change to the training options, their defaults or docstrings,
 Lightning or torch; ``--check`` says whether the stored texts are what the live parser prints
-now (``tests/test_cli_help.py`` runs it, so that they cannot go stale).
+now (``tests/cli/test_cli_help.py`` runs it, so that they cannot go stale).
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The two-subiteration parallel thinning of Guo & Hall (1989) as Lam, Lee & Suen (1992, p. 879)
 state it, zero padding, iterated until a whole iteration deletes nothing. The deletion tables
 are built here from the paper's three conditions (:func:`thinning_tables`); the result equals
-:func:`skimage.morphology.thin`'s (``tests/test_metrics_bsds.py``), at a fraction of its cost
+:func:`skimage.morphology.thin`'s (``tests/metrics/test_metrics_bsds.py``), at a fraction of its cost
 because only foreground pixels are visited.
 """
 from __future__ import annotations
