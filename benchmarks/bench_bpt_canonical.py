@@ -1,6 +1,6 @@
 """hiseg's canonical BPT (numpy sort + higra's public ``hg.bpt_canonical`` on the edge
 arrays, ``hiseg.core.ultrametric._canonical_bpt``) against the private ``hg.cpp._bpt_canonical``
-it wraps (hiseg's path until 2026-11; it pinned higra < 0.7) and the public call on a higra
+it wraps (the path that pinned higra < 0.7, which hiseg left for the public API) and the public call on a higra
 graph object.
 
 Graphs: symmetric 5-NN graphs of uniform random points in the unit square (plus a chain,

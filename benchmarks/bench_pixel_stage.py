@@ -22,8 +22,9 @@ synchronised at both ends of the timed window only (the host may run ahead of th
 between, as in training). Prints the table and appends one row to ``--results`` (default
 ``benchmarks/results/pixel_stage.md``): ``device | network | crops/s | floor crops/s | ratio``, its
 stamp (revision, date, machine, command) in the list below the table.
-Goal on one H100/H200 (issue 33): ratio >= 0.8 and >= 915 crops/s (3x the 305 measured in
-November 2026). On the CPU the goal is only to run: ``--device cpu`` at a tiny setting.
+Goal on one H100/H200 (issue 33): ratio >= 0.8 and >= 915 crops/s (3x the pace of the first GPU
+sessions: ``benchmarks/results/gpu.md``). On the CPU the goal is only to run: ``--device cpu`` at a
+tiny setting.
 
     python benchmarks/bench_pixel_stage.py [--device auto|cpu|cuda] [--arch compact_boundary_net]
         [--arch-kwargs JSON] [--batch 32] [--crop 320] [--seconds 15] [--precision bf16-mixed]

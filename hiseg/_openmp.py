@@ -4,10 +4,10 @@ torch's intra-op pool, MKL and oneDNN run on GNU OpenMP (libgomp), whose threads
 parallel region (``GOMP_SPINCOUNT`` 300,000 pauses, several milliseconds) before they sleep. A
 training step runs hundreds of short regions separated by single-threaded host work (Python, the
 trees): the idle thread spins through all of it, and on a busy machine, where that host work waits
-for a core, it spins longer still. ``python train.py`` used 518 s of CPU at load 5 against 107 s
-quiet (issue 53); two processes doing the same steps side by side used 68 s (spinning) and 34 s
-(``OMP_WAIT_POLICY=PASSIVE``) of CPU, with the same loss to the last digit: the policy changes how a
-thread waits, not how the work is split (``benchmarks/results/training.md``, "OpenMP waits").
+for a core, it spins longer still: ``python train.py`` used several times the CPU on a busy machine
+that it used on a quiet one (issue 53), and sleeping threads (``OMP_WAIT_POLICY=PASSIVE``) gave the
+same loss to the last digit with about half the CPU or less: the policy changes how a thread waits,
+not how the work is split (the figures: ``benchmarks/results/training.md``, "OpenMP waits").
 
 libgomp reads the variable once, when torch loads it: :func:`passive_openmp_waits` must run before
 ``import torch``. Importing this module costs nothing."""

@@ -317,9 +317,9 @@ def main(argv=None) -> int:
     from hiseg.training import configs
     from hiseg.training.configs import TRUST_FLAG
 
-    # the data module's train_data names a data file, not a config: the config check (2026-11-29) read the
-    # packed 15 MiB .npz as a config and refused the run ("larger than 1024 KiB"); until its _NOT_CONFIG_KEYS
-    # lists train_data, this run adds it (the key alone: every other value is checked as before)
+    # the data module's train_data names a data file, not a config: a config check without it in its
+    # _NOT_CONFIG_KEYS reads the packed .npz as a config and refuses the run ("larger than 1024 KiB"); this
+    # run adds the key where it is missing (the key alone: every other value is checked as before)
     keys = getattr(configs, "_NOT_CONFIG_KEYS", None)
     if keys is not None and not keys.search("data.init_args.train_data"):
         configs._NOT_CONFIG_KEYS = re.compile(keys.pattern.replace("cache_dir)", "cache_dir|train_data)"))

@@ -300,12 +300,11 @@ class UltrametricClustering(ClusterMixin, BaseEstimator):
     :func:`hiseg.core._neighbors.approximate_knn`), O(n (k + d)) memory in both cases; then at
     most ``max_iter`` iterations of O(E log E) (one canonical BPT, its lcas, the loss,
     one AMSGrad step), plus O(|T|) for the triplet term or O(n K) for Dasgupta (K ~ 20-200
-    sigmoid terms; ``loss="auto"``: two such fits of 100 iterations, 1-3 s of CPU on 150-600
-    samples, ``benchmarks/results/clustering_purity.md``); the cut O(n log n). Measured
-    (``benchmarks/results/clustering_scale.md``, closest+size): 1e5 points in
-    about 15 s and 1.1 GB, 1e6 points in 16-d in minutes and under 3 GB; with
-    ``dissimilarity="ward"`` (15 neighbours, then higra's graph Ward linkage, O(E log E))
-    1e5 points in about 64 s and 2.1 GB (``clustering_scale_ward.md``).
+    sigmoid terms; ``loss="auto"``: two such fits of 100 iterations); the cut O(n log n);
+    ``dissimilarity="ward"`` adds 15 neighbours, then higra's graph Ward linkage, O(E log E).
+    Measured: seconds on the small sets (``benchmarks/results/clustering_purity.md``), 1e5 to 1e6
+    points (``benchmarks/results/clustering_scale.md``; with Ward's heights:
+    ``clustering_scale_ward.md``).
 
     There is no ``predict``: a hierarchy is fitted on the given samples only.
 

@@ -71,7 +71,8 @@ class BSDS500:
 
     Samples (``dataset[i]``) are dicts: ``image`` float32 (H, W, 3) RGB in [0, 1],
     ``segmentations`` int32 (K, H, W) (labels 1..n per annotator), ``name`` (image id).
-    Reading one sample costs ~10 ms of CPU (JPEG decode + ``loadmat``; see benchmarks/bench_data.py).
+    Reading one sample decodes its JPEG and ``loadmat``s its ground truth (the cost, measured by
+    ``benchmarks/bench_data.py``: ``benchmarks/results/data.md``).
 
     Raises
     ------
@@ -130,8 +131,8 @@ class BSDS500:
         reads them: every ``.mat`` is read and its label images checked
         (:func:`hiseg.io.load_ground_truth`: readable, annotators present, whole
         non-negative labels, one shape), and that shape compared with its image's, read
-        from the image's header (no image decoded). About 8 ms per image
-        (``benchmarks/bench_label_check.py``).
+        from the image's header (no image decoded). Its cost, measured by
+        ``benchmarks/bench_label_check.py``: ``benchmarks/results/label_check.md``.
 
         Raises
         ------

@@ -8,8 +8,8 @@ annotations: flips, rescaling and crops move them by nearest neighbour (see
 :mod:`hiseg.data.transforms`), every label is then made one 4-connected region numbered
 ``0..R-1`` again (:func:`~hiseg.segmentation.superpixels.make_connected`: a crop or a
 downscale can cut a region in pieces) and the RAG is built from that map. Per sample
-this replaces the superpixel computation (~30 ms for a 320x320 crop) by a relabelling
-(~1 ms); ``benchmarks/results/data.md`` has the measured costs.
+this replaces the superpixel computation by a relabelling, many times cheaper;
+``benchmarks/results/data.md`` has the measured costs.
 
 What differs from superpixels computed on every augmented sample: the superpixels are
 those of the whole image, so a rescaled sample's superpixels are rescaled with it (their
@@ -70,8 +70,8 @@ def settings_key(superpixel_fn: Callable) -> str:
 
 
 def image_key(image: np.ndarray, name: str = "") -> str:
-    """Hash of an image's name, shape, dtype and pixels (BLAKE2b, 128 bits). ~2 ms for a
-    BSDS500 image (481x321x3 float32)."""
+    """Hash of an image's name, shape, dtype and pixels (BLAKE2b, 128 bits): small next to the
+    superpixels it saves (``benchmarks/results/data.md``)."""
     image = np.ascontiguousarray(image)
     h = hashlib.blake2b(digest_size=16)
     h.update(repr((str(name), image.shape, str(image.dtype))).encode())

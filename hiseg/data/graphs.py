@@ -115,10 +115,9 @@ class SegmentationGraphDataset(torch.utils.data.Dataset):
     thick); ``segmentations`` int numpy (A, H, W); ``name`` str. With
     ``superpixels="none"``: only ``image``, ``boundary``, ``segmentations``, ``name``.
 
-    Cost per item (CPU, one core; ``benchmarks/results/data.md``) for a 320x320 BSDS500
-    crop: ~36 ms with per-sample superpixels (load 6, augmentation 3, superpixels 21,
-    RAG + frontier 2, targets 3), ~16 ms cached (the superpixels replaced by a 1 ms
-    relabelling), ~10 ms with none (no RAG, no graph targets either).
+    Cost per item: the superpixels dominate with per-sample superpixels; cached, a relabelling
+    replaces them; none is cheaper still (no RAG, no graph targets either). Stage by stage, for a
+    320x320 BSDS500 crop on one core: ``benchmarks/results/data.md``.
     """
 
     def __init__(self, raw_dataset, transform: Callable | None = None,

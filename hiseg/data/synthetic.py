@@ -244,7 +244,7 @@ def make_synthetic_sample(rng: np.random.Generator, size=(128, 128), n_annotator
     dict: ``image``, ``segmentations``, ``name`` (empty), ``fine_labels``, ``levels``,
     ``annotator_levels``.
 
-    Cost: O(H W N (1 + A)) with small constants: ~15 ms for 128x128, 24-48 cells, 4 annotators.
+    Cost: O(H W N (1 + A)) with small constants (at 128x128: ``benchmarks/results/data.md``).
     """
     import cv2
 
@@ -314,7 +314,8 @@ class SyntheticSegmentation:
         ``coarsest``, ``contrast``, ``contrast_decay``, ``texture``, ``warp``,
         ``jitter``, ``blur``, ``noise``).
 
-    Samples: see the module docstring. Cost per sample: ~15 ms at 128x128 (see benchmarks/bench_data.py).
+    Samples: see the module docstring. Cost per sample: ``benchmarks/results/data.md``
+    (``benchmarks/bench_data.py``).
 
     Raises
     ------

@@ -200,7 +200,7 @@ def export_model(spec, out_dir, overwrite: bool = False, **overrides) -> dict:
     checkpoint without a boundary network, a graph that does not reproduce it, a merge head
     that cannot be exported; FileNotFoundError, CheckpointError as loading a model raises."""
     out = Path(out_dir)
-    check_destination(out, overwrite)  # before the model is loaded and traced (~20 s)
+    check_destination(out, overwrite)  # before the model is loaded and traced (seconds: predict_deploy.md)
     seg = _load(spec, overrides)
     if seg.pipeline.linkage not in ("average", "single"):
         raise ExportError(f"cannot export {spec}: linkage {seg.pipeline.linkage!r} (a fit in torch) does not run "

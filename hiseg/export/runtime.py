@@ -99,7 +99,7 @@ class OnnxBackend:
         so = ort.SessionOptions()
         so.log_severity_level = 3
         bound_allocations(ort, so)  # a graph that asks for more than half the machine fails, never takes it
-        if not trusted and installed("onnx"):  # a folder from elsewhere: its graphs' declared sizes first (0.6 s)
+        if not trusted and installed("onnx"):  # a folder from elsewhere: its graphs' declared sizes first (predict_deploy.md)
             for section in ("network", "merge_head"):
                 if m.get(section) is not None:
                     check_graph(self.folder / m[section]["file"], where)

@@ -345,8 +345,8 @@ def write_png_rows(rows_of: Callable[[int, int], np.ndarray], height: int, dtype
     uint8 or uint16), encoded ``band`` rows at a time: the image is never whole in memory
     (:func:`write_png` holds it and its encoded copy). The same pixels as :func:`write_png`
     of the whole image (given there in BGR order), other bytes: each row filtered by the one
-    above (PNG's "Up"), zlib level 1 with run-length matching (on a 12000x9000 overlay:
-    84.6 MB in 4.9 s, OpenCV's encoder 89.2 MB in 5.6 s). Cost O(H W)."""
+    above (PNG's "Up"), zlib level 1 with run-length matching: smaller files than OpenCV's encoder
+    in less time (a 12000x9000 overlay's figures: ``benchmarks/results/large.md``). Cost O(H W)."""
     import struct
     import zlib
 

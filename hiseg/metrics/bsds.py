@@ -105,9 +105,9 @@ def evaluate_image(
 def _warm_up() -> None:
     """Compile (or load from numba's on-disk cache) every kernel of
     :mod:`hiseg.metrics.kernels` on tiny inputs, before the worker processes start: forked
-    workers inherit the compiled code instead of compiling it each (about 20 s of CPU the
-    first time after an install or a change of the kernels, well under a second once
-    cached)."""
+    workers inherit the compiled code instead of compiling it each (seconds of CPU the first
+    time after an install or a change of the kernels, well under a second once cached:
+    ``benchmarks/results/evaluate.md``)."""
     gt = np.zeros((8, 8), dtype=bool)
     gt[3, :] = True
     BoundaryMatcher([gt]).counts(thin_boundaries(gt | np.roll(gt, 1, axis=0)))

@@ -227,8 +227,8 @@ class CompactBoundaryNet(BoundaryNetBase):
     ----
     82 k parameters at ``width=16`` (grows as ``width**2``).  Forward: about 7.4 kFLOP
     per input pixel (0.75 GFLOP for 320 x 320); on a CPU it is memory-bound, the
-    stride-1 stage dominating.  Measured (``benchmarks/bench_models.py``, 2 CPU cores):
-    forward + backward of 8 x 3 x 128 x 128 in about 0.2 s.
+    stride-1 stage dominating.  Measured: ``benchmarks/results/models.md``
+    (``benchmarks/bench_models.py``).
     """
 
     arch = "compact_boundary_net"

@@ -290,10 +290,10 @@ class PDCBoundaryNet(BoundaryNetBase):
     Cost
     ----
     578,421 parameters at ``width=40`` (102,909 at 16). Eval mode runs the folded network (one
-    plain convolution per unit, no BatchNorm; channels-last on a CPU): about 0.4 s of CPU per
-    481 x 321 image on one thread, 1.4x ``compact_boundary_net`` in the shipped bsds500 shape
-    (``benchmarks/bench_predict.py --archs``); training costs about 1.6x that network's CPU per
-    crop at equal parameters (``benchmarks/bench_models.py``).
+    plain convolution per unit, no BatchNorm; channels-last on a CPU), somewhat slower per image than
+    ``compact_boundary_net`` in the shipped bsds500 shape (``benchmarks/results/predict_archs.md``);
+    training costs more of that network's CPU per crop at equal parameters
+    (``benchmarks/results/models.md``).
 
     Raises
     ------

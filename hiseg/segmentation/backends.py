@@ -194,7 +194,8 @@ def shipped_export(name: str) -> Optional[Path]:
 
 def _gpu_present() -> bool:
     """Whether a CUDA GPU is likely here, without importing torch when it is not imported yet
-    (1.5 s of a CPU start-up): torch's answer once imported, else the NVIDIA driver's files."""
+    (a large share of a CPU start-up: ``benchmarks/results/predict_deploy.md``): torch's answer
+    once imported, else the NVIDIA driver's files."""
     if sys.modules.get("torch") is not None:
         return bool(sys.modules["torch"].cuda.is_available())
     return os.path.exists("/proc/driver/nvidia/version") and installed("torch")

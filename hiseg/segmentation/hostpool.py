@@ -251,8 +251,8 @@ def average_linkage_batch(graph: BatchedGraph, weights, lengths=None, pool: Opti
     nodes are those of ``build_average_linkage_hierarchy(graph.graph(b), ...)`` shifted; the
     ultrametric equals that of ``build_average_linkage_hierarchy(graph, ...)``.
 
-    Cost: the trees (higra, O(E_b log E_b) each, superlinear in practice: one call on a whole
-    69k-edge batch was 2.6-3.7x slower than the per-graph calls) spread over the pool's workers, plus O(N + E)
+    Cost: the trees (higra, O(E_b log E_b) each, superlinear in practice: one call on a whole batch
+    is slower than the per-graph calls, ``benchmarks/results/training.md``) spread over the pool's workers, plus O(N + E)
     in this process (pickling the graphs and weights, placing the arrays). Raises as
     :func:`~hiseg.core.average_linkage.build_average_linkage_hierarchy` (a disconnected graph names its
     index in the batch).

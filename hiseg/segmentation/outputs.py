@@ -38,8 +38,8 @@ def _rgb8_rows(image: np.ndarray, r0: int, r1: int) -> np.ndarray:
     return (np.clip(band[..., :3], 0, 1) * 255 + 0.5).astype(np.uint8)
 
 
-#: The share of a region's palette colour in the overlay (the image's: the rest). The regions'
-#: mean colours, blended at 0.5 until issue 53, were close to the image's own and read faintly.
+#: The share of a region's palette colour in the overlay (the image's: the rest): palette colours,
+#: not the regions' mean colours, which are close to the image's own and read faintly.
 OVERLAY_TINT = 0.5
 
 

@@ -21,10 +21,10 @@ real maps. torch is imported at its first use: the chain never imports it.
 The smoothed statistics (``*_s2``, ``*_s4``) smooth in float64 with OpenCV's kernel and
 border (``cv2.GaussianBlur``, which blurs float32 maps in float32, differs by < 3e-7); the
 shipped heads' weights moved by at most 1.2e-8 when their former cv2 float32 implementation was
-removed, and their benchmark figures did not change (``tests/test_shipped_figures.py``). On
-one 481x321 map with 1857 superpixels (one CPU thread, loaded machine) the shipped head's 14
-features cost 5 ms once per RAG (indices and the constant features) then 13 ms per map,
-32 ms with the backward pass.
+removed, and their benchmark figures did not change (``tests/test_shipped_figures.py``). The
+shipped head's 14 features cost a few milliseconds once per RAG (indices and the constant
+features), then a few times that per map, with or without the backward pass
+(``benchmarks/results/training.md``, "The merging head's features").
 """
 from __future__ import annotations
 

@@ -17,8 +17,8 @@ the region adjacency graph's wrapper of :func:`hiseg.core.cuts.cut_hierarchy`, t
 hiseg; :func:`cut_at_threshold` is the level ``t``. The maps and the threshold cut are
 numpy: higra's ``graph_4_adjacency_2_khalimsky`` and
 ``labelisation_horizontal_cut_from_threshold`` give the same arrays bit for bit (tested
-against the ``_..._higra`` versions here) but slower, measured in
-``benchmarks/bench_saliency_higra.py`` (each function's docstring has its ratio).
+against the ``_..._higra`` versions here) but slower, measured by
+``benchmarks/bench_saliency_higra.py`` (the ratios: ``benchmarks/results/saliency_higra.md``).
 """
 from __future__ import annotations
 
@@ -47,9 +47,8 @@ def ucm2_from_rag(rag: RegionAdjacencyGraph, ultrametric) -> np.ndarray:
 
     O(H W), numpy only: higra's ``graph_4_adjacency_2_khalimsky`` draws the same map
     (tested bit for bit, :func:`_ucm2_from_rag_higra`) but needs an explicit 4-adjacency
-    graph of the pixels and its edge weights in its own order: 9.3-9.6 times slower on a
-    481x321 image with 2000 superpixels, 12.9-13.5 times on 4000x3000
-    (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own. Raises ValueError if ``ultrametric`` has
+    graph of the pixels and its edge weights in its own order: an order of magnitude slower, at
+    BSDS size and at 12 megapixels (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own. Raises ValueError if ``ultrametric`` has
     not one value per RAG edge.
     """
     u = _check_ultrametric(ultrametric, rag.graph.num_edges)
@@ -158,9 +157,8 @@ def ucm2_from_labels(labels: np.ndarray, graph, ultrametric) -> np.ndarray:
     (:class:`UCM2Blocks` draws it a block at a time).
     numpy only: higra draws the same map (tested bit for bit, :func:`_ucm2_from_labels_higra`:
     its region adjacency graph of ``labels``, ``rag_back_project_edge_weights``,
-    ``graph_4_adjacency_2_khalimsky``) 8.6-14.6 times slower at 481x321, 17.4-19.8 times
-    at 4000x3000, with a full-size pixel graph and weight array besides the map
-    (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
+    ``graph_4_adjacency_2_khalimsky``) an order of magnitude slower, with a full-size pixel graph
+    and weight array besides the map (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
     """
     return _EdgeValues(graph, ultrametric).ucm2(np.asarray(labels))
 
@@ -262,9 +260,9 @@ def cut_at_threshold(rag: RegionAdjacencyGraph, ultrametric, threshold: float) -
     The connected components of those edges (scipy), not higra's
     ``labelisation_horizontal_cut_from_threshold``, which needs the hierarchy's tree first
     (``bpt_canonical``, O(E log E)) and gives the same labels (tested,
-    :func:`_cut_at_threshold_higra`) 2.5-3.2 times slower at 481x321 with 2000
-    superpixels, 1.1 times at 4000x3000 where drawing the labels on the pixels dominates both
-    (``benchmarks/results/saliency_higra.md``), so hiseg keeps its own.
+    :func:`_cut_at_threshold_higra`) slower at BSDS size, no faster at 12 megapixels, where drawing
+    the labels on the pixels dominates both (``benchmarks/results/saliency_higra.md``), so hiseg
+    keeps its own.
     """
     u = _np(ultrametric)
     return _components(rag, np.flatnonzero(u <= threshold))

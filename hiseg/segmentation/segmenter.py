@@ -41,8 +41,8 @@ BAND_PIXELS = 1 << 21
 
 def _release_heap() -> None:
     """Hand the C heap's free pages back to the system (glibc's ``malloc_trim``): the memory
-    the network freed otherwise stays resident (410 MB after the default model on an
-    816x612 working image, measured), under the full-size outputs drawn next. No-op where
+    the network freed otherwise stays resident (hundreds of MB after the default model on a
+    large photograph, ``benchmarks/results/large.md``), under the full-size outputs drawn next. No-op where
     the C library has no ``malloc_trim``."""
     import ctypes
 
@@ -91,7 +91,8 @@ class Segmenter:
     backend : ``"auto"`` (default), ``"torch"`` or ``"onnxruntime"``
         What runs the network (:func:`~hiseg.segmentation.backends.choose_backend`): ``auto`` runs
         an exported folder, and a shipped model on a CPU, on onnxruntime when it is installed (the
-        shipped models ship exported: 2-3x faster, no torch imported), anything else on torch.
+        shipped models ship exported: faster, no torch imported; ``benchmarks/results/segmenter.md``),
+        anything else on torch.
         ``torch`` reproduces the training's maps exactly.
     fold : bool
         Fold the BatchNorm layers of a torch network this Segmenter loads into their convolutions

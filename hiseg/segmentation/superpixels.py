@@ -1,9 +1,10 @@
 """Superpixels: the over-segmentation whose region adjacency graph the network weights.
 
 Default: a marker watershed of the colour gradient with a small distance term
-(``method="watershed"``, ``region_size=12``: ~730 superpixels on a 320x320 crop, ~30 ms);
+(``method="watershed"``, ``region_size=12``: ~730 superpixels on a 320x320 crop);
 SLIC is available (``method="slic"``). The comparison that chose it (boundary recall,
-ASA and time against SLIC and other watershed variants) is in
+ASA and time against SLIC and other watershed variants; the watershed is several times the
+faster) is in
 ``benchmarks/results/superpixels.md`` (``python benchmarks/bench_data.py --superpixels``).
 
 All functions return an int64 label image numbered ``0..R-1`` in which every label
@@ -152,7 +153,7 @@ def watershed_superpixels(image, region_size: float = 12.0, *, n_segments: int |
     int64 array (H, W), labels ``0..R-1``, each one 4-connected region;
     ``R`` is the number of markers (``~H W / region_size**2``).
 
-    Cost: O(H W log(H W)); ~30 ms for a 320x320 crop (see the module docstring).
+    Cost: O(H W log(H W)); measured in ``benchmarks/results/superpixels.md``.
 
     Raises
     ------
@@ -212,7 +213,7 @@ def slic_superpixels(image, region_size: float = 12.0, *, n_segments: int | None
     -------
     int64 array (H, W), labels ``0..R-1``, each one 4-connected region.
 
-    Cost: O(H W * max_num_iter); ~130 ms for a 320x320 crop (see the module docstring).
+    Cost: O(H W * max_num_iter); measured in ``benchmarks/results/superpixels.md``.
     """
     from skimage.segmentation import slic
 

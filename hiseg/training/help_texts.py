@@ -1,6 +1,7 @@
 """``hiseg train``'s help without torch: the texts LightningCLI's parser prints, stored.
 
-Building that parser imports torch and Lightning and reads their classes (seconds, ~900 MB), so
+Building that parser imports torch and Lightning and reads their classes (seconds and hundreds of
+MB: ``benchmarks/results/training.md``, "Moved from docstrings"), so
 a bare help request (``hiseg train --help``, ``python train.py fit --help``, ``-h``) prints the
 text the live parser printed for the same request (:mod:`hiseg.training.help_render` renders
 and stores it, at :data:`COLUMNS` columns) when nothing it depends on differs: the command's name,
