@@ -18,6 +18,7 @@ TINY = ["--device", "cpu", "--arch-kwargs", '{"width": 8}', "--batch", "2", "--c
         "--warmup", "2", "--images", "3", "--threads", "1"]
 
 
+@pytest.mark.slow
 def test_tiny_run_appends_one_row(tmp_path):
     results = tmp_path / "pixel_stage.md"
     results.write_text(bench.HEADER + "| earlier | row | 1.0 | 2.0 | 0.50 |\n")

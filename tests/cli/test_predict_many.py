@@ -36,6 +36,7 @@ def predict(capsys, tmp_path, name, *argv):
 
 
 @pytest.mark.parametrize("network", [False, True], ids=["classical-html", "network"])
+@pytest.mark.slow
 def test_workers_write_the_same_bytes_as_one_process(tmp_path, capsys, checkpoint, network):
     d = four_photos(tmp_path)
     extra = ["--checkpoint", checkpoint, "--level", "0.2"] if network else ["--regions", "3", "--html"]
@@ -73,6 +74,7 @@ def test_existing_files_are_refused_before_any_worker_writes(tmp_path, capsys):
     assert snapshot(out) == {"c.mat": b"ground truth"}
 
 
+@pytest.mark.slow
 def test_an_error_in_a_worker_names_the_image(tmp_path, capsys, monkeypatch):
     import hiseg.cli.predict
     from _broken_pipeline import DiskFull, FailsOnSmall
@@ -123,6 +125,7 @@ def test_workers_default_to_auto_and_help_names_the_cpus(capsys):
     assert f"(here: {default_workers()})" in text and "(default: auto)" in text
 
 
+@pytest.mark.slow
 def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path, capsys, checkpoint):
     from hiseg.segmentation.segmenter import Segmenter
     from hiseg.segmentation.predict_ddp import IMAGE_ERRORS, predict_files
@@ -158,6 +161,7 @@ def test_predict_ddp_on_two_gloo_processes_writes_hiseg_predicts_files(tmp_path,
         predict_files(Segmenter.from_checkpoint(checkpoint), files, out, trainer_kwargs=dict(accelerator="cpu"))
 
 
+@pytest.mark.slow
 def test_warnings_from_workers_name_their_image_in_input_order(tmp_path, capsys):
     d = four_photos(tmp_path)
     errs = {}

@@ -29,6 +29,7 @@ def test_readme_is_short_links_every_docs_page_and_predicts_before_training_at_s
 
 
 @pytest.mark.parametrize("i", range(len(BLOCKS)))
+@pytest.mark.slow
 def test_readme_python_block_runs(tmp_path, i):
     r = subprocess.run([sys.executable, "-c", BLOCKS[i]], cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, env={"PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1", "HOME": str(tmp_path)})

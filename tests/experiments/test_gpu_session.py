@@ -36,6 +36,7 @@ def _session(out, *args, env, dry=("--dry-run",)):
     return r
 
 
+@pytest.mark.slow
 def test_prepare_gpu_fills_the_carried_folder(tmp_path):
     data = make_bsds(tmp_path / "bsds")
     wheels = tmp_path / "wheels"
@@ -98,6 +99,7 @@ def _curve(path):
     return list(csv.DictReader(io.StringIO(path.read_text())))
 
 
+@pytest.mark.slow
 def test_gpu_session_runs_and_resumes_at_a_tiny_setting(tmp_path):
     """Run where numba cannot be imported, as on the CUDA machine (its Python has none): the
     validation's boundary F comes from hiseg.metrics' numpy/scipy twins."""
@@ -420,6 +422,7 @@ def _compiled_session(tmp_path, callbacks: str, callback: str):
     return env, args, out, keep, (out / "summary.txt").read_text()
 
 
+@pytest.mark.slow
 def test_gpu_session_retries_without_compile_from_where_the_compiled_try_got(tmp_path):
     """--compile on and the stage fails at step 6: its last periodic checkpoint (step 4, the first
     epoch's end) and the curve up to it are kept, the rest of the time trains without compile
@@ -460,6 +463,7 @@ class FailAndBreakTheData(FailAt):
 '''
 
 
+@pytest.mark.slow
 def test_gpu_session_keeps_the_compiled_try_where_the_retry_fails_too(tmp_path):
     """--compile on, the stage fails at step 6 and the retry without compile fails before its first
     checkpoint: the compiled try's last periodic checkpoint (step 4) and its curve come back in

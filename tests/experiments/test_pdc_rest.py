@@ -4,10 +4,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from _train import ROOT, load_ckpt
 from tests.training.test_recipe import make_bsds, pdc_pixel_stage
 
 
+@pytest.mark.slow
 def test_pdc_rest_runs_the_recipe_and_resumes(tmp_path):
     data = make_bsds(tmp_path / "bsds")
     pixel = pdc_pixel_stage(tmp_path, data, 2)

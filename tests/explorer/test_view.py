@@ -212,6 +212,7 @@ def test_a_large_images_page_shows_the_hierarchy_at_its_working_resolution(tmp_p
         build_page(img[:100], res)
 
 
+@pytest.mark.slow
 def test_a_small_images_page_is_the_page_of_its_full_ucm2(tmp_path, classical):
     """At or below max_pixels nothing changes: predict --html's and view's pages are
     build_page of the image and its full ucm2, byte for byte."""
@@ -395,6 +396,7 @@ def check_three_levels(d, tmp_path, name, levels, truth):
     return ms
 
 
+@pytest.mark.slow
 def test_browser_cuts_match_python_learned_path(browser, learned, tmp_path):
     d = browser
     name, img, res = learned
@@ -487,6 +489,7 @@ def test_browser_classical_path_and_region_count_mode(browser, classical, tmp_pa
 
 
 @pytest.mark.skipif(not GPB.is_dir(), reason="BSDS500 gPb-owt-ucm ucm2 files (shared data) not found")
+@pytest.mark.slow
 def test_browser_reads_a_bsds_ucm2_as_the_benchmark_does(browser, tmp_path):
     """gPb-owt-ucm's own ucm2, through `hiseg view --ucm`: the regions drawn are the
     benchmark's 8-connected components of ucm2 <= t."""
@@ -552,6 +555,7 @@ def panel_rects(d, width, height):
         d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
 
 
+@pytest.mark.slow
 def test_browser_panels_fit_the_window(browser, tmp_path):
     """Issue 42: a page of ``hiseg view`` for a 600x400 image (and a 400x600 one) shows both
     panels, the cut and the saliency map, whole in a 1200x800 window, side by side (the saliency

@@ -68,6 +68,7 @@ def server(poisoned):
     thread.join()
 
 
+@pytest.mark.slow
 def test_train_py_refuses_a_checkpoint_url(tmp_path, poisoned, server):
     url, requests = server
     r = run_train(tmp_path, "--ckpt_path", url, timeout=300)

@@ -92,6 +92,7 @@ def _close(a, b, where):
 
 
 @pytest.mark.parametrize("name", ["bsds500", "bsds500_merge", "bsds500_ensemble", "pixel_stage"])
+@pytest.mark.slow
 def test_shipped_figures_unchanged(name):
     if not DATA.is_dir():
         pytest.skip(f"BSDS500 data not found at {DATA}")

@@ -185,6 +185,7 @@ def start_together(procs_args, go: Path, code: str):
     return [(p.returncode if p.wait(300) is not None else None, p.communicate()[1]) for p in procs]
 
 
+@pytest.mark.slow
 def test_two_runs_into_one_folder_at_once_never_replace_each_others_files(tmp_path):
     import cv2
 
@@ -234,6 +235,7 @@ RUN_KILLED = """
 """
 
 
+@pytest.mark.slow
 def test_a_predict_killed_mid_image_is_finished_by_a_rerun_with_resume(tmp_path):
     from hiseg.segmentation.outputs import image_done
 
@@ -292,6 +294,7 @@ def hiseg(*argv, go=None, pause=None):
     return python(HISEG, go, *argv, env={"HISEG_TEST_PAUSE": str(pause)} if pause else {})
 
 
+@pytest.mark.slow
 def test_two_hiseg_predicts_into_one_folder_at_once_the_second_is_refused_naming_the_folder(tmp_path):
     import cv2
 
@@ -315,6 +318,7 @@ def test_two_hiseg_predicts_into_one_folder_at_once_the_second_is_refused_naming
 
 
 @pytest.mark.parametrize("workers", ["0", "2"])
+@pytest.mark.slow
 def test_hiseg_predict_writes_every_image_of_a_folder_with_a_non_utf8_name(tmp_path, workers):
     d = photo_folder(tmp_path, [b"a.png", BAD_NAME, b"b.png"])
     (Path(os.fsdecode(os.path.join(os.fsencode(d), b"broken\xff.png")))).write_bytes(b"")  # and an unreadable one
@@ -342,6 +346,7 @@ def test_hiseg_view_shows_an_image_with_a_non_utf8_name(tmp_path):
     assert "<title>bad\\xff\\xfename" in page
 
 
+@pytest.mark.slow
 def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
     from hiseg.segmentation.outputs import image_done
 
@@ -388,6 +393,7 @@ def test_hiseg_predict_killed_mid_folder_finishes_with_resume(tmp_path):
     assert p.returncode == 2 and "at most one of --overwrite" in se
 
 
+@pytest.mark.slow
 def test_hiseg_predict_resume_with_other_options_is_refused_and_with_the_same_ones_goes_on(tmp_path):
     import json
 
@@ -430,6 +436,7 @@ def test_hiseg_predict_resume_with_other_options_is_refused_and_with_the_same_on
     assert p.returncode == 2 and "exist already" in se and "hiseg-predict" not in se, se
 
 
+@pytest.mark.slow
 def test_hiseg_predict_resume_of_a_folder_without_a_record_warns_and_goes_on(tmp_path):
     import json
 
@@ -582,6 +589,7 @@ builtins.open = _filling_open
 '''
 
 
+@pytest.mark.slow
 def test_a_full_disk_while_training_leaves_no_partial_checkpoint_and_says_so(tmp_path, monkeypatch):
     import torch
     from _train import run_train
@@ -653,6 +661,7 @@ def assert_refused(r, *needles, tmp_path):
     (lambda p: np.save(p, np.zeros((40, 48), np.float32)), ("im2.npy", "expected an integer array, got dtype float32")),
     (lambda p: np.save(p, np.zeros((30, 48), np.int64)), ("im2.npy", "have shape (30, 48)", "has shape (40, 48)")),
 ])
+@pytest.mark.slow
 def test_a_bad_training_label_is_refused_at_start_up_naming_the_file(tmp_path, bad, needles):
     from _train import ROOT
 
@@ -663,6 +672,7 @@ def test_a_bad_training_label_is_refused_at_start_up_naming_the_file(tmp_path, b
     assert_refused(r, *needles, tmp_path=tmp_path)
 
 
+@pytest.mark.slow
 def test_a_one_image_folder_and_a_negative_learning_rate_are_one_line_each(tmp_path):
     from _train import ROOT
 
@@ -740,6 +750,7 @@ def test_a_bad_bsds_ground_truth_is_found_by_the_start_up_check(tmp_path, bad, n
     ds.check_labels([0, 2])  # a subset without it passes
 
 
+@pytest.mark.slow
 def test_a_bad_bsds_ground_truth_is_refused_by_train_py_before_the_first_step(tmp_path):
     from _train import ROOT
 
@@ -752,6 +763,7 @@ def test_a_bad_bsds_ground_truth_is_refused_by_train_py_before_the_first_step(tm
 
 
 # ----------------------------------------------------------------------------- minor: the default run, one override
+@pytest.mark.slow
 def test_the_default_run_with_one_override_trains_it(tmp_path):
     r = train_py(tmp_path, "--trainer.max_epochs", "1", "--data.init_args.n_train", "8", "--data.init_args.n_val", "2",
                  "--data.init_args.size", "48", "--data.init_args.batch_size", "4",
@@ -761,6 +773,7 @@ def test_the_default_run_with_one_override_trains_it(tmp_path):
 
 
 # ----------------------------------------------------------------------------- the probe, at a small size
+@pytest.mark.slow
 def test_the_fault_probe_finds_every_case_ok():
     from _train import ROOT
 

@@ -435,6 +435,7 @@ def test_tiled_forward_equals_the_whole_image_pass():
     assert float((torch.sigmoid(tiled) - torch.sigmoid(whole)).abs().max()) < 1e-5
 
 
+@pytest.mark.slow
 def test_tiled_shipped_networks_equal_their_whole_image_pass():
     """The shipped networks on a natural image, in tiles of 128 with TILE_MARGIN of context:
     the whole-image map (the former margin, 48, was off by up to 0.2 along the seams)."""

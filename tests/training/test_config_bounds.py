@@ -36,6 +36,7 @@ def _one_line(r, *needles):
         assert n in last, last
 
 
+@pytest.mark.slow
 def test_a_billion_laughs_is_refused_before_any_walk(tmp_path):
     from hiseg.training.config_files import ConfigFileError, load_config_yaml
     from hiseg.training.configs import check_config_text
@@ -71,12 +72,14 @@ def test_the_shipped_configs_are_well_within_the_bounds():
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 @pytest.mark.parametrize("form", [["--config", "{}", "--trust-config"], ["-c{}"], ["--data", "{}"]])
+@pytest.mark.slow
 def test_a_fifo_config_is_refused_without_being_opened(tmp_path, form):
     fifo = tmp_path / "cfg.yaml"
     os.mkfifo(fifo)
     _one_line(_train(tmp_path, "fit", *[a.format(fifo) for a in form]), "cfg.yaml", "not a regular file")
 
 
+@pytest.mark.slow
 def test_a_device_and_a_huge_config_are_refused(tmp_path):
     _one_line(_train(tmp_path, "fit", "--config", "/dev/zero"), "/dev/zero", "not a regular file")
     big = tmp_path / "big.yaml"

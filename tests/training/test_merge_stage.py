@@ -61,6 +61,7 @@ def test_frozen_network_trains_the_new_head_alone(start):
     assert {id(p) for g in opt.param_groups for p in g["params"]} == {id(p) for p in m.merge_head.parameters()}
 
 
+@pytest.mark.slow
 def test_the_config_trains_a_head_fingerprinted_to_its_network(tmp_path, start):
     """train.py fit --config configs/bsds500_merge_head.yaml: the checkpoint's pipeline holds the
     head, tied to the (unchanged) network; hiseg's Segmenter runs it as it is."""

@@ -82,6 +82,7 @@ def pdc_pixel_stage(tmp_path, data, steps: int):
     return tmp_path / "pixel/csv/version_0/checkpoints/last.ckpt"
 
 
+@pytest.mark.slow
 def test_recipe_is_two_train_py_commands(tmp_path):
     """Pixel stage then fine-tuning from its last.ckpt; the result loads in hiseg predict's
     pipeline with the fine-tuning's settings, and its network moved in both stages."""
@@ -285,6 +286,7 @@ def test_schedule_warmup_in_steps_or_fraction():
         assert all(a >= b - 1e-12 for a, b in zip(f[warm_steps:], f[warm_steps + 1:]))
 
 
+@pytest.mark.slow
 def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
     """experiments/gpu/gpu_run.py recipe (issue 20's GPU recipe) on the CPU, --dry-run: the pixel stage
     on train+val stops at its budget, resumes from the carried checkpoint, then the merging stage
@@ -324,6 +326,7 @@ def test_gpu_recipe_runs_end_to_end_at_a_tiny_setting(tmp_path):
     assert res.ucm2.shape == (81, 113)
 
 
+@pytest.mark.slow
 def test_pdc_network_goes_through_the_rest_of_the_recipe(tmp_path, capsys):
     """The issue-33 network after its pixel stage (configs/bsds500_pdc_pixel.yaml): fine-tuning
     through average linkage from that checkpoint, then `hiseg ensemble` with the shipped

@@ -45,6 +45,7 @@ def assert_same_weights(a, b, what):
         torch.testing.assert_close(b["state_dict"][k], v, rtol=0, atol=1e-6, msg=f"{what}: {k}")
 
 
+@pytest.mark.slow
 def test_resumed_runs_end_with_the_weights_of_the_run_in_one_go(tmp_path):
     r = run_train(tmp_path, *RUN, *KEEP)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -91,6 +92,7 @@ EPOCH_END_CASES = {
 
 
 @pytest.mark.parametrize("case", list(EPOCH_END_CASES))
+@pytest.mark.slow
 def test_resume_from_the_epoch_end_last_ckpt_is_exact(tmp_path, case):
     """Killed once last.ckpt holds the end of epoch 1 (step 4), resumed from that file: the run
     ends at step 6 with the uninterrupted run's weights (it ended at step 4, or with other
@@ -114,6 +116,7 @@ def test_resume_from_the_epoch_end_last_ckpt_is_exact(tmp_path, case):
     assert_same_weights(ref, out, case)
 
 
+@pytest.mark.slow
 def test_resume_from_the_end_of_training_continues_where_it_stopped(tmp_path):
     """max_steps 5 ends mid-epoch (3 steps per epoch): last.ckpt is the end of training; resumed
     with max_steps 8 it runs the 3 missing steps, from batch 2 of epoch 1: epochs 0 and 1 whole, 2
@@ -215,6 +218,7 @@ def test_seeded_sampler_and_augmentation_depend_on_seed_and_epoch_only():
     assert len({ds[(0, (5, e))]["image"].numpy().tobytes() for e in range(8)}) > 1  # and with the epoch
 
 
+@pytest.mark.slow
 def test_pixel_stage_resume_is_exact(tmp_path):
     """Killed at step 6 (mid-epoch: 4 steps per epoch) and resumed from last.ckpt (written every
     2 steps), the pixel stage ends with the weights of the run done in one go."""

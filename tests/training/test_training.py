@@ -411,6 +411,7 @@ def test_ddp_validation_f_is_the_single_process_f(tmp_path):
         assert two[f"val/{k}"] == pytest.approx(one[f"val/{k}"], rel=1e-6), k
 
 
+@pytest.mark.slow
 def test_train_py_starts_clean_and_ends_with_a_summary(tmp_path):
     """No promotional or contradictory start-up messages; a closing summary with F before
     and after, the checkpoints, and either the next command (F > 0) or, for a run whose F ends
@@ -647,6 +648,7 @@ def test_init_from_accepts_the_shipped_model_name():
         HierarchicalSegmentationModule(init_from="bsds500", arch_kwargs={"width": 8})
 
 
+@pytest.mark.slow
 def test_a_refused_start_leaves_no_log_folder(tmp_path):
     """--ckpt_path with a slim checkpoint: a clear error naming --model.init_from (was KeyError
     'pytorch-lightning_version'); a data root that does not exist: its error. Neither leaves a
@@ -689,6 +691,7 @@ def test_finetune_configs_log_under_their_root_dir_and_skip_loader_superpixels(t
     assert ckpt_dirs == [None]  # the base config's: under the logger's version folder
 
 
+@pytest.mark.slow
 def test_csv_logger_without_save_dir_follows_default_root_dir(tmp_path):
     logger = json.dumps({"class_path": "hiseg.training.module.CSVLogger", "init_args": {"name": "follow"}})
     r = run_train(tmp_path, "--trainer.default_root_dir", str(tmp_path / "elsewhere"), "--trainer.logger", logger,
@@ -698,6 +701,7 @@ def test_csv_logger_without_save_dir_follows_default_root_dir(tmp_path):
     assert 0 <= float(row["val/boundary_f"]) <= 1 and not (tmp_path / "follow").exists()
 
 
+@pytest.mark.slow
 def test_bf16_mixed_training_runs(tmp_path):
     """``--trainer.precision bf16-mixed``: training and validation go through (here on the
     CPU), and the weights stay float32."""
