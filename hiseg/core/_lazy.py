@@ -104,8 +104,8 @@ def lazy_names(package: str, where: dict):
 
 
 #: The imports of higra's plotting module (``higra.plot``) that higra makes at its own import when
-#: they are installed: 0.9 s of a 1.0 s start-up of ``hiseg predict`` (measured), for plots hiseg
-#: never draws. :func:`import_higra` defers them to the first plot.
+#: they are installed: most of the start-up of ``hiseg predict`` (``benchmarks/results/predict_deploy.md``),
+#: for plots hiseg never draws. :func:`import_higra` defers them to the first plot.
 _HIGRA_PLOT_IMPORTS = ("matplotlib.pyplot", "matplotlib.collections", "scipy.cluster.hierarchy")
 
 

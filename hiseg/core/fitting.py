@@ -280,8 +280,8 @@ class _AdamStep:
     functions of ``torch.optim`` (``torch.optim.adam.adam``, ``torch.optim.sgd.sgd``: what
     ``torch.optim.Adam(amsgrad=...).step()`` / ``SGD.step()`` call on the CPU, betas .9, .999)
     on state held here, with ``ExponentialLR``'s decay. The functions, not the classes: a
-    ``torch.optim`` optimiser's constructor imports ``torch._dynamo`` (2.4-3.0 s on a cold
-    start, most of a small fit's time; ``benchmarks/bench_core.py --optimiser``), the
+    ``torch.optim`` optimiser's constructor imports ``torch._dynamo`` (seconds on a cold
+    start, most of a small fit's time: ``benchmarks/results/core.md``), the
     functions import nothing. Tested against the classes (``tests/core/test_fitting.py``)."""
 
     def __init__(self, theta: torch.Tensor, lr: float, lr_decay, kind: str, eps: float,

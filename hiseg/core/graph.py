@@ -393,12 +393,10 @@ def region_adjacency_graph(labels) -> RegionAdjacencyGraph:
 
     Not higra's ``make_region_adjacency_graph_from_labelisation`` (issue 24 item 6):
     :func:`_region_adjacency_graph_higra` builds this same RAG (every field, bit for bit:
-    tests/core/test_graph.py) from higra's and is 5.3-6.2 times slower on 481x321 with 2000
-    superpixels (66-125 ms against 12.5-20 ms), 7.4-15.6 times on 4000x3000 with 30000
-    (7.7-8.7 s against 0.56-1.04 s; benchmarks/bench_rag.py, two runs on a loaded machine,
-    benchmarks/results/rag.md). higra's call alone, on a 4-adjacency graph built beforehand,
-    is already 2.8-5.5 times this whole function: it needs an explicit graph of the pixels
-    (the implicit one is refused; about 5 s at 12 megapixels), and its RAG (one vertex per
+    tests/core/test_graph.py) from higra's and is several times slower, at BSDS size and at
+    12 megapixels (``benchmarks/results/rag.md``). higra's call alone, on a 4-adjacency graph
+    built beforehand, is already slower than this whole function: it needs an explicit graph of
+    the pixels (the implicit one is refused), and its RAG (one vertex per
     connected component in order of appearance, edges in order of discovery, pixel edges
     in its own order, no frontier lists) must then be translated, so hiseg keeps its own.
 

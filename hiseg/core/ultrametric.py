@@ -325,10 +325,9 @@ def single_linkage(el: EdgeList, w: np.ndarray, batch: Optional[BatchedGraph] = 
 def _canonical_bpt(sources: np.ndarray, targets: np.ndarray, order: np.ndarray, n: int):
     """(parents, mst_edge_map) of the canonical binary partition tree of the edges taken in
     ``order``: higra's public ``bpt_canonical`` on a ``(sources, targets, n)`` tuple (no
-    graph object is built). higra's private ``hg.cpp._bpt_canonical``, which it wraps, was
-    measured 10-15 % faster on the tree alone (40 vs 45 ms at 3e5 edges, a few % of a fit
-    iteration), not enough to pin higra below its next release for; see
-    ``benchmarks/results/bpt_canonical.md``."""
+    graph object is built). higra's private ``hg.cpp._bpt_canonical``, which it wraps, is a
+    little faster on the tree alone, not enough to pin higra below its next release for
+    (``benchmarks/results/bpt_canonical.md``)."""
     tree = hg.bpt_canonical((sources, targets, n), sorted_edge_indices=order, return_altitudes=False,
                             compute_mst=False)
     return tree.parents(), hg.CptBinaryHierarchy.get_mst_edge_map(tree)
