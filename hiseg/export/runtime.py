@@ -11,7 +11,7 @@ shares (:meth:`hiseg.segmentation.Pipeline.hierarchy_of_map`). The network graph
 pipeline's scales, flips and an ensemble's mean, so those settings are fixed at export
 (:attr:`OnnxBackend.fixed`); the merge head's MLP runs here too (:class:`OnnxHead`), on the
 chain's numpy features. Importing this module, opening a folder and segmenting import no torch
-(``tests/test_export.py`` checks ``sys.modules`` in a fresh process). It imports nothing of
+(``tests/export/test_export.py`` checks ``sys.modules`` in a fresh process). It imports nothing of
 hiseg above :mod:`hiseg.export.manifest`, so that the Segmenter (below the exporter) can use it.
 """
 from __future__ import annotations

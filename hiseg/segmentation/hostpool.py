@@ -24,7 +24,7 @@ process.
 
 The results do not depend on where the jobs ran: in process (``host_workers=0``, or a batch
 below :data:`MIN_POOL_EDGES`) the same per-image functions run one after the other, so the
-trees' index arrays are bitwise the pool's (``tests/test_hostpool.py``).
+trees' index arrays are bitwise the pool's (``tests/segmentation/test_hostpool.py``).
 
 The batched tree (:func:`average_linkage_batch`) is laid out per image: image ``b``'s
 internal nodes are consecutive (after those of images ``0..b-1``), and ``B - 1`` virtual

@@ -15,13 +15,13 @@ Two ways to the features of one RAG: :func:`edge_features`, numpy, no torch: the
 after the network, whatever backend made the map (:meth:`hiseg.segmentation.Pipeline.hierarchy_of_map`);
 and its differentiable twin in torch, :class:`TorchEdgeFeatures` (many maps of the same RAGs,
 batched, on the maps' device; :func:`edge_features_torch` for one), which training needs for
-gradients through the features. ``tests/test_merge_head.py`` holds the two equal to 1e-12 on
+gradients through the features. ``tests/segmentation/test_merge_head.py`` holds the two equal to 1e-12 on
 real maps. torch is imported at its first use: the chain never imports it.
 
 The smoothed statistics (``*_s2``, ``*_s4``) smooth in float64 with OpenCV's kernel and
 border (``cv2.GaussianBlur``, which blurs float32 maps in float32, differs by < 3e-7); the
 shipped heads' weights moved by at most 1.2e-8 when their former cv2 float32 implementation was
-removed, and their benchmark figures did not change (``tests/test_shipped_figures.py``). The
+removed, and their benchmark figures did not change (``tests/models/test_shipped_figures.py``). The
 shipped head's 14 features cost a few milliseconds once per RAG (indices and the constant
 features), then a few times that per map, with or without the backward pass
 (``benchmarks/results/training.md``, "The merging head's features").
@@ -479,7 +479,7 @@ def edge_features(rag: RegionAdjacencyGraph, boundary, image=None, names: Sequen
     """(E, len(names)) float64 features of one RAG's edges (:data:`FEATURES`) from its (H, W)
     boundary map, in numpy: the one chain's (every backend's inference), no torch.
     :class:`TorchEdgeFeatures` is its differentiable twin (the same sums, to float64 rounding;
-    ``tests/test_merge_head.py`` holds them equal to 1e-12 on real maps).
+    ``tests/segmentation/test_merge_head.py`` holds them equal to 1e-12 on real maps).
 
     ``image``: the (H, W, 3) float RGB image in [0, 1] (the colour and texture features).
     Cost O(H W k + P log P) for P frontier pixel pairs and smoothing kernels of k taps; a few ms
