@@ -13,9 +13,9 @@ from typing import Optional
 import numpy as np
 
 from ._lazy import import_higra, lazy_torch
-from .graph import BatchedGraph, EdgeList, check_lengths, checked_input, disconnected_message
+from .graph import BatchedGraph, EdgeList, check_lengths, checked_input
 from .lca import LeafLCA
-from .ultrametric import GraphLike, Hierarchy
+from .ultrametric import GraphLike, Hierarchy, disconnected_message
 
 hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
 

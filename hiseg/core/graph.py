@@ -32,7 +32,6 @@ __all__ = [
     "check_lengths",
     "checked_input",
     "host_weights",
-    "disconnected_message",
     "RegionAdjacencyGraph",
     "region_adjacency_graph",
     "compact_labels",
@@ -298,22 +297,6 @@ def check_lengths(lengths, num_edges: int):
     if not np.isfinite(ln).all() or (ln <= 0).any():
         raise ValueError("lengths must be finite and > 0 (frontier lengths, multiplicities)")
     return ln
-
-
-def disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
-    """What a hierarchy builder says of a disconnected graph (or batch member): which, and what to do."""
-    from ._neighbors import components
-
-    n = el.num_vertices
-    ncomp, lab = components(el.sources, el.targets, n)  # el is checked: no second normalisation
-    if batch is not None:
-        gi = batch.vertex_graph_index()
-        bad = sorted({int(gi[v]) for v in range(n) if lab[v] != lab[batch.vertex_ptr[gi[v]]]})
-        return (f"graphs {bad[:10]} of the batch are not connected: the subdominant ultrametric "
-                "is defined on connected graphs (connect them, e.g. with MST edges, or split them)")
-    return (f"the graph is not connected ({ncomp} connected components): the subdominant "
-            "ultrametric is defined on connected graphs (connect it, e.g. with MST edges, "
-            "or process each component separately)")
 
 
 def connected_components(graph) -> tuple:

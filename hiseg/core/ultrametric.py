@@ -32,7 +32,7 @@ from typing import Optional, Union
 import numpy as np
 
 from ._lazy import import_higra, lazy_torch
-from .graph import BatchedGraph, EdgeList, checked_input, disconnected_message
+from .graph import BatchedGraph, EdgeList, checked_input
 from .lca import LeafLCA
 
 hg = import_higra()  # higra, its plotting imports deferred (hiseg.core._lazy.import_higra)
@@ -44,6 +44,7 @@ __all__ = [
     "SubdominantUltrametric",
     "single_linkage",
     "canonical_edge_order",
+    "disconnected_message",
 ]
 
 GraphLike = Union[EdgeList, BatchedGraph, tuple, "hg.UndirectedGraph"]
@@ -331,6 +332,22 @@ def _canonical_bpt(sources: np.ndarray, targets: np.ndarray, order: np.ndarray, 
     tree = hg.bpt_canonical((sources, targets, n), sorted_edge_indices=order, return_altitudes=False,
                             compute_mst=False)
     return tree.parents(), hg.CptBinaryHierarchy.get_mst_edge_map(tree)
+
+
+def disconnected_message(el: EdgeList, batch: Optional[BatchedGraph]) -> str:
+    """What a hierarchy builder says of a disconnected graph (or batch member): which, and what to do."""
+    from ._neighbors import components
+
+    n = el.num_vertices
+    ncomp, lab = components(el.sources, el.targets, n)  # el is checked: no second normalisation
+    if batch is not None:
+        gi = batch.vertex_graph_index()
+        bad = sorted({int(gi[v]) for v in range(n) if lab[v] != lab[batch.vertex_ptr[gi[v]]]})
+        return (f"graphs {bad[:10]} of the batch are not connected: the subdominant ultrametric "
+                "is defined on connected graphs (connect them, e.g. with MST edges, or split them)")
+    return (f"the graph is not connected ({ncomp} connected components): the subdominant "
+            "ultrametric is defined on connected graphs (connect it, e.g. with MST edges, "
+            "or process each component separately)")
 
 
 # ----------------------------------------------------------------------------- the layer

@@ -49,8 +49,8 @@ import numpy as np
 from .._lifetime import process_pool
 from ..core.graph import BatchedGraph, EdgeList
 from ..core.average_linkage import AverageLinkageHierarchy, average_linkage, checked_average_input
-from ..core.graph import disconnected_message
 from ..core.lca import LeafLCA
+from ..core.ultrametric import disconnected_message
 
 __all__ = ["HostPool", "host_pool", "resolve_workers", "available_cores", "average_linkage_batch",
            "thread_pool", "MIN_POOL_EDGES", "MIN_POOL_PIXELS"]
