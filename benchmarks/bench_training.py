@@ -199,7 +199,7 @@ def gil_check(res: dict) -> None:
                   lambda: tree.lowest_common_ancestor(big.sources, big.targets),
               "boundary_watershed (scipy filters + skimage watershed + make_connected)":
                   lambda: m.pipeline.make_superpixels(prob),
-              "RAG + targets (graph_item)": lambda: graph_item(sp, seg)}
+              "RAG + targets + frontier (graph_item)": lambda: graph_item(sp, seg)}
     print("\nGIL check: the longest a Python thread waits during one call in another thread (a call that holds "
           "the GIL blocks it for the whole call), and the speed of a competing pure-Python thread while the "
           "function runs in a loop, relative to its speed alone (~0.5-0.7: releases the GIL; ~0.2: holds it):\n")

@@ -114,20 +114,6 @@ class AverageLinkageHierarchy(Hierarchy):
         return self._device_altitudes(weights)[self._index("edge_lca", self.edge_lca, weights.device)]
 
 
-def check_lengths(lengths, num_edges: int):
-    if lengths is None:
-        return None
-    ln = lengths.detach().cpu().numpy() if torch.is_tensor(lengths) else np.asarray(lengths)
-    if ln.ndim != 1 or ln.shape[0] != num_edges:
-        raise ValueError(f"lengths must have one value per edge ({num_edges}), got shape {ln.shape}")
-    if not np.issubdtype(ln.dtype, np.number) or np.issubdtype(ln.dtype, np.bool_):
-        raise TypeError(f"lengths must be numbers, got dtype {ln.dtype}")
-    ln = ln.astype(np.float64)
-    if not np.isfinite(ln).all() or (ln <= 0).any():
-        raise ValueError("lengths must be finite and > 0 (frontier lengths, multiplicities)")
-    return ln
-
-
 def build_average_linkage_hierarchy(graph: GraphLike, weights, lengths=None, *,
                                     check: bool = True) -> AverageLinkageHierarchy:
     """Length-weighted average-linkage hierarchy of a graph or a batch (no gradient).

@@ -128,7 +128,7 @@ def test_dirty_only_with_uncommitted_changes_to_tracked_files(tmp_path):
     try:
         subprocess.run([*git, "init", "-q"], check=True)
     except (OSError, subprocess.CalledProcessError):
-        pytest.skip("no git")
+        pytest.skip("git is not installed (the test makes a repository)")
     (tmp_path / "a.txt").write_text("1\n")
     subprocess.run([*git, "add", "a.txt"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "a"], check=True)
